@@ -1,0 +1,1 @@
+"""Built-in scenario presets (YAML), installed as the ``prefixbench.scenarios`` package data."""

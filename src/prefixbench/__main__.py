@@ -1,0 +1,3 @@
+from prefixbench.cli import main
+
+main()

@@ -1,0 +1,97 @@
+"""Accelerator presets from vendor datasheets.
+
+``peak_tflops`` is the dense BF16 tensor-core peak: NVIDIA datasheets print the 2:4
+structured-sparsity figure first ("with sparsity"), so dense = sparse / 2. Bandwidth is in
+GB/s and memory in GB as printed (10^9 bytes).
+"""
+
+from __future__ import annotations
+
+from .specs import AcceleratorSpec
+
+_PRESETS = [
+    AcceleratorSpec(
+        name="l4",
+        vendor="NVIDIA",
+        peak_tflops=121.0,  # datasheet: BF16 Tensor Core 242 TFLOPS with sparsity
+        hbm_gbps=300.0,  # GDDR6, 300 GB/s
+        memory_gb=24.0,
+        source="https://www.nvidia.com/en-us/data-center/l4/",
+    ),
+    AcceleratorSpec(
+        name="a10g",
+        vendor="NVIDIA",
+        # NVIDIA publishes no datasheet for the A10G (an AWS-only variant of the A10), and AWS
+        # states only "24 GB of memory per GPU". The 70 TFLOPS dense BF16 and 600 GB/s are from
+        # Baseten's A10 vs A10G comparison (third party). For scale, the A10 datasheet
+        # (https://www.nvidia.com/en-us/data-center/products/a10-gpu/) gives 125 TFLOPS dense
+        # BF16 and the same 600 GB/s, 24 GB.
+        peak_tflops=70.0,
+        hbm_gbps=600.0,
+        memory_gb=24.0,
+        source=(
+            "https://aws.amazon.com/ec2/instance-types/g5/ ; "
+            "https://www.baseten.co/blog/nvidia-a10-vs-a10g-for-ml-model-inference/"
+        ),
+    ),
+    AcceleratorSpec(
+        name="l40s",
+        vendor="NVIDIA",
+        peak_tflops=362.05,  # datasheet: BF16 Tensor Core 362.05 dense | 733 with sparsity
+        hbm_gbps=864.0,  # GDDR6, 864 GB/s
+        memory_gb=48.0,
+        source="https://www.nvidia.com/en-us/data-center/l40s/",
+    ),
+    AcceleratorSpec(
+        name="a100-40gb",
+        vendor="NVIDIA",
+        peak_tflops=312.0,  # datasheet: BFLOAT16 Tensor Core 312 | 624 with sparsity
+        hbm_gbps=1555.0,  # A100 40GB SXM: 1,555 GB/s HBM2
+        memory_gb=40.0,
+        source=(
+            "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/"
+            "nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf"
+        ),
+    ),
+    AcceleratorSpec(
+        name="a100-80gb",
+        vendor="NVIDIA",
+        peak_tflops=312.0,  # same compute as the 40 GB part
+        hbm_gbps=2039.0,  # A100 80GB SXM: 2,039 GB/s HBM2e (the PCIe card is 1,935)
+        memory_gb=80.0,
+        source=(
+            "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/"
+            "nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf"
+        ),
+    ),
+    AcceleratorSpec(
+        name="h100-sxm",
+        vendor="NVIDIA",
+        peak_tflops=989.5,  # datasheet: BF16 Tensor Core 1,979 TFLOPS with sparsity (SXM)
+        hbm_gbps=3350.0,  # HBM3, 3.35 TB/s
+        memory_gb=80.0,
+        source="https://www.nvidia.com/en-us/data-center/h100/",
+    ),
+    AcceleratorSpec(
+        name="h200",
+        vendor="NVIDIA",
+        peak_tflops=989.5,  # datasheet: BF16 Tensor Core 1,979 TFLOPS with sparsity (SXM)
+        hbm_gbps=4800.0,  # HBM3e, 4.8 TB/s
+        memory_gb=141.0,
+        source="https://www.nvidia.com/en-us/data-center/h200/",
+    ),
+    AcceleratorSpec(
+        name="b200",
+        vendor="NVIDIA",
+        # HGX B200 per-GPU figures: FP16/BF16 Tensor Core 4.5 PFLOPS with sparsity -> 2.25
+        # dense; 180 GB HBM3E at 7.7 TB/s (HGX B200 totals: up to 1.4 TB, 62 TB/s over 8 GPUs).
+        # Cross-checked with https://glennklockwood.com/garden/processors/B200 (HGX B200 BF16:
+        # 2250 dense / 4500 sparse TFLOPS).
+        peak_tflops=2250.0,
+        hbm_gbps=7700.0,
+        memory_gb=180.0,
+        source="https://www.nvidia.com/en-us/data-center/hgx/",
+    ),
+]
+
+ACCELERATORS: dict[str, AcceleratorSpec] = {a.name: a for a in _PRESETS}

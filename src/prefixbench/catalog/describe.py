@@ -1,0 +1,80 @@
+"""What `prefixbench catalog` prints: derived figures of presets as plain dicts."""
+
+from __future__ import annotations
+
+from .. import costmodel as cm
+from ..errors import CatalogError
+from ..suggest import did_you_mean
+from . import ACCELERATORS, LINKS, MODELS, get_model
+
+
+def list_entries() -> dict[str, list[dict]]:
+    """Every preset by kind, with its headline numbers."""
+    from ..loader import preset_names
+
+    return {
+        "models": [
+            {
+                "name": m.name,
+                "params_b": round(cm.param_counts(m)["total"] / 1e9, 3),
+                "kv_bytes_per_token": cm.kv_bytes_per_token(m),
+                "attention": "MLA" if m.is_mla else ("MHA" if m.kv_heads == m.heads else "GQA"),
+                "max_context": m.max_context,
+            }
+            for m in MODELS.values()
+        ],
+        "accelerators": [
+            {
+                "name": a.name,
+                "bf16_tflops": a.peak_tflops,
+                "hbm_gbps": a.hbm_gbps,
+                "memory_gb": a.memory_gb,
+                "ridge_flops_per_byte": round(cm.ridge_point(a), 1),
+            }
+            for a in ACCELERATORS.values()
+        ],
+        "links": [
+            {"name": k.name, "kind": k.kind, "bandwidth_gbps": k.bandwidth_gbps, "latency_us": k.latency_us}
+            for k in LINKS.values()
+        ],
+        "workloads": [{"name": n} for n in preset_names()],
+    }
+
+
+def show(name: str, accelerator: str = "h100-sxm") -> dict:
+    """Derived figures of one preset (model, accelerator or link) or a config.json path."""
+    key = name.strip().lower()
+    if key in ACCELERATORS:
+        a = ACCELERATORS[key]
+        return {"kind": "accelerator", **a.model_dump(), "ridge_flops_per_byte": cm.ridge_point(a)}
+    if key in LINKS:
+        return {"kind": "link", **LINKS[key].model_dump()}
+    if key in MODELS or name.endswith(".json"):
+        m = get_model(name)
+        dev = ACCELERATORS.get(accelerator.lower())
+        if dev is None:
+            raise CatalogError(f"unknown accelerator '{accelerator}'", fix=did_you_mean(accelerator, ACCELERATORS))
+        p = cm.param_counts(m)
+        return {
+            "kind": "model",
+            "name": m.name,
+            "hf_id": m.hf_id,
+            "kv_bytes_per_token": cm.kv_bytes_per_token(m),
+            "params": p["total"],
+            "active_params": p["active"],
+            "weight_bytes": cm.weight_bytes(m),
+            "flops_per_token": float(cm.flops_per_token(m)),
+            "attention_flops_per_context_token": cm.attention_flops_coef(m),
+            "layers": m.layers,
+            "heads": m.heads,
+            "kv_heads": m.kv_heads,
+            "head_dim": m.head_dim,
+            "mla": m.is_mla,
+            "moe": m.is_moe,
+            "max_context": m.max_context,
+            "accelerator": dev.name,
+            "ridge_flops_per_byte": cm.ridge_point(dev),
+            "source": m.source,
+        }
+    known = list(MODELS) + list(ACCELERATORS) + list(LINKS)
+    raise CatalogError(f"unknown catalog entry '{name}'", fix=did_you_mean(name, known))

@@ -1,0 +1,47 @@
+"""Prefill→decode KV link presets.
+
+``bandwidth_gbps`` is usable GB/s (bytes) in one direction over one channel:
+PCIe after 128b/130b line coding; NVLink as half of NVIDIA's "total" (bidirectional) per-GPU
+figure; InfiniBand/RoCE/Ethernet as line rate / 8 (protocol headers not deducted).
+
+``latency_us`` is a typical one-way per-transfer latency. These are ORDER-OF-MAGNITUDE
+values, not datasheet numbers: they depend on the NIC, switch hops, message size, software
+stack (GPUDirect or not) and load. Rough ranges used: PCIe / NVLink copy ~1-2 us, RDMA
+(InfiniBand, RoCE) ~2-5 us end to end (Kalia et al., "Design Guidelines for High
+Performance RDMA Systems", USENIX ATC 2016,
+https://www.usenix.org/conference/atc16/technical-sessions/presentation/kalia, measure
+RDMA operations in the low microseconds), kernel TCP over Ethernet ~20-50 us.
+For transfers of whole prefixes (MBs to GBs) bandwidth dominates, so these rough values
+rarely decide a result; override them in a scenario when you have measurements.
+"""
+
+from __future__ import annotations
+
+from .specs import LinkSpec
+
+_PCIE = "https://pcisig.com/specifications ; https://en.wikipedia.org/wiki/PCI_Express"
+_NVLINK = "https://www.nvidia.com/en-us/data-center/nvlink/"
+_IB = "https://www.infinibandta.org/infiniband-roadmap/"
+_ETH = "https://www.ieee802.org/3/"
+
+_PRESETS = [
+    # PCIe x16, one direction: GT/s × 16 lanes × 128/130 / 8 bits.
+    LinkSpec(name="pcie3-x16", kind="pcie", bandwidth_gbps=15.75, latency_us=2.0, source=_PCIE),
+    LinkSpec(name="pcie4-x16", kind="pcie", bandwidth_gbps=31.5, latency_us=2.0, source=_PCIE),
+    LinkSpec(name="pcie5-x16", kind="pcie", bandwidth_gbps=63.0, latency_us=2.0, source=_PCIE),
+    # NVLink 3 (A100): 600 GB/s total per GPU -> 300 per direction.
+    LinkSpec(name="nvlink3", kind="nvlink", bandwidth_gbps=300.0, latency_us=1.0, source=_NVLINK),
+    # NVLink 4 (H100): 900 GB/s total per GPU -> 450 per direction.
+    LinkSpec(name="nvlink4", kind="nvlink", bandwidth_gbps=450.0, latency_us=1.0, source=_NVLINK),
+    # InfiniBand NDR, 4x port: 400 Gb/s -> 50 GB/s.
+    LinkSpec(name="ib-ndr400", kind="infiniband", bandwidth_gbps=50.0, latency_us=2.0, source=_IB),
+    # RoCE v2 runs at the Ethernet line rate.
+    LinkSpec(name="roce-100g", kind="roce", bandwidth_gbps=12.5, latency_us=3.0, source=_ETH),
+    LinkSpec(name="roce-200g", kind="roce", bandwidth_gbps=25.0, latency_us=3.0, source=_ETH),
+    # Plain Ethernet with kernel TCP.
+    LinkSpec(name="eth-10g", kind="ethernet", bandwidth_gbps=1.25, latency_us=50.0, source=_ETH),
+    LinkSpec(name="eth-25g", kind="ethernet", bandwidth_gbps=3.125, latency_us=30.0, source=_ETH),
+    LinkSpec(name="eth-100g", kind="ethernet", bandwidth_gbps=12.5, latency_us=20.0, source=_ETH),
+]
+
+LINKS: dict[str, LinkSpec] = {link.name: link for link in _PRESETS}

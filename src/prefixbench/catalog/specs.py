@@ -1,0 +1,75 @@
+"""What the catalog knows about a model, an accelerator and a link.
+
+Every spec carries ``source``: where its numbers come from (model card / config.json URL,
+datasheet). Specs are Pydantic models so a user's own file is validated like a preset.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSpec(_Spec):
+    """A decoder-only transformer's shape, as in its Hugging Face ``config.json``."""
+
+    name: str = Field(description="Catalog key users type, e.g. 'qwen2-1.5b'.")
+    hf_id: str = Field("", description="Hugging Face repository id the shape is taken from.")
+    layers: int = Field(gt=0, description="num_hidden_layers.")
+    hidden_size: int = Field(gt=0, description="hidden_size (model width).")
+    heads: int = Field(gt=0, description="num_attention_heads.")
+    kv_heads: int = Field(gt=0, description="num_key_value_heads (GQA); equals heads for MHA.")
+    head_dim: int = Field(gt=0, description="Per-head dimension (head_dim, or hidden_size/heads).")
+    intermediate_size: int = Field(gt=0, description="Dense MLP width (gated: 3 matrices).")
+    vocab_size: int = Field(gt=0, description="vocab_size.")
+    tied_embeddings: bool = Field(False, description="tie_word_embeddings: LM head shares the embedding.")
+    qkv_bias: bool = Field(False, description="Q/K/V projections carry a bias (Qwen2).")
+    max_context: int = Field(gt=0, description="max_position_embeddings: longest prompt+output.")
+    # Multi-head latent attention (DeepSeek-V2/V3). kv_lora_rank > 0 switches MLA on.
+    kv_lora_rank: int = Field(0, ge=0, description="MLA: compressed KV latent width (0 = no MLA).")
+    q_lora_rank: int = Field(0, ge=0, description="MLA: compressed Q width (0 = plain q_proj).")
+    qk_rope_head_dim: int = Field(0, ge=0, description="MLA: decoupled RoPE key width per head.")
+    qk_nope_head_dim: int = Field(0, ge=0, description="MLA: non-RoPE query/key width per head.")
+    v_head_dim: int = Field(0, ge=0, description="MLA: value width per head.")
+    # Mixture of experts (DeepSeek style). n_routed_experts > 0 switches MoE on.
+    n_routed_experts: int = Field(0, ge=0, description="MoE: routed experts per MoE layer.")
+    n_shared_experts: int = Field(0, ge=0, description="MoE: always-active shared experts.")
+    experts_per_token: int = Field(0, ge=0, description="MoE: routed experts active per token.")
+    moe_intermediate_size: int = Field(0, ge=0, description="MoE: width of one expert's MLP.")
+    first_dense_layers: int = Field(0, ge=0, description="MoE: leading layers with a dense MLP.")
+    weight_bytes: float = Field(2.0, gt=0, description="Bytes per weight (2 = bf16).")
+    kv_bytes: float = Field(2.0, gt=0, description="Bytes per KV element (2 = bf16).")
+    params_reported: float = Field(0.0, ge=0, description="Total parameters the model card states.")
+    source: str = Field("", description="Where these numbers come from (URL of config.json/card).")
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def is_moe(self) -> bool:
+        return self.n_routed_experts > 0
+
+
+class AcceleratorSpec(_Spec):
+    """One accelerator device (a GPU), from its datasheet."""
+
+    name: str = Field(description="Catalog key, e.g. 'h100-sxm'.")
+    vendor: str = Field("", description="Maker.")
+    peak_tflops: float = Field(gt=0, description="Dense BF16 tensor peak, TFLOP/s (no sparsity).")
+    hbm_gbps: float = Field(gt=0, description="Memory bandwidth, GB/s (10^9 bytes/s).")
+    memory_gb: float = Field(gt=0, description="Memory capacity, GB (10^9 bytes).")
+    source: str = Field("", description="Datasheet the numbers come from.")
+
+
+class LinkSpec(_Spec):
+    """A prefill→decode KV link, per direction, per channel."""
+
+    name: str = Field(description="Catalog key, e.g. 'roce-200g'.")
+    bandwidth_gbps: float = Field(gt=0, description="Usable bandwidth per direction, GB/s (bytes).")
+    latency_us: float = Field(ge=0, description="One-way latency per transfer, microseconds.")
+    kind: str = Field("", description="Family: pcie, nvlink, infiniband, roce, ethernet.")
+    source: str = Field("", description="Specification or datasheet the numbers come from.")

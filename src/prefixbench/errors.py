@@ -1,0 +1,39 @@
+"""The one error path: the library raises these; the CLI prints one line and exits non-zero."""
+
+from __future__ import annotations
+
+
+class PrefixbenchError(Exception):
+    """Base class: a problem the user can fix. ``str(err)`` is the one line the CLI prints."""
+
+    exit_code = 2
+
+    def __init__(self, what: str, *, where: str | None = None, fix: str | None = None) -> None:
+        self.what = what
+        self.where = where
+        self.fix = fix
+        super().__init__(self.line())
+
+    def line(self) -> str:
+        head = f"{self.where}: {self.what}" if self.where else self.what
+        return f"{head}; {self.fix}" if self.fix else head
+
+
+class ScenarioError(PrefixbenchError):
+    """A scenario, override or sweep file is invalid or names something unknown."""
+
+
+class CatalogError(ScenarioError):
+    """An unknown model, accelerator, link or workload name, or a bad config.json."""
+
+
+class TraceFormatError(PrefixbenchError):
+    """A request trace cannot be parsed."""
+
+
+class ArtifactError(PrefixbenchError):
+    """A results file is missing, corrupt, or has the wrong schema or version."""
+
+
+class SimulationError(PrefixbenchError):
+    """A scenario is well-formed but impossible to simulate (e.g. weights do not fit)."""

@@ -1,0 +1,151 @@
+"""Load scenarios: built-in presets or YAML files, ``--set`` overrides, clear errors.
+
+YAML goes through ``yaml.safe_load`` only: user files are data, never code.
+"""
+
+from __future__ import annotations
+
+import copy
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from .errors import ScenarioError
+from .scenario import Scenario
+from .suggest import did_you_mean
+
+
+def preset_names() -> list[str]:
+    """Names of the built-in scenarios shipped in ``scenarios/``."""
+    root = resources.files("prefixbench.scenarios")
+    return sorted(p.name[:-5] for p in root.iterdir() if p.name.endswith(".yaml"))
+
+
+def _preset_text(name: str) -> str:
+    return (resources.files("prefixbench.scenarios") / f"{name}.yaml").read_text(encoding="utf-8")
+
+
+def read_yaml(path: Path) -> Any:
+    """Parse a YAML file safely; a syntax error names the file and line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ScenarioError("file not found", where=str(path), fix="check the path") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ScenarioError(f"cannot read file ({e.__class__.__name__})", where=str(path)) from None
+    return _parse(text, str(path))
+
+
+def _parse(text: str, where: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        loc = f"{where}:{mark.line + 1}" if mark is not None else where
+        problem = getattr(e, "problem", None) or "invalid YAML"
+        raise ScenarioError(f"YAML syntax error: {problem}", where=loc, fix="fix the YAML") from None
+
+
+def scenario_source(ref: str | Path | None) -> tuple[dict, str]:
+    """The raw mapping of a scenario reference (preset name or file) and where it came from."""
+    if ref is None:
+        ref = "enterprise_hotset"
+    ref_s = str(ref)
+    path = Path(ref_s)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        data, where = read_yaml(path), str(path)
+    elif ref_s in preset_names():
+        data, where = _parse(_preset_text(ref_s), f"scenarios/{ref_s}.yaml"), f"scenarios/{ref_s}.yaml"
+    else:
+        raise ScenarioError(
+            f"unknown scenario '{ref_s}'",
+            fix=did_you_mean(ref_s, preset_names()) + " (or give a .yaml path)",
+        )
+    if not isinstance(data, dict):
+        raise ScenarioError("a scenario must be a YAML mapping of fields", where=where)
+    return data, where
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``a.b.c=value`` → (['a','b','c'], value); the value is read as YAML (8, 0.5, true, [1,2])."""
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key or any(not part for part in key.split(".")):
+        raise ScenarioError(
+            f"bad override '{text}'", where="--set", fix="write it as path.to.field=value, e.g. workload.arrivals.rate=8"
+        )
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.split("."), value
+
+
+def apply_overrides(data: dict, overrides: list[str]) -> dict:
+    """A copy of ``data`` with each ``path=value`` set (intermediate mappings created)."""
+    out = copy.deepcopy(data)
+    for text in overrides:
+        keys, value = parse_override(text)
+        node = out
+        for k in keys[:-1]:
+            nxt = node.get(k)
+            if nxt is None:
+                nxt = node[k] = {}
+            if not isinstance(nxt, dict):
+                raise ScenarioError(
+                    f"cannot set '{'.'.join(keys)}': '{k}' is a value, not a section", where="--set"
+                )
+            node = nxt
+        node[keys[-1]] = value
+    return out
+
+
+def _allowed(err: dict) -> str:
+    ctx = err.get("ctx") or {}
+    kind = err.get("type", "")
+    if kind == "extra_forbidden":
+        return "remove it (see `prefixbench scenario-fields` / docs/scenarios.md)"
+    if kind == "missing":
+        return "add it"
+    if "expected" in ctx:
+        return f"allowed: {ctx['expected']}"
+    for bound, word in (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<=")):
+        if bound in ctx:
+            return f"must be {word} {ctx[bound]}"
+    if "discriminator" in ctx or kind == "union_tag_invalid":
+        return f"allowed kinds: {ctx.get('expected_tags', '')}"
+    return ""
+
+
+def format_validation_error(e: ValidationError, where: str) -> ScenarioError:
+    """One line: file, field path, bad value, what is allowed (+ how many more errors)."""
+    errs = e.errors(include_url=False)
+    first = errs[0]
+    loc = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    msg = first["msg"]
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, "):]
+    value = first.get("input")
+    shown = "" if first.get("type") == "missing" or isinstance(value, dict) else f" (got {value!r})"
+    fix = _allowed(first)
+    more = f" (+{len(errs) - 1} more)" if len(errs) > 1 else ""
+    return ScenarioError(f"field '{loc}': {msg}{shown}{more}", where=where, fix=fix or None)
+
+
+def validate(data: dict, where: str) -> Scenario:
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as e:
+        raise format_validation_error(e, where) from None
+
+
+def load_scenario(ref: str | Path | None = None, overrides: list[str] | None = None) -> Scenario:
+    """A validated scenario from a preset name or YAML path, with ``--set`` overrides applied."""
+    data, where = scenario_source(ref)
+    if overrides:
+        data = apply_overrides(data, overrides)
+        where = f"{where} (with --set)"
+    return validate(data, where)

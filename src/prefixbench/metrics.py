@@ -1,0 +1,129 @@
+"""Per-request tables and per-run summaries (BRIEF §5), computed with polars.
+
+Definitions are in docs/model.md ("Metrics"). Steady-state statistics exclude the first
+``run.warmup_requests`` requests; latency percentiles are over completed requests.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from .engine.core import REASON_NAMES, Outcome, SimResult
+from .runner import Prepared
+
+MS = 1e3
+
+
+def requests_frame(prep: Prepared, policy: str, res: SimResult) -> pl.DataFrame:
+    """One row per request: inputs, every stage's timestamp, bytes, hits, outcome."""
+    req = prep.requests
+    n = len(req)
+    cols = res.columns
+    df = pl.DataFrame(
+        {
+            "request_id": np.arange(n, dtype=np.int64),
+            "policy": [policy] * n,
+            "arrival": req.arrival,
+            "prompt_tokens": req.prompt_len,
+            "output_tokens": req.output_len,
+            "prefix_id": req.prefix_id,
+            **cols,
+        }
+    )
+    return df.with_columns(
+        pl.col("request_id").lt(prep.scenario.run.warmup_requests).alias("warmup"),
+        pl.col("outcome").replace_strict({o.value: o.name.lower() for o in Outcome}, return_dtype=pl.Utf8),
+        pl.col("reject_reason").replace_strict(REASON_NAMES, return_dtype=pl.Utf8),
+        (pl.col("transfer_tokens") * prep.kv_bpt).cast(pl.Float64).alias("transfer_bytes"),
+        ((pl.col("t_first_token") - pl.col("arrival")) * MS).alias("ttft_ms"),
+        ((pl.col("t_prefill_end") - pl.col("arrival")) * MS).alias("ttft_prefill_ms"),
+        ((pl.col("t_done") - pl.col("arrival")) * MS).alias("e2e_ms"),
+        pl.when(pl.col("output_tokens") > 1)
+        .then((pl.col("t_done") - pl.col("t_first_token")) * MS / (pl.col("output_tokens") - 1))
+        .otherwise(None)
+        .alias("tpot_ms"),
+    )
+
+
+def _pcts(col: str, name: str) -> list[pl.Expr]:
+    c = pl.col(col)
+    return [
+        c.mean().alias(f"{name}_mean_ms"),
+        c.quantile(0.5, "linear").alias(f"{name}_p50_ms"),
+        c.quantile(0.9, "linear").alias(f"{name}_p90_ms"),
+        c.quantile(0.99, "linear").alias(f"{name}_p99_ms"),
+    ]
+
+
+def summarize(prep: Prepared, policy: str, df: pl.DataFrame, res: SimResult) -> dict:
+    """The run's summary row: latency percentiles, throughput, rejects, reuse, memory, links."""
+    s = prep.scenario
+    steady = df.filter(~pl.col("warmup"))
+    done = steady.filter(pl.col("outcome") == "completed")
+    admitted = steady.filter(pl.col("t_admit").is_not_nan())
+    arr = prep.requests.arrival
+    warm = min(s.run.warmup_requests, len(arr) - 1)
+    window = float(arr[-1] - arr[warm]) or 1e-12
+    lat = done.select(
+        *_pcts("ttft_ms", "ttft"),
+        *_pcts("ttft_prefill_ms", "ttft_prefill"),
+        *_pcts("tpot_ms", "tpot"),
+        *_pcts("e2e_ms", "e2e"),
+        pl.col("output_tokens").sum().alias("_out_tokens"),
+        ((pl.col("ttft_ms") <= s.slo.ttft_ms) & (pl.col("tpot_ms").fill_null(0.0) <= s.slo.tpot_ms))
+        .sum()
+        .alias("_slo_ok"),
+        ((pl.col("t_prefill_start") - pl.col("arrival")) * MS).mean().alias("prefill_queue_ms"),
+        ((pl.col("t_prefill_end") - pl.col("t_prefill_start")) * MS).mean().alias("prefill_ms"),
+        ((pl.col("t_admit") - pl.col("t_prefill_end")) * MS).mean().alias("admission_wait_ms"),
+        ((pl.col("t_transfer_start") - pl.col("t_admit")) * MS).mean().alias("link_wait_ms"),
+        ((pl.col("t_transfer_end") - pl.col("t_transfer_start")) * MS).mean().alias("transfer_ms"),
+        ((pl.col("t_recompute_end") - pl.col("t_recompute_start")) * MS).fill_nan(0.0).mean().alias("recompute_ms"),
+        ((pl.col("t_decode_start") - pl.max_horizontal("t_transfer_end", pl.col("t_recompute_end").fill_nan(0.0))) * MS)
+        .mean()
+        .alias("decode_queue_ms"),
+        ((pl.col("t_first_token") - pl.col("t_decode_start")) * MS).mean().alias("first_iteration_ms"),
+    ).row(0, named=True)
+    adm = admitted.select(
+        pl.len().alias("_n"),
+        (pl.col("replica_hit_tokens") > 0).mean().alias("shared_request_fraction"),
+        (pl.col("replica_hit_tokens").sum() / pl.col("prompt_tokens").sum()).alias("replica_hit_rate"),
+        (pl.col("prefill_hit_tokens").sum() / pl.col("prompt_tokens").sum()).alias("prefill_hit_rate"),
+        (pl.col("transfer_bytes").mean() / 1e6).alias("transfer_mb_per_request"),
+        pl.col("recompute_tokens").mean().alias("recompute_tokens_per_request"),
+        pl.col("recompute_tokens").sum().alias("recompute_tokens_total"),
+    ).row(0, named=True)
+    n_steady = steady.height
+    completed = done.height
+    rejected = steady.filter(pl.col("outcome") == "rejected").height
+    slo_ok = lat.pop("_slo_ok") or 0
+    out_tokens = lat.pop("_out_tokens") or 0
+    adm.pop("_n")
+    st = res.stats
+    gb = prep.kv_bpt / 1e9
+    row = {
+        "policy": policy,
+        "requests": len(df),
+        "steady_requests": n_steady,
+        "completed": completed,
+        "rejected": rejected,
+        "reject_rate": rejected / n_steady if n_steady else 0.0,
+        "throughput_rps": completed / window,
+        "throughput_tok_s": out_tokens / window,
+        **lat,
+        **adm,
+        "slo_attainment": slo_ok / n_steady if n_steady else 0.0,
+        "goodput_rps": slo_ok / window,
+        "mean_replica_kv_gb": st["mean_replica_tokens"] * gb,
+        "peak_replica_kv_gb": st["peak_replica_tokens"] * gb,
+        "mean_kv_used_gb": st["mean_used_tokens"] * gb,
+        "peak_kv_used_gb": st["peak_used_tokens"] * gb,
+        "kv_budget_gb": st["budget_tokens"] * gb,
+        "reference_demand_gb": prep.reference_tokens * gb,
+        "prefill_util": st["prefill_util"],
+        "decode_util": st["decode_util"],
+        "link_util": st["link_util"],
+        "mean_decode_batch": st["mean_decode_batch"],
+    }
+    return {k: (float(v) if isinstance(v, (int, float)) and k not in ("requests", "steady_requests", "completed", "rejected", "recompute_tokens_total") else v) for k, v in row.items()}

@@ -1,0 +1,193 @@
+"""From a validated scenario to simulated runs: workload, memory budget, hot set, engine.
+
+``prepare`` does everything that does not depend on the policy once; ``simulate_policy``
+runs one policy on it. Both are pure functions of the scenario (and its seed).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import catalog
+from .catalog.specs import ModelSpec
+from .costmodel import InstanceCost, decode_iteration_time, kv_bytes_per_token, weight_bytes
+from .engine.core import EngineConfig, SimResult, simulate
+from .engine.routing import DECODE_ROUTERS, PREFILL_ROUTERS
+from .errors import ScenarioError, SimulationError
+from .scenario import Scenario, SyntheticWorkload, TraceWorkload
+from .suggest import did_you_mean
+from .workload.requests import Requests
+
+HEADROOM_SIGMAS = 3.0  # budget_factor 1.0 covers the mean decode population + 3 sqrt(L)
+WORKING_SET_COVERAGE = 0.9  # hot-prefix working set: blocks carrying 90% of block references
+
+
+@dataclass
+class Prepared:
+    scenario: Scenario
+    model: ModelSpec
+    requests: Requests
+    base: EngineConfig  # policy filled in per run
+    kv_bpt: int
+    reference_tokens: float  # reference decode KV demand per instance (tokens)
+    active_tokens: float  # its active-set part
+    working_set_tokens: float  # its hot-prefix part
+    mean_decode_batch: float  # Little's-law estimate used for the reference
+
+
+def build_requests(s: Scenario) -> Requests:
+    w = s.workload
+    if isinstance(w, SyntheticWorkload):
+        from .workload.synthetic import generate
+
+        return generate(w, s.run.requests, s.cluster.block_size, s.seed)
+    if isinstance(w, TraceWorkload):
+        from .workload.replay import trace_requests
+
+        return trace_requests(w, s.run.requests, s.cluster.block_size, s.seed)
+    raise ScenarioError(f"unknown workload kind {w!r}")
+
+
+def reference_demand(
+    req: Requests, cost: InstanceCost, n_decode: int, max_batch: int
+) -> tuple[float, float, float, float]:
+    """Reference decode KV demand per instance, in tokens (docs/model.md, "Memory budget").
+
+    active = (L + 3·sqrt(L)) · E[prompt + output], where L is the mean number of requests in
+    a decode batch by Little's law: L = λ/D · E[output] · t_iter(L), solved as a fixed
+    point; working set = tokens of the most-referenced blocks carrying 90% of references.
+    """
+    n = len(req)
+    span = float(req.arrival[-1] - req.arrival[0]) if n > 1 else 0.0
+    rate = (n - 1) / span / n_decode if span > 0 else 0.0
+    mean_prompt = float(req.prompt_len.mean())
+    mean_out = float(req.output_len.mean())
+    b = 1.0
+    for _ in range(100):
+        t_it = float(decode_iteration_time(cost, max(b, 1.0), max(b, 1.0) * (mean_prompt + mean_out / 2)))
+        b_new = min(rate * mean_out * t_it, float(max_batch))
+        if abs(b_new - b) < 1e-9:
+            break
+        b = 0.5 * (b + b_new)
+    active = (b + HEADROOM_SIGMAS * math.sqrt(b)) * (mean_prompt + mean_out)
+    ws = 0.0
+    if len(req.blk_hash):
+        hashes, first, counts = np.unique(req.blk_hash, return_index=True, return_counts=True)
+        order = np.lexsort((hashes, -counts))
+        covered = np.cumsum(counts[order]) / counts.sum()
+        keep = order[: int(np.searchsorted(covered, WORKING_SET_COVERAGE) + 1)]
+        ws = float(req.blk_tokens[first[keep]].sum())
+    return active + ws, active, ws, b
+
+
+def hot_blocks(req: Requests, upto: int, budget_tokens: float) -> list[tuple[int, int]]:
+    """The globally hottest blocks as observed over the first ``upto`` requests, hottest first,
+    cut at ``budget_tokens`` (the prewarmed set of replicate_hotset)."""
+    end = int(req.blk_ptr[min(upto, len(req))])
+    if end == 0 or budget_tokens <= 0:
+        return []
+    hashes, first, counts = np.unique(req.blk_hash[:end], return_index=True, return_counts=True)
+    tokens = req.blk_tokens[:end][first]
+    order = np.lexsort((hashes, -counts))
+    csum = np.cumsum(tokens[order])
+    keep = order[csum <= budget_tokens]
+    return list(zip(hashes[keep].tolist(), tokens[keep].tolist(), strict=True))
+
+
+def prepare(s: Scenario) -> Prepared:
+    """Resolve names, generate requests and size the memory budget (policy-independent)."""
+    model = catalog.get_model(s.model)
+    c = s.cluster
+    if c.prefill_router not in PREFILL_ROUTERS:
+        raise ScenarioError(
+            f"unknown prefill router '{c.prefill_router}'",
+            where="cluster.prefill_router",
+            fix=did_you_mean(c.prefill_router, PREFILL_ROUTERS),
+        )
+    if c.decode_router not in DECODE_ROUTERS:
+        raise ScenarioError(
+            f"unknown decode router '{c.decode_router}'",
+            where="cluster.decode_router",
+            fix=did_you_mean(c.decode_router, DECODE_ROUTERS),
+        )
+    p_dev = catalog.get_accelerator(c.prefill.accelerator)
+    d_dev = catalog.get_accelerator(c.decode.accelerator)
+    link = catalog.get_link(c.link.name)
+    p_cost = InstanceCost.build(model, p_dev, c.prefill.devices, s.efficiency)
+    d_cost = InstanceCost.build(model, d_dev, c.decode.devices, s.efficiency)
+    kv_bpt = kv_bytes_per_token(model)
+    wbytes = weight_bytes(model)
+    for role, cost, grp in (("prefill", p_cost, c.prefill), ("decode", d_cost, c.decode)):
+        if wbytes >= cost.memory_bytes:
+            raise SimulationError(
+                f"{model.name} weights ({wbytes / 1e9:.1f} GB) do not fit a {role} instance "
+                f"({grp.devices}x {grp.accelerator}, {cost.memory_bytes / 1e9:.0f} GB)",
+                where=f"cluster.{role}",
+                fix=f"raise cluster.{role}.devices or pick a larger accelerator",
+            )
+
+    req = build_requests(s)
+    if len(req) == 0:
+        raise SimulationError("the workload produced no requests", where="workload")
+    longest = int((req.prompt_len + req.output_len).max())
+    if longest > model.max_context:
+        raise SimulationError(
+            f"a request needs {longest} tokens but {model.name} handles at most {model.max_context}",
+            where="workload",
+            fix="shorten the length distributions, or pick a longer-context model",
+        )
+
+    ref, active, ws, batch = reference_demand(req, d_cost, c.decode_instances, c.max_decode_batch)
+    m = s.memory
+    if m.kv_budget_gb is not None:
+        budget = int(m.kv_budget_gb * 1e9 / kv_bpt)
+    else:
+        budget = int(m.budget_factor * ref)
+    free = d_cost.memory_bytes - wbytes
+    if budget * kv_bpt > free:
+        raise SimulationError(
+            f"decode KV budget {budget * kv_bpt / 1e9:.2f} GB exceeds the {free / 1e9:.2f} GB a decode "
+            f"instance has left after weights",
+            where="memory",
+            fix="lower memory.budget_factor / memory.kv_budget_gb, or add decode devices",
+        )
+    smallest = int((req.prompt_len + req.output_len).min())
+    if budget < smallest:
+        raise SimulationError(
+            f"decode KV budget ({budget} tokens) is below the smallest request ({smallest} tokens): "
+            "nothing could ever be admitted",
+            where="memory",
+            fix="raise memory.budget_factor or memory.kv_budget_gb",
+        )
+    prefill_cache = int((p_cost.memory_bytes - wbytes) * c.prefill_cache_fraction / kv_bpt)
+    base = EngineConfig(
+        policy="transfer_per_request",
+        prefill_cost=p_cost,
+        decode_cost=d_cost,
+        n_prefill=c.prefill_instances,
+        n_decode=c.decode_instances,
+        link_bytes_per_s=(c.link.bandwidth_gbps or link.bandwidth_gbps) * 1e9,
+        link_latency_s=(c.link.latency_us if c.link.latency_us is not None else link.latency_us) / 1e6,
+        link_channels=c.link.channels,
+        max_batch=c.max_decode_batch,
+        prefill_token_budget=c.prefill_token_budget,
+        prefill_cache_tokens=prefill_cache,
+        budget_tokens=budget,
+        hot_blocks=hot_blocks(req, s.run.warmup_requests or len(req), m.hotset_share * budget),
+        on_full=m.on_full,
+        wait_timeout_s=m.wait_timeout_s,
+        prefill_router=c.prefill_router,
+        decode_router=c.decode_router,
+        warmup_requests=s.run.warmup_requests,
+    )
+    return Prepared(s, model, req, base, kv_bpt, ref, active, ws, batch)
+
+
+def simulate_policy(prep: Prepared, policy: str) -> SimResult:
+    """One run: the prepared scenario under ``policy``."""
+    from dataclasses import replace
+
+    return simulate(prep.requests, replace(prep.base, policy=policy))

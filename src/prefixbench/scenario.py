@@ -1,0 +1,251 @@
+"""Scenario models (Pydantic v2): what one simulation run is, validated before it runs.
+
+A scenario is loaded from YAML (safe loader only), overridden with ``--set a.b=value`` and
+validated here. Names (model, accelerator, link) are checked against the catalog so a typo
+fails at load time with a suggestion.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from .costmodel import Efficiency
+
+
+class _M(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_enum_values=False)
+
+
+class Policy(str, Enum):
+    """How the decode node gets a prefix whose KV is cached on the prefill node."""
+
+    transfer_per_request = "transfer_per_request"
+    recompute_on_decode = "recompute_on_decode"
+    replicate_hotset = "replicate_hotset"
+    replicate_all_lru = "replicate_all_lru"
+
+
+POLICIES: tuple[str, ...] = tuple(p.value for p in Policy)
+
+
+# ------------------------------------------------------------------ distributions
+
+
+class Fixed(_M):
+    kind: Literal["fixed"] = Field(description="Always the same value.")
+    value: int = Field(ge=0, description="The value (tokens).")
+
+
+class Uniform(_M):
+    kind: Literal["uniform"] = Field(description="Integers uniform on [low, high].")
+    low: int = Field(ge=0, description="Smallest value (tokens).")
+    high: int = Field(ge=0, description="Largest value (tokens).")
+
+    @model_validator(mode="after")
+    def _order(self) -> Uniform:
+        if self.high < self.low:
+            raise ValueError(f"high ({self.high}) must be >= low ({self.low})")
+        return self
+
+
+class LogNormal(_M):
+    kind: Literal["lognormal"] = Field(description="Lognormal given by its mean and coefficient of variation.")
+    mean: float = Field(gt=0, description="Mean (tokens).")
+    cv: float = Field(ge=0, description="Coefficient of variation (std / mean); 0 = fixed.")
+    min: int = Field(1, ge=0, description="Values are clipped below at this (tokens).")
+    max: int | None = Field(None, ge=1, description="Values are clipped above at this (tokens).")
+
+
+class Empirical(_M):
+    kind: Literal["empirical"] = Field(description="Draw from listed values with optional weights.")
+    values: list[int] = Field(min_length=1, description="Possible values (tokens).")
+    weights: list[float] | None = Field(None, description="Relative weights (default: equal).")
+
+    @model_validator(mode="after")
+    def _same_length(self) -> Empirical:
+        if self.weights is not None:
+            if len(self.weights) != len(self.values):
+                raise ValueError("weights must have as many entries as values")
+            if any(w < 0 for w in self.weights) or sum(self.weights) <= 0:
+                raise ValueError("weights must be >= 0 and not all 0")
+        if any(v < 0 for v in self.values):
+            raise ValueError("values must be >= 0")
+        return self
+
+
+Dist = Annotated[Fixed | Uniform | LogNormal | Empirical, Field(discriminator="kind")]
+
+
+# ------------------------------------------------------------------ workloads
+
+
+class Arrivals(_M):
+    process: Literal["poisson", "gamma"] = Field(
+        "poisson", description="poisson: exponential gaps; gamma: bursty gaps with the given cv."
+    )
+    rate: float = Field(gt=0, description="Mean arrival rate, requests per second.")
+    cv: float = Field(
+        1.0, gt=0, description="Coefficient of variation of the gaps (gamma only; >1 = bursty)."
+    )
+
+
+class PrefixPool(_M):
+    count: int = Field(ge=1, description="Number of distinct shared prefixes.")
+    zipf_s: float = Field(ge=0, description="Zipf exponent of prefix popularity (0 = uniform).")
+    length: Dist = Field(description="Prefix length distribution (tokens), drawn once per prefix.")
+
+
+class Drift(_M):
+    period_s: float = Field(gt=0, description="Every period the popularity ranking rotates.")
+    shift: int = Field(1, ge=1, description="Ranks the popularity moves by each period.")
+
+
+class SyntheticWorkload(_M):
+    kind: Literal["synthetic"] = Field("synthetic", description="Generated requests.")
+    arrivals: Arrivals = Field(description="Arrival process.")
+    prefixes: PrefixPool = Field(description="The shared-prefix pool.")
+    share_fraction: float = Field(
+        ge=0, le=1, description="Fraction of requests that carry a shared prefix (0 = no sharing)."
+    )
+    suffix_length: Dist = Field(description="Unique suffix length per request (tokens).")
+    output_length: Dist = Field(description="Output length per request (tokens, >= 1).")
+    drift: Drift | None = Field(None, description="Popularity drift over time (None = static).")
+
+
+class TraceWorkload(_M):
+    kind: Literal["trace"] = Field("trace", description="Replay of a request trace file.")
+    path: str = Field(description="Trace file path (Mooncake JSONL or Azure CSV).")
+    format: Literal["mooncake", "azure", "auto"] = Field("auto", description="Trace format.")
+    block_size: int = Field(512, ge=1, description="Tokens per hash_ids block (Mooncake: 512).")
+    time_unit_s: float = Field(1e-3, gt=0, description="Seconds per timestamp unit (Mooncake: ms).")
+    rate: float | None = Field(None, gt=0, description="Rescale arrivals to this mean rate (req/s).")
+    start_s: float | None = Field(None, ge=0, description="Replay window start (s into the trace).")
+    end_s: float | None = Field(None, gt=0, description="Replay window end (s into the trace).")
+    skip_bad: bool = Field(False, description="Skip (and count) malformed records instead of failing.")
+    overlay: SyntheticWorkload | None = Field(
+        None,
+        description="Azure only: prefix sharing overlaid from this synthetic model's prefix pool.",
+    )
+
+
+Workload = Annotated[SyntheticWorkload | TraceWorkload, Field(discriminator="kind")]
+
+
+# ------------------------------------------------------------------ system
+
+
+def _check_name(kind: str, value: str) -> str:
+    from . import catalog
+
+    getter = {"model": catalog.get_model, "accelerator": catalog.get_accelerator, "link": catalog.get_link}
+    from .errors import CatalogError
+
+    try:
+        getter[kind](value)
+    except CatalogError as e:  # re-raised as ValueError so pydantic adds the field path
+        raise ValueError(f"{e.what}; {e.fix}" if e.fix else e.what) from None
+    return value
+
+
+class InstanceGroup(_M):
+    accelerator: str = Field("l4", description="Accelerator name from the catalog.")
+    devices: int = Field(1, ge=1, description="Devices per instance (ideal tensor parallelism).")
+
+    @field_validator("accelerator")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        return _check_name("accelerator", v)
+
+
+class LinkConfig(_M):
+    name: str = Field("eth-25g", description="Link name from the catalog.")
+    channels: int = Field(1, ge=1, description="Parallel channels per prefill→decode path (FCFS each).")
+    bandwidth_gbps: float | None = Field(None, gt=0, description="Override bandwidth per channel, GB/s.")
+    latency_us: float | None = Field(None, ge=0, description="Override one-way latency, µs.")
+
+    @field_validator("name")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        return _check_name("link", v)
+
+
+class ClusterSpec(_M):
+    prefill_instances: int = Field(1, ge=1, description="Number of prefill instances (P).")
+    decode_instances: int = Field(1, ge=1, description="Number of decode instances (D).")
+    prefill: InstanceGroup = Field(default_factory=InstanceGroup, description="Prefill instance hardware.")
+    decode: InstanceGroup = Field(default_factory=InstanceGroup, description="Decode instance hardware.")
+    link: LinkConfig = Field(default_factory=LinkConfig, description="KV link per prefill→decode path.")
+    max_decode_batch: int = Field(64, ge=1, description="Continuous-batching limit per decode instance.")
+    prefill_token_budget: int = Field(
+        8192, ge=1, description="Most new tokens one prefill step batches (whole prompts only)."
+    )
+    block_size: int = Field(16, ge=1, description="KV block size in tokens (prefix-cache granularity).")
+    prefill_cache_fraction: float = Field(
+        0.9, ge=0, le=1, description="Share of prefill HBM left after weights used as prefix cache."
+    )
+    prefill_router: str = Field("least_tokens", description="Prefill routing: least_tokens, round_robin.")
+    decode_router: str = Field("least_load", description="Decode routing: least_load, round_robin.")
+
+
+class MemorySpec(_M):
+    budget_factor: float = Field(
+        1.0,
+        gt=0,
+        description="Decode KV budget as a multiple of the reference demand (docs/model.md): "
+        "1.0 relaxed, ~0.35 at the admission cliff.",
+    )
+    kv_budget_gb: float | None = Field(
+        None, gt=0, description="Absolute decode KV budget per instance, GB; overrides budget_factor."
+    )
+    hotset_share: float = Field(
+        0.3, ge=0, le=1, description="replicate_hotset: share of the budget prewarmed with hot prefixes."
+    )
+    on_full: Literal["reject", "wait"] = Field(
+        "reject", description="When admission finds no room after trimming replicas: reject or wait."
+    )
+    wait_timeout_s: float = Field(2.0, ge=0, description="on_full=wait: reject after waiting this long.")
+
+
+class SLOSpec(_M):
+    ttft_ms: float = Field(2000.0, gt=0, description="TTFT target, ms (arrival → first decode token).")
+    tpot_ms: float = Field(100.0, gt=0, description="TPOT target, ms per output token after the first.")
+
+
+class RunSpec(_M):
+    requests: int = Field(
+        10_000, ge=1, description="Requests to simulate (synthetic) or the most to replay (trace)."
+    )
+    warmup_requests: int = Field(
+        1_000, ge=0, description="Leading requests excluded from steady-state statistics."
+    )
+
+
+class Scenario(_M):
+    name: str = Field("scenario", description="Short name used in tables and file names.")
+    description: str = Field("", description="What this scenario represents.")
+    model: str = Field("qwen2-1.5b", description="Model name from the catalog, or a config.json path.")
+    policy: Policy = Field(Policy.transfer_per_request, description="Prefix hand-off policy.")
+    cluster: ClusterSpec = Field(default_factory=ClusterSpec, description="Instances, link and batching.")
+    workload: Workload = Field(description="Where requests come from.")
+    memory: MemorySpec = Field(default_factory=MemorySpec, description="Decode KV memory budget.")
+    slo: SLOSpec = Field(default_factory=SLOSpec, description="Latency targets for goodput.")
+    efficiency: Efficiency = Field(default_factory=Efficiency, description="Roofline calibration.")
+    run: RunSpec = Field(default_factory=RunSpec, description="Run length and warm-up.")
+    seed: int = Field(0, ge=0, description="Random seed; same seed, same results.")
+
+    @field_validator("model")
+    @classmethod
+    def _known_model(cls, v: str) -> str:
+        return _check_name("model", v)
+
+    @model_validator(mode="after")
+    def _warmup(self) -> Scenario:
+        if self.run.warmup_requests >= self.run.requests:
+            raise ValueError(
+                f"run.warmup_requests ({self.run.warmup_requests}) must be below "
+                f"run.requests ({self.run.requests})"
+            )
+        return self

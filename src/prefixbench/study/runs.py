@@ -1,0 +1,55 @@
+"""`prefixbench run`: one scenario under one or more policies → requests and summary tables."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from ..artifacts import write_atomic
+from ..metrics import requests_frame, summarize
+from ..runner import Prepared, prepare, simulate_policy
+from ..scenario import Scenario
+
+
+@dataclass
+class RunTables:
+    prepared: Prepared
+    requests: pl.DataFrame
+    summary: pl.DataFrame
+
+
+def scenario_keys(s: Scenario) -> dict:
+    """Identifying columns every summary row carries."""
+    workload = s.name
+    return {
+        "scenario": s.name,
+        "model": s.model,
+        "workload": workload,
+        "budget_factor": float(s.memory.budget_factor) if s.memory.kv_budget_gb is None else float("nan"),
+        "seed": s.seed,
+    }
+
+
+def run_scenario(s: Scenario, policies: list[str], keep_requests: bool = True) -> RunTables:
+    """Simulate ``s`` under each policy on the same requests (one prepared workload)."""
+    prep = prepare(s)
+    frames, rows = [], []
+    keys = scenario_keys(s)
+    for policy in policies:
+        res = simulate_policy(prep, policy)
+        df = requests_frame(prep, policy, res)
+        rows.append({**keys, **summarize(prep, policy, df, res)})
+        if keep_requests:
+            frames.append(df)
+    requests = pl.concat(frames) if frames else pl.DataFrame()
+    return RunTables(prep, requests, pl.DataFrame(rows))
+
+
+def write_run(t: RunTables, out: Path) -> list[Path]:
+    meta = {"scenario": t.prepared.scenario.model_dump(mode="json")}
+    return [
+        write_atomic(t.requests, out / "requests.parquet", "requests", meta),
+        write_atomic(t.summary, out / "summary.parquet", "summary", meta),
+    ]

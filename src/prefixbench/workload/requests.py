@@ -1,0 +1,53 @@
+"""The request table every workload produces and the simulator core consumes.
+
+One numpy array per field (struct of arrays). A prompt is ``prompt_len`` tokens; its
+cacheable part is a chain of blocks (CSR: ``blk_ptr`` into ``blk_hash``/``blk_tokens``).
+Two prompts share KV exactly over their longest common leading run of block hashes, so a
+synthetic shared prefix and a multi-turn trace history look the same to the core.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class Requests:
+    arrival: np.ndarray  # float64 seconds, non-decreasing
+    prompt_len: np.ndarray  # int64 tokens (prefix + suffix)
+    output_len: np.ndarray  # int64 tokens to generate (>= 1)
+    blk_ptr: np.ndarray  # int64, len n+1: blocks of request i are blk_ptr[i]:blk_ptr[i+1]
+    blk_hash: np.ndarray  # int64 block ids; equal id <=> equal KV (whole prefix equal)
+    blk_tokens: np.ndarray  # int64 tokens each block covers (last block of a chain may be partial)
+    prefix_id: np.ndarray  # int64 shared-prefix id for per-prefix stats, -1 = none
+
+    def __len__(self) -> int:
+        return int(self.arrival.shape[0])
+
+    def validate(self) -> None:
+        """Internal consistency (raises AssertionError: a bug, not a user error)."""
+        n = len(self)
+        for name in ("prompt_len", "output_len", "prefix_id"):
+            assert getattr(self, name).shape == (n,), name
+        assert self.blk_ptr.shape == (n + 1,) and self.blk_ptr[0] == 0
+        assert self.blk_hash.shape == self.blk_tokens.shape == (int(self.blk_ptr[-1]),)
+        assert np.all(np.diff(self.arrival) >= 0), "arrivals must be sorted"
+        chain = np.add.reduceat(self.blk_tokens, self.blk_ptr[:-1]) if len(self.blk_tokens) else 0
+        has = np.diff(self.blk_ptr) > 0
+        assert np.all(np.where(has, chain, 0) <= self.prompt_len), "chain longer than prompt"
+        assert np.all(self.output_len >= 1) and np.all(self.prompt_len >= 1)
+
+    def slice(self, start: int, stop: int) -> Requests:
+        """Requests start..stop-1 (block arrays re-based)."""
+        b0, b1 = int(self.blk_ptr[start]), int(self.blk_ptr[stop])
+        return Requests(
+            arrival=self.arrival[start:stop],
+            prompt_len=self.prompt_len[start:stop],
+            output_len=self.output_len[start:stop],
+            blk_ptr=self.blk_ptr[start : stop + 1] - b0,
+            blk_hash=self.blk_hash[b0:b1],
+            blk_tokens=self.blk_tokens[b0:b1],
+            prefix_id=self.prefix_id[start:stop],
+        )

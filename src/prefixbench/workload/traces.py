@@ -1,0 +1,710 @@
+"""Real request traces (Mooncake JSONL, Azure LLM inference CSV) as :class:`Requests`.
+
+Each reader tries a columnar polars parse first and checks the result with whole-array
+tests. Only when that finds anything wrong does it re-read the file line by line with the
+standard library, which is slow but knows line numbers: it raises a one-line
+:class:`TraceFormatError` naming ``file:line`` (or, with ``skip_bad``, drops the record and
+counts the reason). The slow pass is the authority; no per-record Python objects survive
+either pass.
+
+The replay controls at the end (:func:`limit`, :func:`window`, :func:`rescale_rate`,
+:func:`tile`) are pure functions from :class:`Requests` to :class:`Requests`.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import operator
+import os
+import re
+from array import array
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from prefixbench.errors import ScenarioError, TraceFormatError
+from prefixbench.workload.requests import Requests
+
+FORMATS = ("mooncake", "azure")
+MOONCAKE_FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
+AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_SKIP_HINT = "or use --skip-bad to skip such lines"
+
+
+@dataclass
+class TraceLoad:
+    """A parsed trace plus what was dropped on the way (``skip_reasons``: reason -> count)."""
+
+    requests: Requests
+    path: str
+    format: str
+    skipped: int = 0
+    skip_reasons: dict[str, int] = field(default_factory=dict)
+
+
+class _Bad(Exception):
+    """One record is invalid: ``reason`` is the skip_reasons key, the rest the message."""
+
+    def __init__(self, reason: str, what: str, fix: str) -> None:
+        super().__init__(what)
+        self.reason, self.what, self.fix = reason, what, fix
+
+
+def _show(value: Any, limit: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _polars_failures() -> tuple[type[BaseException], ...]:
+    import polars as pl
+
+    # A Rust panic surfaces as PanicException, which derives from BaseException.
+    return (Exception, pl.exceptions.PanicException)
+
+
+def _check_readable(path: str) -> None:
+    try:
+        with open(path, "rb") as fh:
+            fh.read(1)
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise TraceFormatError(
+            f"cannot read trace file ({reason})",
+            where=path,
+            fix="check that the path exists and is a readable file",
+        ) from None
+
+
+def _finish(
+    path: str, fmt: str, cols: dict[str, np.ndarray] | None, skips: Counter[str], hint: str
+) -> TraceLoad:
+    """Wrap assembled columns, or explain why there are none."""
+    if cols is None:
+        if skips:
+            detail = ", ".join(f"{k}: {v}" for k, v in sorted(skips.items()))
+            raise TraceFormatError(
+                f"no valid records: all {sum(skips.values())} were skipped ({detail})",
+                where=path,
+                fix=f"check that this is a {hint}",
+            )
+        raise TraceFormatError(
+            "trace has no records", where=path, fix=f"check that this is a non-empty {hint}"
+        )
+    return TraceLoad(
+        requests=Requests(**cols),
+        path=path,
+        format=fmt,
+        skipped=sum(skips.values()),
+        skip_reasons=dict(sorted(skips.items())),
+    )
+
+
+# --------------------------------------------------------------------------- Mooncake
+
+
+def read_mooncake(
+    path: str | os.PathLike[str],
+    *,
+    block_size: int = 512,
+    time_unit_s: float = 1e-3,
+    skip_bad: bool = False,
+) -> TraceLoad:
+    """Read a Mooncake JSONL trace (``timestamp``, ``input_length``, ``output_length``,
+    ``hash_ids``). Blank lines are ignored; unknown fields are ignored."""
+    path = str(path)
+    try:
+        bad_block = isinstance(block_size, bool) or operator.index(block_size) < 1
+    except TypeError:
+        bad_block = True
+    if bad_block:
+        raise TraceFormatError(
+            f"block size must be a positive integer, got {_show(block_size)}",
+            fix="pass the trace's block size (Mooncake traces use 512)",
+        )
+    if not (
+        isinstance(time_unit_s, int | float) and math.isfinite(time_unit_s) and time_unit_s > 0
+    ):
+        raise TraceFormatError(
+            f"time unit must be a positive number of seconds, got {_show(time_unit_s)}",
+            fix="pass 1e-3 for millisecond timestamps",
+        )
+    block_size = operator.index(block_size)
+    time_unit_s = float(time_unit_s)
+    _check_readable(path)
+    cols = _mooncake_fast(path, block_size, time_unit_s)
+    skips: Counter[str] = Counter()
+    if cols is None:
+        cols = _mooncake_slow(path, block_size, time_unit_s, skip_bad, skips)
+    return _finish(path, "mooncake", cols, skips, "Mooncake JSONL trace (one JSON object per line)")
+
+
+def _mooncake_fast(path: str, bs: int, unit: float) -> dict[str, np.ndarray] | None:
+    """Columnar parse; ``None`` when anything at all looks wrong (the slow pass explains)."""
+    import polars as pl
+
+    schema = {
+        "timestamp": pl.Float64,
+        "input_length": pl.Int64,
+        "output_length": pl.Int64,
+        "hash_ids": pl.List(pl.Int64),
+    }
+    try:
+        df = pl.read_ndjson(path, schema=schema)
+        if df.height == 0 or any(df[c].null_count() for c in MOONCAKE_FIELDS):
+            return None
+        ts = df["timestamp"].to_numpy(writable=True)
+        inp = df["input_length"].to_numpy(writable=True)
+        out = df["output_length"].to_numpy(writable=True)
+        counts = df["hash_ids"].list.len().cast(pl.Int64).to_numpy(writable=True)
+        need = (inp + (bs - 1)) // bs
+        if not (
+            np.all(np.isfinite(ts))
+            and np.all(np.diff(ts) >= 0)
+            and np.all(inp > 0)
+            and np.all(out >= 1)
+            and np.array_equal(counts, need)
+        ):
+            return None
+        # counts == need >= 1, so there are no empty lists to explode into nulls.
+        flat = df["hash_ids"].explode()
+        del df
+        if flat.null_count() or flat.len() != int(counts.sum()):
+            return None
+        hashes = flat.to_numpy()  # zero-copy view of polars memory when possible
+        del flat
+        if not hashes.flags.writeable:
+            hashes = hashes.copy()
+    except _polars_failures():
+        return None
+    return _assemble(ts, inp, out, counts, hashes, bs, unit)
+
+
+def _assemble(
+    ts: np.ndarray,
+    inp: np.ndarray,
+    out: np.ndarray,
+    counts: np.ndarray,
+    hashes: np.ndarray,
+    bs: int,
+    unit: float,
+) -> dict[str, np.ndarray]:
+    n = ts.shape[0]
+    blk_ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(counts, out=blk_ptr[1:])
+    blk_tokens = np.full(hashes.shape[0], bs, dtype=np.int64)
+    has = counts > 0
+    blk_tokens[blk_ptr[1:][has] - 1] = inp[has] - (counts[has] - 1) * bs
+    prefix_id = np.full(n, -1, dtype=np.int64)
+    prefix_id[has] = hashes[blk_ptr[:-1][has]]
+    return {
+        "arrival": (ts.astype(np.float64) - float(ts[0])) * unit,
+        "prompt_len": inp.astype(np.int64, copy=False),
+        "output_len": out.astype(np.int64, copy=False),
+        "blk_ptr": blk_ptr,
+        "blk_hash": hashes.astype(np.int64, copy=False),
+        "blk_tokens": blk_tokens,
+        "prefix_id": prefix_id,
+    }
+
+
+def _json_int(rec: dict[str, Any], key: str) -> int:
+    value = rec[key]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _Bad(
+            "wrong_type",
+            f"field '{key}' must be an integer, got {type(value).__name__} {_show(value)}",
+            f"write '{key}' as a JSON integer, {_SKIP_HINT}",
+        )
+    if not _INT64_MIN <= value <= _INT64_MAX:
+        raise _Bad(
+            "wrong_type",
+            f"field '{key}' = {_show(value)} does not fit in a 64-bit integer",
+            f"fix the value, {_SKIP_HINT}",
+        )
+    return value
+
+
+def _mooncake_record(raw: bytes, bs: int) -> tuple[float, int, int, list[int]]:
+    try:
+        rec = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise _Bad(
+            "malformed_line",
+            f"malformed JSON ({exc.msg} at column {exc.colno})",
+            f"fix or delete the line, {_SKIP_HINT}",
+        ) from None
+    except (ValueError, RecursionError):  # not UTF-8, or nested too deeply
+        raise _Bad(
+            "malformed_line",
+            "malformed line (not valid UTF-8 JSON)",
+            f"fix or delete the line, {_SKIP_HINT}",
+        ) from None
+    if not isinstance(rec, dict):
+        raise _Bad(
+            "malformed_line",
+            f"line is a JSON {type(rec).__name__}, not an object",
+            f"write one JSON object per line, {_SKIP_HINT}",
+        )
+    missing = [k for k in MOONCAKE_FIELDS if rec.get(k) is None]
+    if missing:
+        raise _Bad(
+            "missing_field",
+            f"record is missing field '{missing[0]}'",
+            "every record needs timestamp, input_length, output_length and hash_ids; " + _SKIP_HINT,
+        )
+    ts = rec["timestamp"]
+    if isinstance(ts, bool) or not isinstance(ts, int | float) or not math.isfinite(ts):
+        raise _Bad(
+            "wrong_type",
+            f"field 'timestamp' must be a finite number, got {type(ts).__name__} {_show(ts)}",
+            f"write the timestamp as a JSON number (milliseconds), {_SKIP_HINT}",
+        )
+    inp = _json_int(rec, "input_length")
+    out = _json_int(rec, "output_length")
+    ids = rec["hash_ids"]
+    if not isinstance(ids, list):
+        raise _Bad(
+            "wrong_type",
+            f"field 'hash_ids' must be a list of integers, got {type(ids).__name__} {_show(ids)}",
+            f"write hash_ids as a JSON array of integers, {_SKIP_HINT}",
+        )
+    for h in ids:
+        if isinstance(h, bool) or not isinstance(h, int) or not _INT64_MIN <= h <= _INT64_MAX:
+            raise _Bad(
+                "wrong_type",
+                f"field 'hash_ids' must hold 64-bit integers, found {_show(h)}",
+                f"write hash_ids as a JSON array of integers, {_SKIP_HINT}",
+            )
+    if inp <= 0:
+        raise _Bad(
+            "bad_input_length",
+            f"input_length must be positive, got {inp}",
+            f"fix the record, {_SKIP_HINT}",
+        )
+    if out == 0:
+        raise _Bad(
+            "zero_output_length",
+            "output_length is 0 (a request must generate at least 1 token)",
+            f"fix the record, {_SKIP_HINT}",
+        )
+    if out < 0:
+        raise _Bad(
+            "negative_output_length",
+            f"output_length must be at least 1, got {out}",
+            f"fix the record, {_SKIP_HINT}",
+        )
+    need = -(-inp // bs)
+    if len(ids) != need:
+        raise _Bad(
+            "block_count_mismatch",
+            f"hash_ids has {len(ids)} blocks but input_length {inp} needs "
+            f"ceil({inp}/{bs}) = {need} blocks of {bs} tokens",
+            f"check the block size (Mooncake traces use 512), {_SKIP_HINT}",
+        )
+    return float(ts), inp, out, ids
+
+
+def _mooncake_slow(
+    path: str, bs: int, unit: float, skip_bad: bool, skips: Counter[str]
+) -> dict[str, np.ndarray] | None:
+    ts, inp, out, counts, hashes = array("d"), array("q"), array("q"), array("q"), array("q")
+    prev_ts, prev_line = -math.inf, 0
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            if not raw.strip():
+                continue
+            try:
+                t, i, o, ids = _mooncake_record(raw, bs)
+                if t < prev_ts:
+                    raise _Bad(
+                        "unsorted_timestamp",
+                        f"timestamp {_show(t)} is earlier than {_show(prev_ts)} on line "
+                        f"{prev_line} (timestamps go backwards)",
+                        "sort the file by timestamp, or use --skip-bad to drop records "
+                        "that go backwards",
+                    )
+            except _Bad as bad:
+                if not skip_bad:
+                    raise TraceFormatError(
+                        bad.what, where=f"{path}:{lineno}", fix=bad.fix
+                    ) from None
+                skips[bad.reason] += 1
+                continue
+            prev_ts, prev_line = t, lineno
+            ts.append(t)
+            inp.append(i)
+            out.append(o)
+            counts.append(len(ids))
+            hashes.extend(ids)
+    if not ts:
+        return None
+    return _assemble(
+        np.frombuffer(ts, dtype=np.float64).copy(),
+        *(np.frombuffer(a, dtype=np.int64).copy() for a in (inp, out, counts, hashes)),
+        bs,
+        unit,
+    )
+
+
+# --------------------------------------------------------------------------- Azure
+
+_AZURE_TS = re.compile(r"(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?")
+_EPOCH_DAY = datetime(1970, 1, 1).toordinal()
+_AZURE_HINT = "Azure LLM inference trace CSV (TIMESTAMP,ContextTokens,GeneratedTokens)"
+
+
+def read_azure(path: str | os.PathLike[str], *, skip_bad: bool = False) -> TraceLoad:
+    """Read an Azure LLM inference CSV. Arrival = seconds since the first row, computed
+    from integer nanoseconds so 7-digit fractional seconds survive exactly. No blocks."""
+    path = str(path)
+    _check_readable(path)
+    cols = _azure_fast(path)
+    skips: Counter[str] = Counter()
+    if cols is None:
+        cols = _azure_slow(path, skip_bad, skips)
+    return _finish(path, "azure", cols, skips, _AZURE_HINT)
+
+
+def _azure_fast(path: str) -> dict[str, np.ndarray] | None:
+    import polars as pl
+
+    try:
+        df = pl.read_csv(
+            path,
+            schema_overrides={
+                "TIMESTAMP": pl.String,
+                "ContextTokens": pl.Int64,
+                "GeneratedTokens": pl.Int64,
+            },
+            columns=list(AZURE_COLUMNS),
+        )
+        if df.height == 0 or any(df[c].null_count() for c in AZURE_COLUMNS):
+            return None
+        stamp = df["TIMESTAMP"].str.to_datetime(
+            "%Y-%m-%d %H:%M:%S%.f", time_unit="ns", strict=False
+        )
+        if stamp.null_count():
+            return None
+        ns = stamp.cast(pl.Int64).to_numpy(writable=True)
+        inp = df["ContextTokens"].to_numpy(writable=True)
+        out = df["GeneratedTokens"].to_numpy(writable=True)
+    except _polars_failures():
+        return None
+    if not (np.all(np.diff(ns) >= 0) and np.all(inp > 0) and np.all(out >= 1)):
+        return None
+    return _azure_assemble(ns, inp, out)
+
+
+def _azure_assemble(ns: np.ndarray, inp: np.ndarray, out: np.ndarray) -> dict[str, np.ndarray]:
+    n = ns.shape[0]
+    return {
+        "arrival": (ns - ns[0]).astype(np.float64) / 1e9,
+        "prompt_len": inp.astype(np.int64, copy=False),
+        "output_len": out.astype(np.int64, copy=False),
+        "blk_ptr": np.zeros(n + 1, dtype=np.int64),
+        "blk_hash": np.zeros(0, dtype=np.int64),
+        "blk_tokens": np.zeros(0, dtype=np.int64),
+        "prefix_id": np.full(n, -1, dtype=np.int64),
+    }
+
+
+def _azure_timestamp_ns(text: str) -> int:
+    m = _AZURE_TS.fullmatch(text.strip())
+    try:
+        if m is None:
+            raise ValueError
+        y, mo, d, hh, mm, ss = (int(g) for g in m.groups()[:6])
+        day = datetime(y, mo, d, hh, mm, ss)  # validates the calendar fields
+    except ValueError:
+        raise _Bad(
+            "bad_timestamp",
+            f"TIMESTAMP {_show(text)} is not 'YYYY-MM-DD HH:MM:SS[.fraction]'",
+            f"fix the timestamp, {_SKIP_HINT}",
+        ) from None
+    frac = (m.group(7) or "")[:9].ljust(9, "0")
+    secs = (day.toordinal() - _EPOCH_DAY) * 86400 + hh * 3600 + mm * 60 + ss
+    ns = secs * 1_000_000_000 + int(frac)
+    if not _INT64_MIN <= ns <= _INT64_MAX:  # nanoseconds since 1970 must fit in int64
+        raise _Bad(
+            "bad_timestamp",
+            f"TIMESTAMP {_show(text)} is out of range (years 1678-2261)",
+            f"fix the timestamp, {_SKIP_HINT}",
+        )
+    return ns
+
+
+def _azure_int(text: str, name: str) -> int:
+    text = text.strip()
+    if not re.fullmatch(r"[+-]?\d+", text):
+        raise _Bad(
+            "wrong_type",
+            f"{name} must be an integer, got {_show(text)}",
+            f"fix the value, {_SKIP_HINT}",
+        )
+    value = int(text)
+    if not _INT64_MIN <= value <= _INT64_MAX:
+        raise _Bad(
+            "wrong_type",
+            f"{name} = {_show(text)} does not fit in a 64-bit integer",
+            f"fix the value, {_SKIP_HINT}",
+        )
+    return value
+
+
+def _azure_row(fields: list[str], where: dict[str, int], ncols: int) -> tuple[int, int, int]:
+    if len(fields) != ncols:
+        raise _Bad(
+            "malformed_line",
+            f"expected {ncols} comma-separated fields, got {len(fields)}",
+            f"fix or delete the line, {_SKIP_HINT}",
+        )
+    for name in AZURE_COLUMNS:
+        if not fields[where[name]].strip():
+            raise _Bad(
+                "missing_field",
+                f"{name} is empty",
+                f"fill in the value, {_SKIP_HINT}",
+            )
+    ns = _azure_timestamp_ns(fields[where["TIMESTAMP"]])
+    inp = _azure_int(fields[where["ContextTokens"]], "ContextTokens")
+    out = _azure_int(fields[where["GeneratedTokens"]], "GeneratedTokens")
+    if inp <= 0:
+        raise _Bad(
+            "bad_input_length",
+            f"ContextTokens must be positive, got {inp}",
+            f"fix the row, {_SKIP_HINT}",
+        )
+    if out == 0:
+        raise _Bad(
+            "zero_output_length",
+            "GeneratedTokens is 0 (a request must generate at least 1 token)",
+            f"fix the row, {_SKIP_HINT}",
+        )
+    if out < 0:
+        raise _Bad(
+            "negative_output_length",
+            f"GeneratedTokens must be at least 1, got {out}",
+            f"fix the row, {_SKIP_HINT}",
+        )
+    return ns, inp, out
+
+
+def _split_csv_line(raw: bytes) -> list[str]:
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise _Bad(
+            "malformed_line", "line is not valid UTF-8", f"fix or delete the line, {_SKIP_HINT}"
+        ) from None
+    try:
+        return next(csv.reader([text.rstrip("\r\n")]), [])
+    except csv.Error as exc:
+        raise _Bad(
+            "malformed_line", f"malformed CSV ({exc})", f"fix or delete the line, {_SKIP_HINT}"
+        ) from None
+
+
+def _azure_slow(path: str, skip_bad: bool, skips: Counter[str]) -> dict[str, np.ndarray] | None:
+    ns, inp, out = array("q"), array("q"), array("q")
+    prev_ns, prev_line = None, 0
+    where: dict[str, int] = {}
+    ncols = 0
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            if lineno == 1:
+                try:
+                    header = [h.strip() for h in _split_csv_line(raw)]
+                except _Bad:
+                    header = []
+                missing = [c for c in AZURE_COLUMNS if c not in header]
+                if missing:
+                    raise TraceFormatError(
+                        f"header lacks column {missing[0]} (got {_show(','.join(header), 60)})",
+                        where=f"{path}:1",
+                        fix=f"the first line must name the columns of an {_AZURE_HINT}",
+                    )
+                where = {c: header.index(c) for c in AZURE_COLUMNS}
+                ncols = len(header)
+                continue
+            if not raw.strip():
+                continue
+            try:
+                t, i, o = _azure_row(_split_csv_line(raw), where, ncols)
+                if prev_ns is not None and t < prev_ns:
+                    raise _Bad(
+                        "unsorted_timestamp",
+                        f"TIMESTAMP is earlier than the one on line {prev_line} "
+                        "(timestamps go backwards)",
+                        "sort the file by TIMESTAMP, or use --skip-bad to drop rows "
+                        "that go backwards",
+                    )
+            except _Bad as bad:
+                if not skip_bad:
+                    raise TraceFormatError(
+                        bad.what, where=f"{path}:{lineno}", fix=bad.fix
+                    ) from None
+                skips[bad.reason] += 1
+                continue
+            prev_ns, prev_line = t, lineno
+            ns.append(t)
+            inp.append(i)
+            out.append(o)
+    if not ns:
+        return None
+    return _azure_assemble(*(np.frombuffer(a, dtype=np.int64).copy() for a in (ns, inp, out)))
+
+
+# --------------------------------------------------------------------------- dispatch
+
+_EXTENSIONS = {".jsonl": "mooncake", ".csv": "azure"}
+
+
+def read_trace(path: str | os.PathLike[str], fmt: str | None = None, **kw: Any) -> TraceLoad:
+    """Read a trace; ``fmt`` is ``"mooncake"``, ``"azure"`` or ``None`` (from the extension:
+    ``.jsonl`` -> mooncake, ``.csv`` -> azure). Options a format has no use for
+    (``block_size``, ``time_unit_s`` for Azure) are ignored."""
+    if fmt is None:
+        fmt = _EXTENSIONS.get(Path(path).suffix.lower())
+        if fmt is None:
+            raise TraceFormatError(
+                f"cannot tell the trace format from the extension {Path(path).suffix!r}",
+                where=str(path),
+                fix="name the file .jsonl (Mooncake) or .csv (Azure), or pass the format "
+                "explicitly (mooncake or azure)",
+            )
+    if fmt == "mooncake":
+        return read_mooncake(path, **kw)
+    if fmt == "azure":
+        kw = {k: v for k, v in kw.items() if k not in ("block_size", "time_unit_s")}
+        return read_azure(path, **kw)
+    raise TraceFormatError(
+        f"unknown trace format {fmt!r}", where=str(path), fix="use mooncake or azure"
+    )
+
+
+# --------------------------------------------------------------------------- replay controls
+
+
+def limit(requests: Requests, n: int) -> Requests:
+    """The first ``n`` requests (all of them when the trace is shorter)."""
+    if n < 1:
+        raise ScenarioError(f"limit must be at least 1, got {n}", fix="pass a positive count")
+    return requests.slice(0, min(int(n), len(requests)))
+
+
+def window(requests: Requests, start_s: float, end_s: float) -> Requests:
+    """Requests arriving in ``[start_s, end_s)``, re-based so the first arrives at 0."""
+    if not end_s > start_s:
+        raise ScenarioError(
+            f"window end {end_s} must be after its start {start_s}", fix="swap or widen the window"
+        )
+    lo = int(np.searchsorted(requests.arrival, start_s, side="left"))
+    hi = int(np.searchsorted(requests.arrival, end_s, side="left"))
+    if hi <= lo:
+        span = float(requests.arrival[-1]) if len(requests) else 0.0
+        raise ScenarioError(
+            f"no requests arrive in [{start_s}, {end_s}) s; the trace spans 0 to {span:g} s",
+            fix="choose a window inside the trace",
+        )
+    out = requests.slice(lo, hi)
+    out.arrival = out.arrival - out.arrival[0]
+    return out
+
+
+def rescale_rate(requests: Requests, rate: float) -> Requests:
+    """Stretch or squeeze arrival times so the mean rate ``(n - 1) / span`` is ``rate``
+    req/s; order and relative gaps are kept, the first request still arrives at 0."""
+    n = len(requests)
+    if not (math.isfinite(rate) and rate > 0):
+        raise ScenarioError(f"rate must be a positive number, got {rate}", fix="pass req/s > 0")
+    span = float(requests.arrival[-1] - requests.arrival[0]) if n else 0.0
+    if n < 2 or span <= 0:
+        raise ScenarioError(
+            "cannot rescale the arrival rate of a trace with fewer than 2 distinct arrival times",
+            fix="use a longer trace or window",
+        )
+    scale = (n - 1) / rate / span
+    return Requests(
+        arrival=(requests.arrival - requests.arrival[0]) * scale,
+        prompt_len=requests.prompt_len,
+        output_len=requests.output_len,
+        blk_ptr=requests.blk_ptr,
+        blk_hash=requests.blk_hash,
+        blk_tokens=requests.blk_tokens,
+        prefix_id=requests.prefix_id,
+    )
+
+
+def _copy_stride(values: np.ndarray, copies: int) -> tuple[np.ndarray, int]:
+    """(base values, stride) so that ``base + k * stride`` for k < copies never collide
+    across copies and fit in int64; remaps to dense ids when the raw range would overflow."""
+    if values.size == 0 or copies <= 1:
+        return values, 0
+    lo, hi = int(values.min()), int(values.max())
+    stride = hi - lo + 1
+    if lo >= _INT64_MIN and hi + (copies - 1) * stride <= _INT64_MAX:
+        return values, stride
+    uniq, dense = np.unique(values, return_inverse=True)
+    return dense.astype(np.int64).reshape(values.shape), int(uniq.size)
+
+
+def tile(requests: Requests, n_total: int) -> Requests:
+    """Repeat the trace end to end until there are ``n_total`` requests. Copy ``k`` is
+    shifted in time by ``k * (span + mean gap)`` and its block hashes (and prefix ids) by a
+    per-copy offset, so copies never share KV with each other."""
+    n = len(requests)
+    if n_total < 1:
+        raise ScenarioError(f"tile target must be at least 1, got {n_total}", fix="pass n > 0")
+    if n == 0:
+        raise ScenarioError("cannot tile an empty trace", fix="load a non-empty trace")
+    if n_total <= n:
+        return requests.slice(0, n_total)
+    copies = -(-n_total // n)
+    base = requests.arrival - requests.arrival[0]
+    span = float(base[-1])
+    period = span + (span / (n - 1) if n > 1 else 0.0)
+    hashes, h_stride = _copy_stride(requests.blk_hash, copies)
+    has_pid = requests.prefix_id >= 0
+    pids, p_stride = _copy_stride(requests.prefix_id[has_pid], copies)
+
+    nb = int(requests.blk_ptr[-1])
+    tail = n_total - (copies - 1) * n  # requests taken from the last copy
+    tail_blocks = int(requests.blk_ptr[tail])
+    total_blocks = (copies - 1) * nb + tail_blocks
+    arrival = np.empty(n_total, dtype=np.float64)
+    prompt = np.empty(n_total, dtype=np.int64)
+    output = np.empty(n_total, dtype=np.int64)
+    prefix = np.empty(n_total, dtype=np.int64)
+    blk_ptr = np.empty(n_total + 1, dtype=np.int64)
+    blk_hash = np.empty(total_blocks, dtype=np.int64)
+    blk_tokens = np.empty(total_blocks, dtype=np.int64)
+    blk_ptr[0] = 0
+    for k in range(copies):
+        m = n if k < copies - 1 else tail
+        mb = nb if k < copies - 1 else tail_blocks
+        r0, b0 = k * n, k * nb
+        arrival[r0 : r0 + m] = base[:m] + k * period
+        prompt[r0 : r0 + m] = requests.prompt_len[:m]
+        output[r0 : r0 + m] = requests.output_len[:m]
+        pid = requests.prefix_id.copy()
+        pid[has_pid] = pids + k * p_stride
+        prefix[r0 : r0 + m] = pid[:m]
+        blk_ptr[r0 + 1 : r0 + m + 1] = requests.blk_ptr[1 : m + 1] + b0
+        blk_hash[b0 : b0 + mb] = hashes[:mb] + k * h_stride
+        blk_tokens[b0 : b0 + mb] = requests.blk_tokens[:mb]
+    return Requests(
+        arrival=arrival,
+        prompt_len=prompt,
+        output_len=output,
+        blk_ptr=blk_ptr,
+        blk_hash=blk_hash,
+        blk_tokens=blk_tokens,
+        prefix_id=prefix,
+    )
