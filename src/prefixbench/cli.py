@@ -42,6 +42,14 @@ class PolicyChoice(str, Enum):
     replicate_all_lru = "replicate_all_lru"
 
 
+class _TraceFormat(str, Enum):
+    mooncake = "mooncake"
+    azure = "azure"
+
+
+TraceFormat = _TraceFormat | None
+
+
 def guarded(fn):
     """Turn library errors into one stderr line and a non-zero exit (traceback with --debug)."""
 
@@ -137,13 +145,21 @@ def catalog_show(
 @guarded
 def run(
     scenario: Annotated[
-        str | None, typer.Argument(help="A scenario YAML file or a built-in name (default: enterprise_hotset).")
+        str | None,
+        typer.Argument(
+            help="A scenario YAML file or a built-in name (default: enterprise_hotset; trace_replay with --trace)."
+        ),
     ] = None,
     policy: Annotated[PolicyChoice, typer.Option("--policy", "-p", help="One policy, or all side by side.")] = PolicyChoice.all,
     seed: Annotated[int | None, typer.Option("--seed", help="Random seed (overrides the scenario's).")] = None,
     overrides: Overrides = None,
     out_dir: Annotated[Path, typer.Option("--out", help="Directory for requests/summary Parquet.")] = Path("results/run"),
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    trace: Annotated[
+        str | None, typer.Option("--trace", help="Replay this trace (Mooncake .jsonl or Azure .csv) as the workload.")
+    ] = None,
+    trace_format: Annotated[TraceFormat, typer.Option("--trace-format", help="Trace format.")] = None,
+    skip_bad: Annotated[bool, typer.Option("--skip-bad", help="Skip and count malformed trace records.")] = False,
 ) -> None:
     """Simulate one scenario under the four policies (or one) and compare them."""
     from .loader import load_scenario
@@ -154,11 +170,17 @@ def run(
     sets = list(overrides or [])
     if seed is not None:
         sets.append(f"seed={seed}")
-    s = load_scenario(scenario, sets)
+    if scenario is None and trace is not None:
+        scenario = "trace_replay"
+    s = load_scenario(
+        scenario, sets, trace=trace, trace_format=trace_format.value if trace_format else None, skip_bad=skip_bad
+    )
     policies = list(POLICIES) if policy == PolicyChoice.all else [policy.value]
     tables = run_scenario(s, policies)
     paths = write_run(tables, out_dir)
     rows = tables.summary.to_dicts()
+    for note in tables.prepared.notes:
+        err.print(f"note: {note}", highlight=False)
     if as_json:
         out.print_json(json.dumps(rows))
         return
@@ -171,6 +193,154 @@ def run(
     )
     out.print(run_table(rows, title))
     err.print(f"wrote {', '.join(str(p) for p in paths)}", highlight=False)
+
+
+# ------------------------------------------------------------------ study pipeline
+
+
+def _csv(values: list[str] | None) -> list[str] | None:
+    """Accept both repeated options and comma-separated lists."""
+    if not values:
+        return None
+    return [v.strip() for item in values for v in item.split(",") if v.strip()]
+
+
+class _Progress:
+    """A Rich progress bar with ETA fed by the library's callbacks."""
+
+    def __init__(self, label: str) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.bar = Progress(
+            TextColumn(label), BarColumn(), MofNCompleteColumn(), TextColumn("points"),
+            TimeRemainingColumn(), console=err, transient=False,
+        )
+        self.task = None
+
+    def start(self, total: int, done: int) -> None:
+        if done:
+            err.print(f"resuming: {done} of {total} points already finished", highlight=False)
+        self.bar.start()
+        self.task = self.bar.add_task("points", total=total, completed=done)
+
+    def point(self, _p) -> None:
+        self.bar.advance(self.task)
+
+    def stop(self) -> None:
+        self.bar.stop()
+
+
+@app.command()
+@guarded
+def sweep(
+    grid: Annotated[Path | None, typer.Argument(help="A sweep YAML file (models, workloads, budgets, policies, seeds, set).")] = None,
+    models: Annotated[list[str] | None, typer.Option("--models", help="Models (comma-separated or repeated).")] = None,
+    workloads: Annotated[list[str] | None, typer.Option("--workloads", help="Workload presets or YAML paths.")] = None,
+    budgets: Annotated[list[str] | None, typer.Option("--budgets", help="Budget factors, e.g. 0.35,0.5,1.0.")] = None,
+    policies: Annotated[list[str] | None, typer.Option("--policies", help="Policies to compare.")] = None,
+    seeds: Annotated[list[str] | None, typer.Option("--seeds", help="Seeds, e.g. 0,1,2.")] = None,
+    overrides: Overrides = None,
+    quick: Annotated[bool, typer.Option("--quick", help="A seconds-long smoke grid (CI).")] = False,
+    jobs: Annotated[int | None, typer.Option("--jobs", "-j", help="Worker processes (default: all cores).")] = None,
+    events: Annotated[bool, typer.Option("--events", help="Also keep per-request tables (events/).")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Add to a results folder holding another grid.")] = False,
+    out_dir: Annotated[Path, typer.Option("--out", help="Results folder.")] = Path("results"),
+) -> None:
+    """Run a grid (default: the 384-run reference study), resumably, on a process pool."""
+    from .study.grid import QUICK, build_spec, load_sweep_file
+    from .study.sweep import run_sweep
+
+    base = load_sweep_file(grid) if grid else (dict(QUICK) if quick else {})
+    try:
+        num_budgets = [float(b) for b in _csv(budgets) or []]
+        num_seeds = [int(x) for x in _csv(seeds) or []]
+    except ValueError as e:
+        raise PrefixbenchError(f"not a number: {e}", where="--budgets/--seeds") from None
+    spec = build_spec(
+        base,
+        models=_csv(models),
+        workloads=_csv(workloads),
+        budgets=num_budgets,
+        policies=_csv(policies),
+        seeds=num_seeds,
+        set=list(base.get("set", [])) + list(overrides or []),
+    )
+    bar = _Progress("sweep")
+    try:
+        paths = run_sweep(spec, out_dir, jobs=jobs, events=events, force=force, on_start=bar.start, on_point=bar.point)
+    except KeyboardInterrupt:
+        bar.stop()
+        err.print(
+            f"interrupted: every finished point is kept in {out_dir}/parts; run the same command again to resume",
+            highlight=False,
+        )
+        raise typer.Exit(130) from None
+    finally:
+        bar.stop()
+    n = len(spec.points()) * len(spec.policies)
+    out.print(f"{n} runs → " + ", ".join(str(p) for p in paths.values()), highlight=False)
+
+
+@app.command()
+@guarded
+def crossover(
+    results: Annotated[Path, typer.Argument(help="Results folder (reads agg.parquet if present).")] = Path("results"),
+    models: Annotated[list[str] | None, typer.Option("--models", help="Models (default: those in the results).")] = None,
+    accelerators: Annotated[list[str] | None, typer.Option("--accelerators", help="Decode accelerators.")] = None,
+    links: Annotated[list[str] | None, typer.Option("--links", help="Links (default: all).")] = None,
+    accelerator: Annotated[str, typer.Option("--accelerator", help="Accelerator the verdict is for.")] = "l4",
+    link: Annotated[str, typer.Option("--link", help="Link the verdict is for.")] = "eth-25g",
+    as_json: Annotated[bool, typer.Option("--json", help="Print the table as JSON.")] = False,
+) -> None:
+    """Transfer vs recompute: analytic break-even per model × accelerator × link."""
+    from .study.crossover import run_crossover, verdicts
+
+    table, path = run_crossover(results, _csv(models), _csv(accelerators), _csv(links))
+    if as_json:
+        out.print_json(json.dumps(table.to_dicts()))
+        return
+    for line in verdicts(table, accelerator, link):
+        out.print(f"• {line}", highlight=False)
+    err.print(f"wrote {path}", highlight=False)
+
+
+class Objective(str, Enum):
+    balanced = "balanced"
+    latency = "latency"
+    memory = "memory"
+
+
+@app.command()
+@guarded
+def recommend(
+    model: Annotated[str, typer.Option("--model", "-m", help="Catalog model.")] = "qwen2-1.5b",
+    budget: Annotated[float, typer.Option("--budget", "-b", help="Decode KV budget factor.")] = 0.5,
+    workload: Annotated[list[str] | None, typer.Option("--workload", "-w", help="Workload(s) (default: the four presets).")] = None,
+    objective: Annotated[Objective, typer.Option("--objective", help="What to optimise (rule in docs/study.md).")] = Objective.balanced,
+    results: Annotated[Path | None, typer.Option("--results", help="Use this results folder if it covers the question.")] = None,
+    jobs: Annotated[int | None, typer.Option("--jobs", "-j", help="Worker processes when runs are needed.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Recommend a policy per workload for a model and budget, with its margin."""
+    from .render import recommend_table
+    from .study.recommend import run_recommend
+
+    if budget <= 0:
+        raise PrefixbenchError(f"budget must be > 0 (got {budget})", where="--budget")
+    bar = _Progress("simulating")
+    try:
+        sel, path = run_recommend(
+            model, budget, workloads=_csv(workload), objective=objective.value, results=results,
+            jobs=jobs, on_start=bar.start, on_point=bar.point,
+        )
+    finally:
+        bar.stop()
+    rows = sel.to_dicts()
+    if as_json:
+        out.print_json(json.dumps(rows))
+        return
+    out.print(recommend_table(rows, f"{model} at budget {budget:g} ({objective.value})"))
+    err.print(f"wrote {path}", highlight=False)
 
 
 def main() -> None:

@@ -142,9 +142,31 @@ def validate(data: dict, where: str) -> Scenario:
         raise format_validation_error(e, where) from None
 
 
-def load_scenario(ref: str | Path | None = None, overrides: list[str] | None = None) -> Scenario:
-    """A validated scenario from a preset name or YAML path, with ``--set`` overrides applied."""
+def with_trace(data: dict, trace: str, fmt: str | None = None, skip_bad: bool = False) -> dict:
+    """Replace a scenario's workload with the replay of ``trace`` (the rest is kept)."""
+    out = copy.deepcopy(data)
+    out["workload"] = {"kind": "trace", "path": str(trace), "format": fmt or "auto", "skip_bad": skip_bad}
+    out["name"] = Path(trace).stem
+    return out
+
+
+def load_scenario(
+    ref: str | Path | None = None,
+    overrides: list[str] | None = None,
+    *,
+    trace: str | None = None,
+    trace_format: str | None = None,
+    skip_bad: bool = False,
+) -> Scenario:
+    """A validated scenario from a preset name or YAML path, with ``--set`` overrides applied.
+
+    ``trace`` swaps the workload for a trace replay before the overrides apply, so
+    ``--set workload.rate=4`` rescales the trace.
+    """
     data, where = scenario_source(ref)
+    if trace is not None:
+        data = with_trace(data, trace, trace_format, skip_bad)
+        where = f"{where} (with --trace)"
     if overrides:
         data = apply_overrides(data, overrides)
         where = f"{where} (with --set)"

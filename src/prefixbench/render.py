@@ -80,3 +80,20 @@ def kv_table(title: str, rows: list[dict]) -> Table:
 
 def print_rows(console: Console, rows: list[dict], title: str) -> None:
     console.print(kv_table(title, rows))
+
+
+def recommend_table(rows: list[dict], title: str) -> Table:
+    t = Table(title=title, title_justify="left")
+    for c in ("workload", "recommended", "margin vs runner-up (mean TTFT)", "seeds agree", "why"):
+        t.add_column(c)
+    for r in rows:
+        ci, m = r["margin_ci95_ms"], r["margin_ms"]
+        pm = f" ± {ci:.1f}" if ci == ci else ""
+        if m != m:
+            margin = "–"
+        elif m >= 0:
+            margin = f"{m:.1f}{pm} ms faster than {r['runner_up']}"
+        else:
+            margin = f"{-m:.1f}{pm} ms slower than {r['runner_up']} (less memory or fewer rejects)"
+        t.add_row(r["workload"], f"[bold]{r['recommended']}[/]", margin, "yes" if r["seeds_agree"] else "no", r["reason"])
+    return t

@@ -21,8 +21,9 @@ from .scenario import Scenario, SyntheticWorkload, TraceWorkload
 from .suggest import did_you_mean
 from .workload.requests import Requests
 
+DEFAULT_REQUESTS = 10_000  # synthetic run length when run.requests is not set (docs/model.md)
 HEADROOM_SIGMAS = 3.0  # budget_factor 1.0 covers the mean decode population + 3 sqrt(L)
-WORKING_SET_COVERAGE = 0.9  # hot-prefix working set: blocks carrying 90% of block references
+WORKING_SET_COVERAGE = 0.9  # hot-prefix working set: shared blocks carrying 90% of their references
 
 
 @dataclass
@@ -36,14 +37,16 @@ class Prepared:
     active_tokens: float  # its active-set part
     working_set_tokens: float  # its hot-prefix part
     mean_decode_batch: float  # Little's-law estimate used for the reference
+    notes: list[str]  # things the user should know about this run (shown on stderr)
 
 
-def build_requests(s: Scenario) -> Requests:
+def build_requests(s: Scenario) -> tuple[Requests, list[str]]:
+    """The scenario's requests and notes for the user (e.g. skipped trace records)."""
     w = s.workload
     if isinstance(w, SyntheticWorkload):
         from .workload.synthetic import generate
 
-        return generate(w, s.run.requests, s.cluster.block_size, s.seed)
+        return generate(w, s.run.requests or DEFAULT_REQUESTS, s.cluster.block_size, s.seed), []
     if isinstance(w, TraceWorkload):
         from .workload.replay import trace_requests
 
@@ -76,10 +79,14 @@ def reference_demand(
     ws = 0.0
     if len(req.blk_hash):
         hashes, first, counts = np.unique(req.blk_hash, return_index=True, return_counts=True)
-        order = np.lexsort((hashes, -counts))
-        covered = np.cumsum(counts[order]) / counts.sum()
-        keep = order[: int(np.searchsorted(covered, WORKING_SET_COVERAGE) + 1)]
-        ws = float(req.blk_tokens[first[keep]].sum())
+        shared = counts >= 2  # a block referenced once is never reused: not working set
+        if shared.any():
+            hashes, first, counts = hashes[shared], first[shared], counts[shared]
+            order = np.lexsort((hashes, -counts))
+            covered = np.cumsum(counts[order]) / counts.sum()
+            keep = order[: int(np.searchsorted(covered, WORKING_SET_COVERAGE) + 1)]
+            ws = float(req.blk_tokens[first[keep]].sum())
+    ws = min(ws, active)  # a vast reuse history (multi-turn traces) must not dwarf the active set
     return active + ws, active, ws, b
 
 
@@ -129,7 +136,7 @@ def prepare(s: Scenario) -> Prepared:
                 fix=f"raise cluster.{role}.devices or pick a larger accelerator",
             )
 
-    req = build_requests(s)
+    req, notes = build_requests(s)
     if len(req) == 0:
         raise SimulationError("the workload produced no requests", where="workload")
     longest = int((req.prompt_len + req.output_len).max())
@@ -183,7 +190,13 @@ def prepare(s: Scenario) -> Prepared:
         decode_router=c.decode_router,
         warmup_requests=s.run.warmup_requests,
     )
-    return Prepared(s, model, req, base, kv_bpt, ref, active, ws, batch)
+    if s.run.warmup_requests >= len(req):
+        raise ScenarioError(
+            f"run.warmup_requests ({s.run.warmup_requests}) leaves none of the {len(req)} requests to measure",
+            where="run.warmup_requests",
+            fix="lower it or replay more requests",
+        )
+    return Prepared(s, model, req, base, kv_bpt, ref, active, ws, batch, notes)
 
 
 def simulate_policy(prep: Prepared, policy: str) -> SimResult:

@@ -215,8 +215,11 @@ class SLOSpec(_M):
 
 
 class RunSpec(_M):
-    requests: int = Field(
-        10_000, ge=1, description="Requests to simulate (synthetic) or the most to replay (trace)."
+    requests: int | None = Field(
+        None,
+        ge=1,
+        description="Requests to simulate (synthetic; default 10,000) or the most to replay "
+        "(trace; default all).",
     )
     warmup_requests: int = Field(
         1_000, ge=0, description="Leading requests excluded from steady-state statistics."
@@ -243,7 +246,7 @@ class Scenario(_M):
 
     @model_validator(mode="after")
     def _warmup(self) -> Scenario:
-        if self.run.warmup_requests >= self.run.requests:
+        if self.run.requests is not None and self.run.warmup_requests >= self.run.requests:
             raise ValueError(
                 f"run.warmup_requests ({self.run.warmup_requests}) must be below "
                 f"run.requests ({self.run.requests})"

@@ -34,9 +34,9 @@ class Requests:
         assert self.blk_ptr.shape == (n + 1,) and self.blk_ptr[0] == 0
         assert self.blk_hash.shape == self.blk_tokens.shape == (int(self.blk_ptr[-1]),)
         assert np.all(np.diff(self.arrival) >= 0), "arrivals must be sorted"
-        chain = np.add.reduceat(self.blk_tokens, self.blk_ptr[:-1]) if len(self.blk_tokens) else 0
-        has = np.diff(self.blk_ptr) > 0
-        assert np.all(np.where(has, chain, 0) <= self.prompt_len), "chain longer than prompt"
+        csum = np.concatenate(([0], np.cumsum(self.blk_tokens)))
+        chain = csum[self.blk_ptr[1:]] - csum[self.blk_ptr[:-1]]
+        assert np.all(chain <= self.prompt_len), "chain longer than prompt"
         assert np.all(self.output_len >= 1) and np.all(self.prompt_len >= 1)
 
     def slice(self, start: int, stop: int) -> Requests:

@@ -1,0 +1,82 @@
+"""Aggregation over seeds (mean and 95% confidence interval) and per-prefix tables."""
+
+from __future__ import annotations
+
+import math
+
+import polars as pl
+
+from ..artifacts import register
+
+GROUP = ["model", "workload", "budget_factor", "policy"]
+AGG_METRICS = [
+    "ttft_mean_ms", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "ttft_prefill_mean_ms",
+    "tpot_mean_ms", "tpot_p99_ms", "e2e_mean_ms", "throughput_rps", "throughput_tok_s",
+    "reject_rate", "shared_request_fraction", "replica_hit_rate", "prefill_hit_rate",
+    "mean_replica_kv_gb", "peak_replica_kv_gb", "peak_kv_used_gb", "transfer_mb_per_request",
+    "recompute_tokens_per_request", "link_util", "prefill_util", "decode_util",
+    "slo_attainment", "goodput_rps", "kv_budget_gb",
+]
+
+# Student-t 0.975 quantiles by degrees of freedom (standard tables); 1.96 beyond 30.
+_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
+         9: 2.262, 10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131,
+         16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086, 25: 2.060, 30: 2.042}
+
+
+def t975(df: int) -> float:
+    """Two-sided 95% Student-t quantile for ``df`` degrees of freedom (NaN for df < 1)."""
+    if df < 1:
+        return math.nan
+    if df in _T975:
+        return _T975[df]
+    if df > 30:
+        return 1.96
+    return _T975[max(k for k in _T975 if k <= df)]  # conservative between table rows
+
+
+register(
+    "agg",
+    {
+        "model": pl.Utf8, "workload": pl.Utf8, "budget_factor": pl.Float64, "policy": pl.Utf8,
+        "n_seeds": pl.Int64,
+        **{m: pl.Float64 for m in AGG_METRICS},
+        **{f"{m}_ci95": pl.Float64 for m in AGG_METRICS},
+    },
+)
+
+
+def aggregate(runs: pl.DataFrame) -> pl.DataFrame:
+    """Mean and 95% CI half-width (Student t over seeds) per model × workload × budget × policy."""
+    g = runs.group_by(GROUP).agg(
+        pl.len().cast(pl.Int64).alias("n_seeds"),
+        *[pl.col(m).mean().alias(m) for m in AGG_METRICS],
+        *[pl.col(m).std(ddof=1).alias(f"_sd_{m}") for m in AGG_METRICS],
+    )
+    t = g["n_seeds"].map_elements(lambda n: t975(n - 1), return_dtype=pl.Float64)
+    g = g.with_columns(t.alias("_t"))
+    g = g.with_columns(
+        [(pl.col("_t") * pl.col(f"_sd_{m}") / pl.col("n_seeds").sqrt()).alias(f"{m}_ci95") for m in AGG_METRICS]
+    )
+    return g.drop([c for c in g.columns if c.startswith("_")]).sort(GROUP)
+
+
+def prefix_table(reqs: pl.DataFrame) -> pl.DataFrame:
+    """Per prefix and policy over steady-state requests: traffic, where its KV came from, bytes."""
+    steady = reqs.filter(~pl.col("warmup") & (pl.col("prefix_id") >= 0))
+    admitted = pl.col("t_admit").is_not_nan()
+    return (
+        steady.group_by(["model", "workload", "budget_factor", "seed", "policy", "prefix_id"])
+        .agg(
+            pl.len().cast(pl.Int64).alias("requests"),
+            admitted.sum().cast(pl.Int64).alias("admitted"),
+            pl.col("prompt_tokens").filter(admitted).sum().cast(pl.Int64).alias("prompt_tokens"),
+            pl.col("replica_hit_tokens").sum().cast(pl.Int64).alias("replica_hit_tokens"),
+            pl.col("prefill_hit_tokens").filter(admitted).sum().cast(pl.Int64).alias("prefill_hit_tokens"),
+            pl.col("recompute_tokens").sum().cast(pl.Int64).alias("recompute_tokens"),
+            pl.col("transfer_bytes").sum().alias("transfer_bytes"),
+            (pl.col("replica_hit_tokens") > 0).filter(admitted).mean().alias("replica_served_fraction"),
+            pl.col("ttft_ms").filter(pl.col("outcome") == "completed").mean().alias("ttft_mean_ms"),
+        )
+        .sort(["policy", "prefix_id"])
+    )

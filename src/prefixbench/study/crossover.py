@@ -1,0 +1,149 @@
+"""Transfer vs recompute: analytic break-even per model × accelerator × link, and what the
+simulation measured where sweep results exist.
+
+Moving a prefix of L tokens costs latency + L·kv_bytes/bandwidth on the link; rebuilding
+it on the decode instance costs the roofline time of an L-token prefill (costmodel
+.recompute_time). Both exclude queueing; the simulated difference includes it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from .. import catalog
+from ..artifacts import register
+from ..costmodel import Efficiency, InstanceCost, kv_bytes_per_token, recompute_time, transfer_time
+
+REFERENCE_PREFIX = 2048  # tokens: the prefix length the tie bandwidth is quoted for
+
+register(
+    "crossover",
+    {
+        "model": pl.Utf8, "accelerator": pl.Utf8, "link": pl.Utf8, "kv_bytes_per_token": pl.Int64,
+        "transfer_us_per_token": pl.Float64, "recompute_us_per_token": pl.Float64,
+        "transfer_ms_at_ref": pl.Float64, "recompute_ms_at_ref": pl.Float64,
+        "tie_bandwidth_gbps": pl.Float64, "breakeven_prefix_tokens": pl.Float64,
+        "recompute_wins_from": pl.Float64, "recompute_wins_until": pl.Float64,
+        "winner_at_ref": pl.Utf8, "sim_ttft_transfer_minus_recompute_ms": pl.Float64,
+    },
+)
+
+
+def analytic_row(model: str, accelerator: str, link: str, devices: int = 1, eff: Efficiency | None = None) -> dict:
+    """Break-even figures of one (model, decode accelerator, link)."""
+    m = catalog.get_model(model)
+    dev = catalog.get_accelerator(accelerator)
+    ln = catalog.get_link(link)
+    cost = InstanceCost.build(m, dev, devices, eff or Efficiency())
+    kv = kv_bytes_per_token(m)
+    lengths = np.arange(1, m.max_context + 1, dtype=np.float64)
+    t_x = transfer_time(ln, lengths * kv)
+    t_r = recompute_time(cost, lengths)
+    recompute_better = t_r < t_x
+    ref = float(min(REFERENCE_PREFIX, m.max_context))
+    tx_ref = float(transfer_time(ln, ref * kv))
+    tr_ref = float(recompute_time(cost, ref))
+    # bandwidth at which moving the reference prefix costs as much as recomputing it
+    budget = tr_ref - ln.latency_us / 1e6
+    tie_bw = ref * kv / budget / 1e9 if budget > 0 else float("nan")
+    wins = np.flatnonzero(recompute_better)
+    return {
+        "model": m.name,
+        "accelerator": dev.name,
+        "link": ln.name,
+        "kv_bytes_per_token": kv,
+        "transfer_us_per_token": kv / (ln.bandwidth_gbps * 1e9) * 1e6,
+        "recompute_us_per_token": cost.linear_flops / cost.flops_rate_prefill * 1e6,
+        "transfer_ms_at_ref": tx_ref * 1e3,
+        "recompute_ms_at_ref": tr_ref * 1e3,
+        "tie_bandwidth_gbps": tie_bw,
+        # first length where the cheaper option flips (NaN: one option wins at every length)
+        "breakeven_prefix_tokens": float(np.flatnonzero(np.diff(recompute_better))[0] + 2)
+        if np.any(np.diff(recompute_better))
+        else float("nan"),
+        "recompute_wins_from": float(lengths[wins[0]]) if wins.size else float("nan"),
+        "recompute_wins_until": float(lengths[wins[-1]]) if wins.size else float("nan"),
+        "winner_at_ref": "recompute_on_decode" if tr_ref < tx_ref else "transfer_per_request",
+    }
+
+
+def crossover_table(
+    models: list[str], accelerators: list[str], links: list[str], agg: pl.DataFrame | None = None
+) -> pl.DataFrame:
+    rows = [analytic_row(m, a, k) for m in models for a in accelerators for k in links]
+    df = pl.DataFrame(rows)
+    sim = pl.lit(None, dtype=pl.Float64)
+    if agg is not None and agg.height:
+        piv = (
+            agg.filter(pl.col("policy").is_in(["transfer_per_request", "recompute_on_decode"]))
+            .group_by(["model", "policy"])
+            .agg(pl.col("ttft_mean_ms").mean())
+            .pivot(on="policy", index="model", values="ttft_mean_ms")
+        )
+        if {"transfer_per_request", "recompute_on_decode"} <= set(piv.columns):
+            piv = piv.select(
+                "model",
+                (pl.col("transfer_per_request") - pl.col("recompute_on_decode")).alias(
+                    "sim_ttft_transfer_minus_recompute_ms"
+                ),
+            )
+            return df.join(piv, on="model", how="left").sort(["model", "accelerator", "link"])
+    return df.with_columns(sim.alias("sim_ttft_transfer_minus_recompute_ms")).sort(["model", "accelerator", "link"])
+
+
+def verdicts(table: pl.DataFrame, accelerator: str, link: str) -> list[str]:
+    """One sentence per model for the given decode accelerator and link."""
+    lines = []
+    for model in table["model"].unique(maintain_order=True).sort():
+        sub = table.filter(pl.col("model") == model)
+        here = sub.filter((pl.col("accelerator") == accelerator) & (pl.col("link") == link))
+        wins = sub.filter(pl.col("winner_at_ref") == "recompute_on_decode").height
+        if here.height:
+            r = here.row(0, named=True)
+            if r["winner_at_ref"] == "transfer_per_request":
+                head = (
+                    f"{model} on {accelerator} over {link}: transfer a {REFERENCE_PREFIX}-token prefix "
+                    f"({r['transfer_ms_at_ref']:.2f} ms) rather than recompute it ({r['recompute_ms_at_ref']:.2f} ms); "
+                    f"recompute would only win on links slower than {r['tie_bandwidth_gbps']:.2f} GB/s"
+                )
+            else:
+                head = (
+                    f"{model} on {accelerator} over {link}: recompute a {REFERENCE_PREFIX}-token prefix "
+                    f"({r['recompute_ms_at_ref']:.2f} ms) rather than transfer it ({r['transfer_ms_at_ref']:.2f} ms); "
+                    f"transfer wins on links faster than {r['tie_bandwidth_gbps']:.2f} GB/s"
+                )
+        else:
+            head = f"{model}"
+        sim = sub["sim_ttft_transfer_minus_recompute_ms"].drop_nulls()
+        simtxt = ""
+        if sim.len():
+            d = float(sim[0])
+            simtxt = (
+                f"; simulated mean TTFT: transfer {'faster' if d < 0 else 'slower'} by {abs(d):.1f} ms"
+            )
+        lines.append(f"{head}{simtxt} (recompute wins in {wins} of {sub.height} accelerator×link pairs)")
+    return lines
+
+
+DEFAULT_ACCELERATORS = ["l4", "a10g", "l40s", "a100-80gb", "h100-sxm"]
+
+
+def run_crossover(
+    results: Path,
+    models: list[str] | None = None,
+    accelerators: list[str] | None = None,
+    links: list[str] | None = None,
+) -> tuple[pl.DataFrame, Path]:
+    """Build crossover.parquet in ``results`` (with simulated TTFT differences if agg exists)."""
+    from ..artifacts import read_artifact, write_atomic
+
+    agg_path = Path(results) / "agg.parquet"
+    agg = read_artifact(agg_path, "agg") if agg_path.exists() else None
+    if not models:
+        models = sorted(agg["model"].unique().to_list()) if agg is not None else ["qwen2-0.5b", "qwen2-1.5b"]
+    table = crossover_table(models, accelerators or DEFAULT_ACCELERATORS, links or list(catalog.LINKS), agg)
+    path = write_atomic(table, Path(results) / "crossover.parquet", "crossover")
+    return table, path

@@ -1,0 +1,125 @@
+"""Sweep grids: which (model, workload, budget, seed) points to run under which policies.
+
+A point is one prepared workload; its policies run on the same requests. Every run has a
+stable ``run_id`` derived from its parameters, so reruns find finished work.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ..errors import ScenarioError
+from ..scenario import POLICIES
+
+
+class SweepSpec(BaseModel):
+    """A sweep grid (YAML file or flags). The default is the seed study's 384 runs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    models: list[str] = Field(["qwen2-0.5b", "qwen2-1.5b"], min_length=1, description="Catalog models.")
+    workloads: list[str] = Field(
+        ["enterprise_hotset", "long_context_support", "medium_chat", "tool_call"],
+        min_length=1,
+        description="Built-in scenario names or YAML paths.",
+    )
+    budgets: list[float] = Field([0.35, 0.5, 0.75, 1.0], min_length=1, description="budget_factor values.")
+    policies: list[str] = Field(list(POLICIES), min_length=1, description="Policies to compare.")
+    seeds: list[int] = Field([0, 1, 2], min_length=1, description="Random seeds per point.")
+    set: list[str] = Field([], description="--set overrides applied to every scenario.")
+
+    @field_validator("policies")
+    @classmethod
+    def _known_policies(cls, v: list[str]) -> list[str]:
+        from ..suggest import did_you_mean
+
+        for p in v:
+            if p not in POLICIES:
+                raise ValueError(f"unknown policy '{p}'; {did_you_mean(p, POLICIES)}")
+        return v
+
+    @field_validator("budgets")
+    @classmethod
+    def _positive(cls, v: list[float]) -> list[float]:
+        if any(b <= 0 for b in v):
+            raise ValueError("budget factors must be > 0")
+        return v
+
+    def points(self) -> list[Point]:
+        return [
+            Point(m, w, float(b), s, tuple(self.set))
+            for m in self.models
+            for w in self.workloads
+            for b in self.budgets
+            for s in self.seeds
+        ]
+
+    def fingerprint(self) -> dict:
+        return self.model_dump(mode="json")
+
+
+QUICK = {
+    "models": ["qwen2-0.5b"],
+    "workloads": ["enterprise_hotset", "tool_call"],
+    "budgets": [0.35, 1.0],
+    "seeds": [0, 1],
+    "set": ["run.requests=1500", "run.warmup_requests=300"],
+}
+
+
+@dataclass(frozen=True)
+class Point:
+    model: str
+    workload: str
+    budget_factor: float
+    seed: int
+    overrides: tuple[str, ...] = ()
+
+    def scenario_overrides(self) -> list[str]:
+        return [
+            *self.overrides,
+            f"model={self.model}",
+            f"memory.budget_factor={self.budget_factor!r}",
+            f"seed={self.seed}",
+        ]
+
+    @property
+    def point_id(self) -> str:
+        return stable_id(self.model, self.workload, self.budget_factor, self.seed, self.overrides)
+
+    def run_id(self, policy: str) -> str:
+        return stable_id(self.model, self.workload, self.budget_factor, self.seed, self.overrides, policy)
+
+
+def stable_id(*parts) -> str:
+    """A short hash of the parameters (same parameters → same id, on any machine)."""
+    blob = json.dumps(parts, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def load_sweep_file(path: Path) -> dict:
+    from ..loader import read_yaml
+
+    data = read_yaml(Path(path))
+    if not isinstance(data, dict):
+        raise ScenarioError("a sweep file must be a YAML mapping", where=str(path))
+    return data
+
+
+def build_spec(base: dict | None = None, **flags) -> SweepSpec:
+    """Merge a sweep file's mapping with command-line flags (flags win) and validate."""
+    data = dict(base or {})
+    for k, v in flags.items():
+        if v:
+            data[k] = v
+    try:
+        return SweepSpec.model_validate(data)
+    except ValidationError as e:
+        from ..loader import format_validation_error
+
+        raise format_validation_error(e, "sweep") from None

@@ -1,0 +1,193 @@
+"""Which policy to use per scenario, by a written rule (docs/study.md), with its margin.
+
+Rules (``objective``):
+- eligibility (latency, memory): a policy whose mean reject rate exceeds the lowest by more
+  than 1 percentage point is not eligible — its TTFT only counts the requests it admitted.
+- ``latency``: lowest mean TTFT among eligible policies.
+- ``memory``: least mean replica KV among eligible policies within 10% of the best mean TTFT.
+- ``balanced``: lowest score = TTFT / best TTFT + 5 × (reject rate − lowest reject rate)
+  + 0.25 × mean replica KV / KV budget.
+The margin is the paired per-seed difference in mean TTFT (runner-up − recommended) with a
+95% Student-t interval; ``seeds_agree`` says whether the rule picks the same policy on
+every seed alone.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import polars as pl
+
+from ..artifacts import register
+from .aggregate import t975
+
+OBJECTIVES = ("balanced", "latency", "memory")
+REJECT_SLACK = 0.01
+TTFT_SLACK = 0.10
+W_REJECT = 5.0
+W_MEMORY = 0.25
+SCENARIO = ["model", "workload", "budget_factor"]
+
+register(
+    "recommendations",
+    {
+        "model": pl.Utf8, "workload": pl.Utf8, "budget_factor": pl.Float64, "objective": pl.Utf8,
+        "recommended": pl.Utf8, "runner_up": pl.Utf8, "ttft_ms": pl.Float64,
+        "runner_up_ttft_ms": pl.Float64, "margin_ms": pl.Float64, "margin_ci95_ms": pl.Float64,
+        "seeds_agree": pl.Boolean, "n_seeds": pl.Int64, "reason": pl.Utf8,
+    },
+)
+
+
+def rank(rows: list[dict], objective: str) -> list[str]:
+    """Policies best first under ``objective`` (rows: one per policy, aggregated metrics)."""
+    best_rej = min(r["reject_rate"] for r in rows)
+    eligible = [r for r in rows if r["reject_rate"] <= best_rej + REJECT_SLACK]
+    best_ttft = min(r["ttft_mean_ms"] for r in eligible)
+    if objective == "latency":
+        key = lambda r: (r not in eligible, r["ttft_mean_ms"], r["reject_rate"])  # noqa: E731
+    elif objective == "memory":
+        key = lambda r: (  # noqa: E731
+            r not in eligible or r["ttft_mean_ms"] > best_ttft * (1 + TTFT_SLACK),
+            r["mean_replica_kv_gb"],
+            r["ttft_mean_ms"],
+        )
+    elif objective == "balanced":
+        best_all = min(r["ttft_mean_ms"] for r in rows)
+        key = lambda r: (  # noqa: E731
+            r["ttft_mean_ms"] / best_all
+            + W_REJECT * (r["reject_rate"] - best_rej)
+            + W_MEMORY * r["mean_replica_kv_gb"] / max(r["kv_budget_gb"], 1e-12),
+        )
+    else:
+        raise ValueError(objective)
+    return [r["policy"] for r in sorted(rows, key=lambda r: (*key(r), r["policy"]))]
+
+
+def _reason(win: dict, by_policy: dict[str, dict]) -> str:
+    base = by_policy.get("transfer_per_request")
+    p = win["policy"]
+    if p.startswith("replicate") and base:
+        change = win["ttft_mean_ms"] / base["ttft_mean_ms"] - 1 if base["ttft_mean_ms"] else 0.0
+        rej = base["reject_rate"] - win["reject_rate"]
+        extra = f" and {rej:.1%} fewer rejects" if rej > 0.005 else ""
+        return (
+            f"replicas serve {win['replica_hit_rate']:.0%} of prompt tokens: mean TTFT {change:+.0%} "
+            f"vs transfer{extra}, for {win['mean_replica_kv_gb']:.2f} GB of replica KV "
+            f"({win['mean_replica_kv_gb'] / max(win['kv_budget_gb'], 1e-12):.0%} of the budget)"
+        )
+    if p == "recompute_on_decode":
+        return (
+            f"rebuilding the prefix on decode ({win['recompute_tokens_per_request']:.0f} tokens) is cheaper "
+            f"than moving it: mean TTFT {win['ttft_mean_ms']:.1f} ms"
+        )
+    reps = [by_policy[k] for k in ("replicate_all_lru", "replicate_hotset") if k in by_policy]
+    if reps and win["reject_rate"] > 0.02:
+        r = min(reps, key=lambda x: x["ttft_mean_ms"])
+        return (
+            f"the budget already rejects {win['reject_rate']:.0%} of requests; replicas would take "
+            f"{r['mean_replica_kv_gb'] / max(r['kv_budget_gb'], 1e-12):.0%} of it for a "
+            f"{r['ttft_mean_ms'] / win['ttft_mean_ms'] - 1:+.0%} TTFT change"
+        )
+    if reps:
+        r = min(reps, key=lambda x: x["ttft_mean_ms"])
+        return (
+            f"replicas would not pay: best replica policy {r['policy']} gives TTFT "
+            f"{r['ttft_mean_ms']:.1f} ms vs {win['ttft_mean_ms']:.1f} ms at {r['mean_replica_kv_gb']:.2f} GB"
+        )
+    return f"lowest score: mean TTFT {win['ttft_mean_ms']:.1f} ms, reject rate {win['reject_rate']:.1%}"
+
+
+def recommend(agg: pl.DataFrame, runs: pl.DataFrame, objective: str = "balanced") -> pl.DataFrame:
+    """One recommendation per model × workload × budget in ``agg``."""
+    out = []
+    for key, grp in agg.group_by(SCENARIO, maintain_order=True):
+        rows = grp.to_dicts()
+        by_policy = {r["policy"]: r for r in rows}
+        order = rank(rows, objective)
+        win, up = order[0], (order[1] if len(order) > 1 else None)
+        sel = runs.filter(
+            (pl.col("model") == key[0]) & (pl.col("workload") == key[1]) & (pl.col("budget_factor") == key[2])
+        )
+        per_seed = []
+        diffs = []
+        for _, srows in sel.group_by("seed", maintain_order=True):
+            d = srows.to_dicts()
+            per_seed.append(rank(d, objective)[0])
+            if up is not None:
+                m = {r["policy"]: r["ttft_mean_ms"] for r in d}
+                if win in m and up in m:
+                    diffs.append(m[up] - m[win])
+        n = len(diffs)
+        mean = sum(diffs) / n if n else math.nan
+        ci = (
+            t975(n - 1) * math.sqrt(sum((x - mean) ** 2 for x in diffs) / (n - 1)) / math.sqrt(n)
+            if n > 1
+            else math.nan
+        )
+        out.append(
+            {
+                "model": key[0],
+                "workload": key[1],
+                "budget_factor": key[2],
+                "objective": objective,
+                "recommended": win,
+                "runner_up": up,
+                "ttft_ms": by_policy[win]["ttft_mean_ms"],
+                "runner_up_ttft_ms": by_policy[up]["ttft_mean_ms"] if up else math.nan,
+                "margin_ms": mean,
+                "margin_ci95_ms": ci,
+                "seeds_agree": len(set(per_seed)) <= 1,
+                "n_seeds": len(per_seed),
+                "reason": _reason(by_policy[win], by_policy),
+            }
+        )
+    return pl.DataFrame(out).sort(SCENARIO)
+
+
+def run_recommend(
+    model: str,
+    budget: float,
+    *,
+    workloads: list[str] | None = None,
+    objective: str = "balanced",
+    results: Path | None = None,
+    jobs: int | None = None,
+    on_start=None,
+    on_point=None,
+) -> tuple[pl.DataFrame, Path]:
+    """Recommendations for ``model`` at ``budget``: from existing results when they cover it,
+    else by running just the scenarios needed (3 seeds, all policies) into a cache folder.
+    Writes recommendations.parquet for the whole grid of the results used."""
+    from ..artifacts import read_artifact, write_atomic
+    from ..catalog import get_model
+    from .grid import build_spec
+    from .sweep import run_sweep
+
+    if objective not in OBJECTIVES:
+        raise ValueError(objective)
+    name = get_model(model).name
+    wanted = workloads or ["enterprise_hotset", "long_context_support", "medium_chat", "tool_call"]
+
+    def covered(agg: pl.DataFrame) -> bool:
+        have = agg.filter((pl.col("model") == name) & ((pl.col("budget_factor") - budget).abs() < 1e-9))
+        return set(wanted) <= set(have["workload"].to_list())
+
+    folder = Path(results) if results else None
+    if folder is None or not (folder / "agg.parquet").exists() or not covered(
+        read_artifact(folder / "agg.parquet", "agg")
+    ):
+        folder = Path(results or "results") / "recommend" / f"{name}-{budget:g}"
+        spec = build_spec({"models": [name], "budgets": [budget], "workloads": wanted})
+        run_sweep(spec, folder, jobs=jobs, on_start=on_start, on_point=on_point)
+    agg = read_artifact(folder / "agg.parquet", "agg")
+    runs = read_artifact(folder / "runs.parquet", "runs")
+    rec = recommend(agg, runs, objective)
+    path = write_atomic(rec, folder / "recommendations.parquet", "recommendations")
+    sel = rec.filter(
+        (pl.col("model") == name)
+        & ((pl.col("budget_factor") - budget).abs() < 1e-9)
+        & pl.col("workload").is_in(wanted)
+    )
+    return sel, path

@@ -1,0 +1,198 @@
+"""`prefixbench sweep`: a grid of scenarios × seeds × policies on a process pool, resumable.
+
+Each point (model, workload, budget, seed) runs all policies on the same requests and its
+rows are written to ``parts/<point_id>.parquet`` atomically as soon as it finishes, so an
+interrupted sweep keeps every finished point and a rerun only does the rest. The combined
+files are rebuilt from the parts, sorted by a stable key, so results are identical whatever
+the order workers finished in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from ..artifacts import SCHEMAS, read_artifact, register, write_atomic
+from ..errors import ArtifactError, PrefixbenchError
+from .aggregate import aggregate, prefix_table
+from .grid import Point, SweepSpec
+
+RUN_KEYS = ["model", "workload", "budget_factor", "seed", "policy"]
+register("runs", {"run_id": pl.Utf8, "point_id": pl.Utf8, **SCHEMAS["summary"]})
+register(
+    "prefixes",
+    {
+        "run_id": pl.Utf8, "model": pl.Utf8, "workload": pl.Utf8, "budget_factor": pl.Float64,
+        "seed": pl.Int64, "policy": pl.Utf8, "prefix_id": pl.Int64, "requests": pl.Int64,
+        "admitted": pl.Int64, "prompt_tokens": pl.Int64, "replica_hit_tokens": pl.Int64,
+        "prefill_hit_tokens": pl.Int64, "recompute_tokens": pl.Int64, "transfer_bytes": pl.Float64,
+        "replica_served_fraction": pl.Float64, "ttft_mean_ms": pl.Float64,
+    },
+)
+
+
+@dataclass
+class PointResult:
+    point: Point
+    runs: pl.DataFrame
+    prefixes: pl.DataFrame
+    requests: pl.DataFrame | None
+
+
+def run_point(point: Point, policies: list[str], keep_requests: bool) -> PointResult:
+    """Simulate one grid point under every policy (runs in a worker process)."""
+    from ..loader import load_scenario
+    from .runs import run_scenario
+
+    s = load_scenario(point.workload, point.scenario_overrides())
+    t = run_scenario(s, policies, keep_requests=True)
+    runs = t.summary.with_columns(
+        pl.col("policy").map_elements(point.run_id, return_dtype=pl.Utf8).alias("run_id"),
+        pl.lit(point.point_id).alias("point_id"),
+        pl.lit(point.workload).alias("workload"),
+        pl.lit(point.budget_factor).alias("budget_factor"),
+    )
+    reqs = t.requests.with_columns(
+        pl.lit(point.model).alias("model"),
+        pl.lit(point.workload).alias("workload"),
+        pl.lit(point.budget_factor).alias("budget_factor"),
+        pl.lit(point.seed).cast(pl.Int64).alias("seed"),
+    )
+    ids = runs.select("policy", "run_id")
+    prefixes = prefix_table(reqs).join(ids, on="policy")
+    return PointResult(point, runs, prefixes, reqs if keep_requests else None)
+
+
+def _part_paths(out: Path, point: Point) -> tuple[Path, Path, Path]:
+    pid = point.point_id
+    return out / "parts" / f"{pid}.runs.parquet", out / "parts" / f"{pid}.prefixes.parquet", out / "events" / f"{pid}.parquet"
+
+
+def _finished(out: Path, point: Point, events: bool) -> bool:
+    """A point is done when its part files exist and read back valid (corrupt → redo)."""
+    runs_p, pre_p, ev_p = _part_paths(out, point)
+    try:
+        read_artifact(runs_p, "runs")
+        read_artifact(pre_p, "prefixes")
+        if events:
+            read_artifact(ev_p, "requests")
+    except ArtifactError:
+        return False
+    return True
+
+
+def _save(out: Path, r: PointResult) -> None:
+    runs_p, pre_p, ev_p = _part_paths(out, r.point)
+    if r.requests is not None:
+        write_atomic(r.requests, ev_p, "requests")
+    write_atomic(r.prefixes, pre_p, "prefixes")
+    write_atomic(r.runs, runs_p, "runs")  # last: its presence marks the point finished
+
+
+def check_grid(out: Path, spec: SweepSpec, force: bool) -> None:
+    """Refuse to mix a different grid into an existing results directory."""
+    path = out / "sweep.json"
+    want = spec.fingerprint()
+    if path.is_file() and not force:
+        try:
+            have = json.loads(path.read_text())
+        except (OSError, ValueError):
+            have = None
+        if have != want:
+            raise ArtifactError(
+                "this directory holds results of a different sweep grid",
+                where=str(out),
+                fix="choose another --out, or pass --force to add this grid's runs to it",
+            )
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(want, indent=2, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def _pending(out: Path, points: Iterable[Point], events: bool) -> list[Point]:
+    return [p for p in points if not _finished(out, p, events)]
+
+
+def run_sweep(
+    spec: SweepSpec,
+    out: Path,
+    *,
+    jobs: int | None = None,
+    events: bool = False,
+    force: bool = False,
+    on_start: Callable[[int, int], None] | None = None,
+    on_point: Callable[[Point], None] | None = None,
+) -> dict[str, Path]:
+    """Run every unfinished point of ``spec`` into ``out`` and (re)build the combined files."""
+    out = Path(out)
+    check_grid(out, spec, force)
+    points = spec.points()
+    todo = _pending(out, points, events)
+    if on_start:
+        on_start(len(points), len(points) - len(todo))
+    _validate_first(todo)
+    jobs = max(1, jobs or os.cpu_count() or 1)
+    if jobs == 1 or len(todo) <= 1:
+        for p in todo:
+            _save(out, run_point(p, spec.policies, events))
+            if on_point:
+                on_point(p)
+    elif todo:
+        _run_pool(todo, spec.policies, events, out, jobs, on_point)
+    return combine(out, points)
+
+
+def _validate_first(todo: list[Point]) -> None:
+    """Load every scenario before any simulation so a bad grid fails at once, not mid-way."""
+    from ..loader import load_scenario
+
+    for p in {(q.workload, q.model, q.budget_factor, q.overrides): q for q in todo}.values():
+        load_scenario(p.workload, p.scenario_overrides())
+
+
+def _run_pool(todo, policies, events, out, jobs, on_point) -> None:
+    ex = ProcessPoolExecutor(max_workers=jobs)
+    try:
+        futures = {ex.submit(run_point, p, policies, events): p for p in todo}
+        pending = set(futures)
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for f in done:
+                try:
+                    r = f.result()
+                except PrefixbenchError:
+                    raise
+                _save(out, r)
+                if on_point:
+                    on_point(futures[f])
+    except BaseException:
+        ex.shutdown(wait=False, cancel_futures=True)
+        raise
+    ex.shutdown(wait=True)
+
+
+def combine(out: Path, points: list[Point]) -> dict[str, Path]:
+    """Rebuild runs/agg/prefixes from the finished parts of ``points``, in a stable order."""
+    runs, prefixes = [], []
+    for p in points:
+        runs_p, pre_p, _ = _part_paths(out, p)
+        if runs_p.is_file():
+            runs.append(read_artifact(runs_p, "runs"))
+            prefixes.append(read_artifact(pre_p, "prefixes"))
+    if not runs:
+        raise ArtifactError("no finished runs to combine", where=str(out), fix="run the sweep")
+    runs_df = pl.concat(runs, how="vertical_relaxed").sort(RUN_KEYS)
+    pre_df = pl.concat(prefixes, how="vertical_relaxed").sort([*RUN_KEYS, "prefix_id"])
+    meta = {"points": len(runs), "of": len(points)}
+    return {
+        "runs": write_atomic(runs_df, out / "runs.parquet", "runs", meta),
+        "agg": write_atomic(aggregate(runs_df), out / "agg.parquet", "agg", meta),
+        "prefixes": write_atomic(pre_df, out / "prefixes.parquet", "prefixes", meta),
+    }
