@@ -50,12 +50,20 @@ def register(kind: str, columns: dict[str, pl.DataType]) -> None:
     SCHEMAS[kind] = columns
 
 
+def schema(kind: str) -> dict[str, pl.DataType]:
+    """The declared columns of ``kind`` (study modules declare theirs when imported)."""
+    if kind not in SCHEMAS:
+        from .study import aggregate, crossover, recommend, sweep  # noqa: F401 - they register
+
+    return SCHEMAS[kind]
+
+
 def _conform(df: pl.DataFrame, kind: str) -> pl.DataFrame:
-    schema = SCHEMAS[kind]
-    missing = [c for c in schema if c not in df.columns]
+    schema_ = schema(kind)
+    missing = [c for c in schema_ if c not in df.columns]
     if missing:
         raise AssertionError(f"{kind} frame lacks declared columns {missing}")  # a bug, not user error
-    return df.with_columns(pl.col(c).cast(t) for c, t in schema.items())
+    return df.with_columns(pl.col(c).cast(t) for c, t in schema_.items())
 
 
 def write_atomic(df: pl.DataFrame, path: Path, kind: str, meta: dict | None = None) -> Path:
@@ -123,7 +131,7 @@ def read_artifact(path: Path, kind: str) -> pl.DataFrame:
         raise ArtifactError(
             "corrupt Parquet data", where=str(path), fix="delete it and re-run the command that produced it"
         ) from None
-    for col, dtype in SCHEMAS[kind].items():
+    for col, dtype in schema(kind).items():
         if col not in df.columns:
             raise ArtifactError(f"column '{col}' is missing", where=str(path), fix="re-create the file")
         if df.schema[col] != dtype:
