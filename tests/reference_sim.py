@@ -27,7 +27,15 @@ Semantics implemented (times in seconds):
 * Decode: continuous batching, one event per iteration. A request is ready when its KV has
   landed and its recompute (if any) is done; it joins at the first boundary strictly after
   that (an idle instance starts a boundary at once). Queued recomputes run back to back at
-  a boundary and stall the batch.
+  a boundary and stall the batch; the stall's end is a boundary, and the requests it
+  recomputed join there.
+* Join order when the batch is full (the design leaves it open; this is the core's rule):
+  FIFO by the moment a request entered the join queue, i.e. when its KV landed, or, for a
+  request that also needs a recompute, the later of its KV landing and the start of the
+  stall that recomputes it (so a recomputed request whose KV landed before its stall goes
+  ahead of one whose KV lands during the stall even though the latter is ready earlier).
+* Requests finishing at the same boundary leave in request (arrival) order, which fixes
+  the LRU order of the replica blocks they release (each request's chain tail first).
 """
 
 from __future__ import annotations
@@ -79,7 +87,6 @@ class Req:
     private: int = 0
     pinned: list[int] = field(default_factory=list)  # replica blocks this request holds a ref on
     generated: int = 0
-    ready_time: float = NAN  # when both the KV landed and the recompute finished
 
 
 @dataclass
@@ -370,13 +377,10 @@ class ReferenceSim:
         dec = self.dc[r.decode_instance]
         for h in r.pinned:
             dec.replicas[h].ready = True
-        if r.recompute_tokens == 0 or r.t_recompute_end <= t:  # (NaN: recompute not run yet)
-            self.make_ready(r, dec, t)
+        if r.recompute_tokens == 0 or not math.isnan(r.t_recompute_start):
+            # no recompute, or it is already scheduled in a stall that ends at a boundary
+            dec.ready.append(r)
             self.wake(r.decode_instance, t)
-
-    def make_ready(self, r: Req, dec: DecodeInstance, t: float) -> None:
-        r.ready_time = t
-        dec.ready.append(r)
 
     # ------------------------------------------------------------------ decode
 
@@ -390,8 +394,8 @@ class ReferenceSim:
     def on_boundary(self, d: int, t: float) -> None:
         cfg, dec = self.cfg, self.dc[d]
         freed = False
-        if dec.state == "iter":  # one iteration just ended
-            for r in list(dec.running):
+        if dec.state == "iter":  # one iteration just ended; finishers leave in request order
+            for r in sorted(dec.running, key=lambda x: x.rid):
                 r.generated += 1
                 if r.generated == 1:
                     r.t_first_token = t
@@ -399,9 +403,6 @@ class ReferenceSim:
                     self.complete(r, dec, t)
                     freed = True
         elif dec.state == "stall":  # recomputes just ended
-            for r in dec.stall_jobs:
-                if r.landed and r not in dec.ready:  # KV already there: ready at its recompute end
-                    self.make_ready(r, dec, r.t_recompute_end)
             dec.stall_jobs = []
         if freed:
             while dec.waiting:
@@ -419,11 +420,12 @@ class ReferenceSim:
                 r.t_recompute_start = end
                 end += max(flops / cost.flops_rate_prefill, nbytes / cost.byte_rate) + cost.prefill_overhead
                 r.t_recompute_end = end
+                if r.landed:  # queued to join now, in recompute order; joins at the stall end
+                    dec.ready.append(r)
             dec.stall_jobs, dec.recompute = dec.recompute, []
             dec.state = "stall"
             self.schedule(end, DECODE, d)
             return
-        dec.ready.sort(key=lambda x: x.ready_time)  # stable: ties keep the order they became ready
         while dec.ready and len(dec.running) < cfg.max_batch:
             r = dec.ready.pop(0)
             r.t_decode_start = t

@@ -343,5 +343,34 @@ def recommend(
     err.print(f"wrote {path}", highlight=False)
 
 
+# ------------------------------------------------------------------ plots and report
+
+
+@app.command()
+@guarded
+def plot(
+    results: Annotated[Path, typer.Argument(help="Results folder (agg, runs and crossover Parquet).")] = Path("results"),
+    out_dir: Annotated[Path, typer.Option("--out", help="Folder for the PNGs.")] = Path("plots"),
+) -> None:
+    """Draw the study's figures (PNG, 150 dpi) from a results folder."""
+    from .study.plots import render_plots
+
+    for path in render_plots(results, out_dir):
+        out.print(str(path), highlight=False, soft_wrap=True)
+
+
+@app.command()
+@guarded
+def report(
+    results: Annotated[Path, typer.Argument(help="Results folder (agg, runs and crossover Parquet).")] = Path("results"),
+    out_file: Annotated[Path | None, typer.Option("--out", help="Report file (default: RESULTS/report.md).")] = None,
+    plots: Annotated[Path | None, typer.Option("--plots", help="Embed the PNGs in this folder (from `plot`).")] = None,
+) -> None:
+    """Write the study's findings as Markdown; every number comes from the Parquet files."""
+    from .study.report import write_report
+
+    out.print(str(write_report(results, out_file, plots)), highlight=False, soft_wrap=True)
+
+
 def main() -> None:
     app()

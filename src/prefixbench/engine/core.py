@@ -359,7 +359,10 @@ class Simulator:
 
     def _timeout(self, rid: int, t: float) -> None:
         if self.outcome[rid] == Outcome.PENDING and math.isnan(self.t_admit[rid]):
-            self._reject(rid, self.d_inst[rid], t, Reason.TIMEOUT)  # lazily dropped from waitq
+            # Leave the wait queue now: a stale entry would make later requests queue behind
+            # it although memory is free. Timeouts come in queue order, so it is at the head.
+            self.dec[self.d_inst[rid]].waitq.remove(rid)
+            self._reject(rid, self.d_inst[rid], t, Reason.TIMEOUT)
 
     def _reject(self, rid: int, d: int, t: float, reason: Reason) -> None:
         self.outcome[rid] = Outcome.REJECTED
@@ -407,6 +410,12 @@ class Simulator:
         coeffs = decode_series_coeffs(self.cfg.decode_cost, dec.b, dec.ctx)
         k_max = dec.heap[0][0] - dec.it
         k = min(iterations_within(coeffs, t - dec.t_seg, k_max) + 1, k_max)
+        # The rounding of t - t_seg may be off by one boundary; decide in absolute time, the
+        # way boundary times are computed: the first boundary strictly after t.
+        while k < k_max and dec.t_seg + series_time(coeffs, k) <= t:
+            k += 1
+        while k > 1 and dec.t_seg + series_time(coeffs, k - 1) > t:
+            k -= 1
         tb = dec.t_seg + series_time(coeffs, k)
         if tb < dec.next_t:
             dec.version += 1
@@ -487,9 +496,9 @@ class Simulator:
         dec.b -= 1
         dec.ctx -= self.prompt[rid] + self.output[rid]
         dec.private -= self.private[rid]
-        dec.store.release(self.held[rid])
-        if self.persisted[rid]:
-            dec.store.release(self.persisted[rid])
+        # One release over the whole chain (held hit, then persisted blocks: chain order) so it
+        # goes tail first and the chain's root stays the freshest idle block.
+        dec.store.release(self.held[rid] + self.persisted[rid])
         self.decode_load[d] -= 1
 
     # ------------------------------------------------------------------ accounting

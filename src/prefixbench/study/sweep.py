@@ -10,6 +10,7 @@ the order workers finished in.
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -108,7 +109,7 @@ def check_grid(out: Path, spec: SweepSpec, force: bool) -> None:
             raise ArtifactError(
                 "this directory holds results of a different sweep grid",
                 where=str(out),
-                fix="choose another --out, or pass --force to add this grid's runs to it",
+                fix="choose another --out, or pass --force to rebuild its combined files for this grid (finished runs of both grids are kept in parts/)",
             )
     out.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")
@@ -158,7 +159,8 @@ def _validate_first(todo: list[Point]) -> None:
 
 
 def _run_pool(todo, policies, events, out, jobs, on_point) -> None:
-    ex = ProcessPoolExecutor(max_workers=jobs)
+    # spawn, not fork: forking a process whose polars thread pool is running can deadlock
+    ex = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
     try:
         futures = {ex.submit(run_point, p, policies, events): p for p in todo}
         pending = set(futures)

@@ -1,0 +1,640 @@
+"""`prefixbench plot`: the study's figures as PNGs (plotnine), read from the Parquet files only.
+
+Every figure is built from a validated artifact (agg, crossover, recommendations), drawn at
+150 dpi and written atomically (temp file in the output folder, then rename), so a reader
+never sees half a PNG. The transfer/recompute curves are recomputed from the cost model
+for a grid of prefix lengths (the crossover table holds only the figures at its reference
+length).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from ..artifacts import read_artifact
+from ..errors import ArtifactError
+from ..scenario import POLICIES
+
+DPI = 150
+BASE_SIZE = 11
+
+# Okabe-Ito colours: distinguishable with the common colour-vision deficiencies.
+POLICY_COLORS = {
+    "transfer_per_request": "#7f7f7f",
+    "recompute_on_decode": "#E69F00",
+    "replicate_hotset": "#56B4E9",
+    "replicate_all_lru": "#009E73",
+}
+SHORT = {
+    "transfer_per_request": "transfer",
+    "recompute_on_decode": "recompute",
+    "replicate_hotset": "hotset",
+    "replicate_all_lru": "all-LRU",
+}
+DEFAULT_PAIR = ("l4", "eth-25g")  # the scenarios' default decode accelerator and link
+
+# which command writes each input file (for the error a missing file raises)
+MAKER = {
+    "agg": "prefixbench sweep --out {r}",
+    "runs": "prefixbench sweep --out {r}",
+    "prefixes": "prefixbench sweep --out {r}",
+    "crossover": "prefixbench crossover {r}",
+    "recommendations": "prefixbench report {r}",
+}
+
+
+def load(results: Path, kind: str) -> pl.DataFrame:
+    """Read ``results/<kind>.parquet``; a missing file names the command that makes it."""
+    results = Path(results)
+    if not results.is_dir():
+        raise ArtifactError(
+            "results folder not found",
+            where=str(results),
+            fix=f"run `{MAKER['agg'].format(r=results)}` first",
+        )
+    path = results / f"{kind}.parquet"
+    if not path.is_file():
+        raise ArtifactError(
+            f"missing {kind} file",
+            where=str(path),
+            fix=f"run `{MAKER[kind].format(r=results)}` first",
+        )
+    return read_artifact(path, kind)
+
+
+def _pd(df: pl.DataFrame):
+    """polars → pandas without pyarrow (plotnine wants pandas); Enum columns keep their order."""
+    import pandas as pd
+
+    frame = pd.DataFrame(df.to_dict(as_series=False))
+    for col, dtype in df.schema.items():
+        if isinstance(dtype, pl.Enum):
+            frame[col] = pd.Categorical(frame[col], categories=list(dtype.categories), ordered=True)
+    return frame
+
+
+def _budget_label(b: float) -> str:
+    return f"{b:g}"
+
+
+def _with_labels(agg: pl.DataFrame) -> pl.DataFrame:
+    """Ordered categorical labels for policies, budgets and facets."""
+    policies = [p for p in POLICIES if p in set(agg["policy"])] + sorted(
+        set(agg["policy"]) - set(POLICIES)
+    )
+    budgets = sorted(set(agg["budget_factor"]))
+    return agg.with_columns(
+        pl.col("policy").cast(pl.Enum(policies)),
+        pl.col("budget_factor")
+        .map_elements(_budget_label, return_dtype=pl.Utf8)
+        .cast(pl.Enum([_budget_label(b) for b in budgets]))
+        .alias("budget"),
+    )
+
+
+def _policy_scales(kind: str = "fill"):
+    from plotnine import scale_color_manual, scale_fill_manual
+
+    scale = scale_fill_manual if kind == "fill" else scale_color_manual
+    return scale(
+        values=POLICY_COLORS, breaks=list(POLICY_COLORS), labels=list(POLICY_COLORS), name="policy"
+    )
+
+
+def _theme(legend: str = "bottom"):
+    from plotnine import element_text, theme, theme_bw
+
+    return theme_bw(base_size=BASE_SIZE) + theme(
+        legend_position=legend,
+        strip_text=element_text(size=BASE_SIZE - 1),
+        plot_title=element_text(size=BASE_SIZE + 2, weight="bold"),
+        plot_subtitle=element_text(size=BASE_SIZE - 1),
+    )
+
+
+def _facet_panels(df: pl.DataFrame) -> tuple[int, int]:
+    """(rows, cols) of a model × workload grid."""
+    return df["model"].n_unique(), df["workload"].n_unique()
+
+
+def _size(
+    rows: int, cols: int, w: float = 3.6, h: float = 2.7, extra_h: float = 1.6
+) -> tuple[float, float]:
+    return (max(7.0, 1.2 + w * cols), max(4.5, extra_h + h * rows))
+
+
+def _save(plot, path: Path, size: tuple[float, float]) -> Path:
+    """Draw at DPI into a temp file next to ``path``, then rename into place."""
+    import warnings
+
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
+    os.close(fd)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # plotnine warns about saving/size and removed NaN rows
+            plot.save(tmp, width=size[0], height=size[1], dpi=DPI, format="png", verbose=False)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+# ---------------------------------------------------------------- figures
+
+
+def plot_mean_ttft(agg: pl.DataFrame):
+    """01: mean TTFT per policy with 95% CI, facets model × workload, x budget factor."""
+    from plotnine import aes, facet_wrap, geom_col, geom_errorbar, ggplot, labs, position_dodge
+
+    df = _with_labels(agg).with_columns(
+        (pl.col("ttft_mean_ms") - pl.col("ttft_mean_ms_ci95")).clip(lower_bound=0).alias("lo"),
+        (pl.col("ttft_mean_ms") + pl.col("ttft_mean_ms_ci95")).alias("hi"),
+    )
+    dodge = position_dodge(width=0.85)
+    rows, cols = _facet_panels(df)
+    p = (
+        ggplot(_pd(df), aes("budget", "ttft_mean_ms", fill="policy"))
+        + geom_col(position=dodge, width=0.85)
+        + geom_errorbar(aes(ymin="lo", ymax="hi"), position=dodge, width=0.3, size=0.4, na_rm=True)
+        + facet_wrap(["model", "workload"], ncol=cols, scales="free_y", labeller="label_both")
+        + _policy_scales("fill")
+        + labs(
+            x="decode KV budget factor (1.0 = relaxed, 0.35 = at the cliff)",
+            y="mean TTFT (ms)",
+            title="Mean time to first token by policy",
+            subtitle="bars: mean over seeds; error bars: 95% confidence interval "
+            "(Student t over seeds); "
+            "y scales differ per panel",
+        )
+        + _theme()
+    )
+    return p, _size(rows, cols)
+
+
+def plot_throughput_vs_reject(agg: pl.DataFrame):
+    """02: throughput against reject rate; each policy's path runs through the budgets."""
+    from plotnine import (
+        aes,
+        facet_wrap,
+        geom_path,
+        geom_point,
+        ggplot,
+        guide_legend,
+        guides,
+        labs,
+        scale_x_continuous,
+    )
+
+    df = (
+        _with_labels(agg)
+        .with_columns((pl.col("reject_rate") * 100).alias("reject_pct"))
+        .sort(["model", "workload", "policy", "budget_factor"])
+    )
+    rows, cols = _facet_panels(df)
+    p = (
+        ggplot(_pd(df), aes("reject_pct", "throughput_rps", color="policy"))
+        + geom_path(aes(group="policy"), size=0.6, alpha=0.7)
+        + geom_point(aes(shape="budget"), size=2.6, alpha=0.9)
+        + facet_wrap(["model", "workload"], ncol=cols, scales="free", labeller="label_both")
+        + _policy_scales("color")
+        + scale_x_continuous(labels=lambda xs: [f"{x:g}%" for x in xs])
+        + guides(color=guide_legend(nrow=2), shape=guide_legend(title="budget factor"))
+        + labs(
+            x="requests rejected at admission (%)",
+            y="steady-state throughput (req/s)",
+            title="Throughput vs admission rejects",
+            subtitle="one point per budget factor (mean over seeds); lines join a policy's budgets",
+        )
+        + _theme()
+    )
+    return p, _size(rows, cols)
+
+
+def ttft_change_vs_transfer(agg: pl.DataFrame) -> pl.DataFrame:
+    """Per scenario and policy: mean TTFT relative to transfer_per_request (negative = faster)."""
+    base = agg.filter(pl.col("policy") == "transfer_per_request").select(
+        "model", "workload", "budget_factor", pl.col("ttft_mean_ms").alias("transfer_ttft_ms")
+    )
+    return agg.join(base, on=["model", "workload", "budget_factor"], how="inner").with_columns(
+        (pl.col("ttft_mean_ms") / pl.col("transfer_ttft_ms") - 1).alias("ttft_change")
+    )
+
+
+def plot_replica_memory(agg: pl.DataFrame):
+    """03: replica KV held vs TTFT reduction relative to transfer_per_request."""
+    from plotnine import (
+        aes,
+        facet_wrap,
+        geom_hline,
+        geom_path,
+        geom_point,
+        ggplot,
+        guide_legend,
+        guides,
+        labs,
+        scale_y_continuous,
+    )
+
+    df = ttft_change_vs_transfer(agg).filter(pl.col("policy").str.starts_with("replicate"))
+    if df.height == 0:
+        return None, None
+    df = (
+        _with_labels(df)
+        .with_columns(
+            (-pl.col("ttft_change") * 100).alias("reduction_pct"),
+            (pl.col("mean_replica_kv_gb") * 1000).alias("replica_mb"),
+            (pl.col("workload") + "/" + pl.col("policy").cast(pl.Utf8)).alias("line"),
+        )
+        .sort(["model", "workload", "policy", "budget_factor"])
+    )
+    n_models = df["model"].n_unique()
+    p = (
+        ggplot(_pd(df), aes("replica_mb", "reduction_pct", color="workload"))
+        + geom_hline(yintercept=0, color="#444444", size=0.6)
+        + geom_path(aes(group="line", linetype="policy"), size=0.5, alpha=0.6)
+        + geom_point(aes(shape="budget"), size=2.8, alpha=0.9)
+        + facet_wrap("model", ncol=n_models, scales="free_x", labeller="label_both")
+        + scale_y_continuous(labels=lambda ys: [f"{y:g}%" for y in ys])
+        + guides(
+            color=guide_legend(nrow=2),
+            shape=guide_legend(title="budget factor", nrow=2),
+            linetype=guide_legend(nrow=2),
+        )
+        + labs(
+            x="mean replica KV resident on the decode node (MB)",
+            y="mean TTFT reduction vs transfer_per_request",
+            title="What replica memory buys",
+            subtitle="replicate_hotset (solid) and replicate_all_lru (dashed), mean over seeds; "
+            "above 0% = faster than transferring every prefix",
+        )
+        + _theme()
+    )
+    return p, (max(8.0, 1.5 + 5.5 * n_models), 6.0)
+
+
+def crossover_curves(
+    crossover: pl.DataFrame, accelerator: str, link: str, n: int = 240
+) -> pl.DataFrame:
+    """Unqueued transfer and recompute time over a grid of prefix lengths per model."""
+    from .. import catalog
+    from ..costmodel import (
+        Efficiency,
+        InstanceCost,
+        kv_bytes_per_token,
+        recompute_time,
+        transfer_time,
+    )
+    from ..errors import CatalogError
+
+    frames = []
+    for row in crossover.filter(
+        (pl.col("accelerator") == accelerator) & (pl.col("link") == link)
+    ).iter_rows(named=True):
+        try:
+            m = catalog.get_model(row["model"])
+            cost = InstanceCost.build(m, catalog.get_accelerator(accelerator), 1, Efficiency())
+            ln = catalog.get_link(link)
+            top = min(8192, m.max_context)
+            lengths = np.linspace(0, top, n)
+            t_x = transfer_time(ln, lengths * kv_bytes_per_token(m)) * 1e3
+            t_r = recompute_time(cost, lengths) * 1e3
+        except CatalogError:
+            # a model known only from its config.json: the table's per-token slopes
+            lengths = np.linspace(0, 8192, n)
+            t_x = lengths * row["transfer_us_per_token"] / 1e3
+            t_r = lengths * row["recompute_us_per_token"] / 1e3
+        for option, t in (("transfer", t_x), ("recompute", t_r)):
+            frames.append(
+                pl.DataFrame(
+                    {
+                        "model": row["model"],
+                        "option": option,
+                        "prefix_tokens": lengths,
+                        "time_ms": t,
+                    }
+                )
+            )
+    return pl.concat(frames) if frames else pl.DataFrame()
+
+
+def _pair(crossover: pl.DataFrame) -> tuple[str, str]:
+    pairs = set(zip(crossover["accelerator"], crossover["link"], strict=True))
+    return DEFAULT_PAIR if DEFAULT_PAIR in pairs else sorted(pairs)[0]
+
+
+def plot_crossover(crossover: pl.DataFrame):
+    """04: transfer vs recompute time over prefix length on the default accelerator/link."""
+    from plotnine import aes, facet_wrap, geom_line, geom_vline, ggplot, labs, scale_color_manual
+
+    from .crossover import REFERENCE_PREFIX
+
+    accelerator, link = _pair(crossover)
+    curves = crossover_curves(crossover, accelerator, link)
+    here = crossover.filter((pl.col("accelerator") == accelerator) & (pl.col("link") == link)).sort(
+        "model"
+    )
+    n_models = here.height
+    p = (
+        ggplot(_pd(curves), aes("prefix_tokens", "time_ms", color="option"))
+        + geom_line(size=1.1)
+        + geom_vline(xintercept=REFERENCE_PREFIX, linetype="dotted", color="#555555")
+        + facet_wrap("model", ncol=n_models, scales="free_y", labeller="label_both")
+        + scale_color_manual(
+            values={
+                "transfer": POLICY_COLORS["transfer_per_request"],
+                "recompute": POLICY_COLORS["recompute_on_decode"],
+            },
+            breaks=["transfer", "recompute"],
+            name="decode node gets the prefix KV by",
+        )
+        + labs(
+            x="prefix length (tokens)",
+            y="time to make the prefix KV available (ms)",
+            title=f"Transfer vs recompute on {accelerator} over {link}",
+            subtitle="roofline cost model, no queueing; dotted line: the reference prefix "
+            f"({REFERENCE_PREFIX} tokens) the tie bandwidth is quoted at",
+        )
+        + _theme()
+    )
+    top = float(curves["time_ms"].max()) if curves.height else 1.0
+    for r in here.iter_rows(named=True):
+        sub = curves.filter(pl.col("model") == r["model"])
+        ymax = float(sub["time_ms"].max()) if sub.height else top
+        lines = [
+            f"tie bandwidth at {REFERENCE_PREFIX} tok: {r['tie_bandwidth_gbps']:.2f} GB/s",
+            f"this link: {_link_bw(link):.3g} GB/s → {_short(r['winner_at_ref'])} wins",
+        ]
+        if r["breakeven_prefix_tokens"] == r["breakeven_prefix_tokens"]:  # not NaN
+            lines.append(f"break-even: {r['breakeven_prefix_tokens']:.0f} tokens")
+        sim = r["sim_ttft_transfer_minus_recompute_ms"]
+        if sim is not None and not math.isnan(sim):
+            lines.append(
+                f"simulated TTFT: transfer {'faster' if sim < 0 else 'slower'} by {abs(sim):.1f} ms"
+            )
+        p += _panel_text(r["model"], ymax, "\n".join(lines))
+    return p, (max(8.0, 1.5 + 5.5 * n_models), 5.2)
+
+
+def _panel_text(model: str, ymax: float, text: str):
+    """A text layer placed in one model's panel only (plotnine facets by the data's column)."""
+    import pandas as pd
+    from plotnine import aes, geom_text
+
+    data = pd.DataFrame(
+        {"model": [model], "prefix_tokens": [0.0], "time_ms": [ymax * 0.98], "label": [text]}
+    )
+    return geom_text(
+        aes("prefix_tokens", "time_ms", label="label"),
+        data=data,
+        inherit_aes=False,
+        ha="left",
+        va="top",
+        size=BASE_SIZE - 2,
+        color="#222222",
+    )
+
+
+def _link_bw(link: str) -> float:
+    from .. import catalog
+
+    return catalog.get_link(link).bandwidth_gbps
+
+
+def _short(policy: str) -> str:
+    return SHORT.get(policy, policy)
+
+
+def plot_crossover_map(crossover: pl.DataFrame):
+    """07: transfer ÷ recompute time at the reference prefix for every accelerator × link."""
+    from mizani.bounds import squish
+    from plotnine import (
+        aes,
+        element_text,
+        facet_wrap,
+        geom_text,
+        geom_tile,
+        ggplot,
+        labs,
+        scale_color_identity,
+        scale_fill_gradient2,
+        theme,
+    )
+
+    from .. import catalog
+    from .crossover import REFERENCE_PREFIX
+
+    links = sorted(
+        set(crossover["link"]), key=lambda k: (_link_bw(k) if k in catalog.LINKS else 0, k)
+    )
+    accels = sorted(
+        set(crossover["accelerator"]),
+        key=lambda a: (catalog.ACCELERATORS[a].peak_tflops if a in catalog.ACCELERATORS else 0, a),
+    )
+    df = (
+        crossover.with_columns(
+            (pl.col("transfer_ms_at_ref") / pl.col("recompute_ms_at_ref")).alias("ratio"),
+            pl.col("link").cast(pl.Enum(links)),
+            pl.col("accelerator").cast(pl.Enum(accels)),
+        )
+        .with_columns(
+            pl.col("ratio").log(2).alias("log2_ratio"),
+            pl.col("ratio").map_elements(lambda r: f"{r:.2g}", return_dtype=pl.Utf8).alias("label"),
+        )
+        .with_columns(  # white text on the dark ends of the scale
+            pl.when(pl.col("log2_ratio").abs() > 4)
+            .then(pl.lit("white"))
+            .otherwise(pl.lit("black"))
+            .alias("ink")
+        )
+    )
+    lim = 6.0  # ratios beyond 64× either way are all "decisive"; squish them to the ends
+    n_models = df["model"].n_unique()
+    p = (
+        ggplot(_pd(df), aes("link", "accelerator", fill="log2_ratio"))
+        + geom_tile(color="white", size=0.4)
+        + geom_text(aes(label="label", color="ink"), size=BASE_SIZE - 3)
+        + scale_color_identity()
+        + facet_wrap("model", ncol=1, labeller="label_both")
+        + scale_fill_gradient2(
+            low="#0072B2",
+            mid="#f7f7f7",
+            high="#D55E00",
+            midpoint=0,
+            limits=(-lim, lim),
+            oob=squish,
+            breaks=[-6, -3, 0, 3, 6],
+            labels=["≤ 1/64", "1/8", "1", "8", "≥ 64"],
+            name="transfer ÷ recompute",
+        )
+        + labs(
+            x="prefill→decode link (slowest left)",
+            y="decode accelerator",
+            title=f"Transfer ÷ recompute time for a {REFERENCE_PREFIX}-token prefix",
+            subtitle="roofline, no queueing; cell label: the ratio; "
+            "< 1 (blue): transfer is cheaper, > 1 (orange): "
+            "recompute is cheaper",
+        )
+        + _theme("right")
+        + theme(axis_text_x=element_text(rotation=30, ha="right"))
+    )
+    return p, (
+        max(9.0, 2.5 + 0.95 * len(links)),
+        max(4.5, 1.8 + 0.45 * len(accels) * n_models + 0.4 * n_models),
+    )
+
+
+def plot_recommendations(rec: pl.DataFrame):
+    """05: recommended policy per workload × budget, one panel per model."""
+    from plotnine import aes, element_blank, facet_wrap, geom_text, geom_tile, ggplot, labs, theme
+
+    budgets = sorted(set(rec["budget_factor"]))
+    df = rec.with_columns(
+        pl.col("budget_factor")
+        .map_elements(_budget_label, return_dtype=pl.Utf8)
+        .cast(pl.Enum([_budget_label(b) for b in budgets]))
+        .alias("budget"),
+        pl.struct(["recommended", "runner_up", "margin_ms", "margin_ci95_ms", "seeds_agree"])
+        .map_elements(_tile_label, return_dtype=pl.Utf8)
+        .alias("label"),
+        pl.col("workload").cast(pl.Enum(sorted(set(rec["workload"]), reverse=True))),
+    )
+    n_models = df["model"].n_unique()
+    n_work = df["workload"].n_unique()
+    p = (
+        ggplot(_pd(df), aes("budget", "workload", fill="recommended"))
+        + geom_tile(color="white", size=1.0)
+        + geom_text(aes(label="label"), size=BASE_SIZE - 2, lineheight=1.1)
+        + facet_wrap("model", ncol=n_models, labeller="label_both")
+        + _policy_scales("fill")
+        + labs(
+            x="decode KV budget factor",
+            y="workload",
+            title=f"Recommended policy ({', '.join(sorted(set(rec['objective'])))} objective)",
+            subtitle="label: policy; runner-up TTFT − recommended TTFT "
+            "(mean ± 95% CI over seeds); * = seeds disagree\n"
+            "a negative margin: the runner-up is faster but costs more replica memory or rejects",
+        )
+        + _theme()
+        + theme(panel_grid=element_blank())
+    )
+    return p, (max(8.0, 2.5 + 4.8 * n_models), max(4.5, 2.4 + 1.0 * n_work))
+
+
+def _tile_label(r: dict) -> str:
+    name = _short(r["recommended"]) + ("" if r["seeds_agree"] else " *")
+    m, ci = r["margin_ms"], r["margin_ci95_ms"]
+    if m is None or math.isnan(m):
+        return name
+    vs = f"\nvs {_short(r['runner_up'])}" if r["runner_up"] else ""
+    if ci is None or math.isnan(ci):
+        return f"{name}\n{m:+.1f} ms{vs}"
+    return f"{name}\n{m:+.1f} ± {ci:.1f} ms{vs}"
+
+
+def plot_ttft_distribution(agg: pl.DataFrame):
+    """06: TTFT p50 / p90 / p99 per policy (means over seeds), log scale."""
+    from plotnine import (
+        aes,
+        facet_wrap,
+        geom_linerange,
+        geom_point,
+        ggplot,
+        guide_legend,
+        guides,
+        labs,
+        position_dodge,
+        scale_shape_manual,
+        scale_y_log10,
+    )
+
+    df = _with_labels(agg)
+    long = (
+        df.select(
+            "model", "workload", "budget", "policy", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms"
+        )
+        .unpivot(
+            index=["model", "workload", "budget", "policy"],
+            variable_name="quantile",
+            value_name="ttft_ms",
+        )
+        .with_columns(
+            pl.col("quantile")
+            .str.replace("ttft_", "")
+            .str.replace("_ms", "")
+            .cast(pl.Enum(["p50", "p90", "p99"]))
+        )
+        .filter(pl.col("ttft_ms") > 0)
+    )
+    dodge = position_dodge(width=0.8)
+    rows, cols = _facet_panels(df)
+    p = (
+        ggplot(_pd(df.filter(pl.col("ttft_p50_ms") > 0)), aes("budget", color="policy"))
+        + geom_linerange(aes(ymin="ttft_p50_ms", ymax="ttft_p99_ms"), position=dodge, size=0.8)
+        + geom_point(
+            aes(y="ttft_ms", shape="quantile", group="policy"),
+            data=_pd(long),
+            position=dodge,
+            size=1.9,
+        )
+        + facet_wrap(["model", "workload"], ncol=cols, scales="free_y", labeller="label_both")
+        + scale_y_log10()
+        + scale_shape_manual(values={"p50": "o", "p90": "^", "p99": "s"}, name="TTFT quantile")
+        + _policy_scales("color")
+        + guides(color=guide_legend(nrow=2))
+        + labs(
+            x="decode KV budget factor",
+            y="TTFT (ms, log scale)",
+            title="TTFT distribution by policy",
+            subtitle="p50 (circle), p90 (triangle), p99 (square) of steady-state requests, "
+            "mean over seeds",
+        )
+        + _theme()
+    )
+    return p, _size(rows, cols)
+
+
+# ---------------------------------------------------------------- entry point
+
+
+def render_plots(results: Path, out: Path) -> list[Path]:
+    """Write the study's PNGs from ``results`` into ``out``; returns the paths written."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: never open a window or need a display
+
+    from .report import recommendations
+
+    results, out = Path(results), Path(out)
+    agg = load(results, "agg")
+    crossover = load(results, "crossover")
+    rec = recommendations(results, agg)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ArtifactError(
+            f"cannot create the plots folder ({e.strerror})", where=str(out)
+        ) from None
+
+    figures: list[tuple[str, Callable[[], tuple]]] = [
+        ("01_mean_ttft_by_policy.png", lambda: plot_mean_ttft(agg)),
+        ("02_throughput_vs_reject.png", lambda: plot_throughput_vs_reject(agg)),
+        ("03_replica_memory_tradeoff.png", lambda: plot_replica_memory(agg)),
+        ("04_transfer_recompute_crossover.png", lambda: plot_crossover(crossover)),
+        ("05_recommendation_matrix.png", lambda: plot_recommendations(rec)),
+        ("06_ttft_distribution.png", lambda: plot_ttft_distribution(agg)),
+        ("07_crossover_map.png", lambda: plot_crossover_map(crossover)),
+    ]
+    written = []
+    for name, build in figures:
+        plot, size = build()
+        if plot is not None:
+            written.append(_save(plot, out / name, size))
+    return written

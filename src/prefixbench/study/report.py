@@ -1,0 +1,512 @@
+"""`prefixbench report`: the study's findings as Markdown, every number read from the Parquet files.
+
+Regimes follow the reference study: *relaxed* is budget factor ≥ 0.75, *tight* ≤ 0.5. A
+regime's figure for a policy is the plain mean over its scenarios (model × workload ×
+budget) of the seed means in agg.parquet; "TTFT vs transfer" is the ratio of those regime
+means minus one, as the reference study quotes it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+
+import polars as pl
+
+from ..artifacts import artifact_meta, read_artifact, write_atomic
+from ..errors import ArtifactError
+from ..scenario import POLICIES
+from .plots import _pair, load, ttft_change_vs_transfer
+
+RELAXED_MIN = 0.75
+TIGHT_MAX = 0.5
+SCENARIO = ["model", "workload", "budget_factor"]
+BASELINE = "transfer_per_request"
+
+PLOT_TITLES = {
+    "01_mean_ttft_by_policy.png": "Mean TTFT by policy (95% CI over seeds)",
+    "02_throughput_vs_reject.png": "Throughput vs reject rate",
+    "03_replica_memory_tradeoff.png": "Replica memory vs TTFT reduction",
+    "04_transfer_recompute_crossover.png": "Transfer vs recompute over prefix length",
+    "05_recommendation_matrix.png": "Recommendation matrix",
+    "06_ttft_distribution.png": "TTFT p50 / p90 / p99",
+    "07_crossover_map.png": "Transfer ÷ recompute per accelerator × link",
+}
+
+
+# ---------------------------------------------------------------- number formats (tests reuse them)
+
+
+def ms(x: float) -> str:
+    return "n/a" if x is None or math.isnan(x) else f"{x:.1f} ms"
+
+
+def pct(x: float) -> str:
+    return "n/a" if x is None or math.isnan(x) else f"{x:.1%}"
+
+
+def signed_pct(x: float) -> str:
+    return "n/a" if x is None or math.isnan(x) else f"{x:+.1%}"
+
+
+def frac(x: float) -> str:
+    return "n/a" if x is None or math.isnan(x) else f"{x:.3f}"
+
+
+def rps(x: float) -> str:
+    return "n/a" if x is None or math.isnan(x) else f"{x:.2f} req/s"
+
+
+def mb(gb: float) -> str:
+    return "n/a" if gb is None or math.isnan(gb) else f"{gb * 1000:.1f} MB"
+
+
+def md_table(headers: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- inputs
+
+
+def recommendations(
+    results: Path, agg: pl.DataFrame | None = None, objective: str = "balanced"
+) -> pl.DataFrame:
+    """recommendations.parquet for the whole grid, computed (and written) when missing or stale.
+
+    A file made for another objective (``recommend --objective latency``) is left alone and
+    the ``objective`` table is computed in memory.
+    """
+    from .recommend import recommend
+
+    results = Path(results)
+    agg = agg if agg is not None else load(results, "agg")
+    path = results / "recommendations.parquet"
+    want = set(agg.select(SCENARIO).unique().iter_rows())
+    keep_file = True
+    if path.is_file():
+        rec = read_artifact(path, "recommendations")
+        same_objective = set(rec["objective"]) == {objective}
+        fresh = path.stat().st_mtime >= (results / "agg.parquet").stat().st_mtime
+        if same_objective and fresh and set(rec.select(SCENARIO).iter_rows()) == want:
+            return rec
+        keep_file = not same_objective
+    rec = recommend(agg, load(results, "runs"), objective)
+    if not (path.is_file() and keep_file):
+        write_atomic(rec, path, "recommendations")
+    return rec
+
+
+# ---------------------------------------------------------------- findings
+
+
+def _policies(df: pl.DataFrame) -> list[str]:
+    have = set(df["policy"])
+    return [p for p in POLICIES if p in have] + sorted(have - set(POLICIES))
+
+
+def regime(agg: pl.DataFrame, name: str) -> pl.DataFrame:
+    """The agg rows of the relaxed (budget ≥ 0.75) or tight (≤ 0.5) regime."""
+    if name == "relaxed":
+        return agg.filter(pl.col("budget_factor") >= RELAXED_MIN)
+    return agg.filter(pl.col("budget_factor") <= TIGHT_MAX)
+
+
+def regime_table(rows: pl.DataFrame) -> pl.DataFrame:
+    """Per policy: means over the regime's scenarios, and mean TTFT relative to transfer."""
+    t = rows.group_by("policy").agg(
+        pl.len().alias("scenarios"),
+        *[
+            pl.col(c).mean()
+            for c in (
+                "ttft_mean_ms",
+                "throughput_rps",
+                "reject_rate",
+                "shared_request_fraction",
+                "replica_hit_rate",
+                "mean_replica_kv_gb",
+            )
+        ],
+    )
+    base = t.filter(pl.col("policy") == BASELINE)["ttft_mean_ms"]
+    b = float(base[0]) if base.len() else math.nan
+    t = t.with_columns((pl.col("ttft_mean_ms") / b - 1).alias("ttft_vs_transfer"))
+    order = {p: i for i, p in enumerate(_policies(rows))}
+    return t.sort(pl.col("policy").replace_strict(order, return_dtype=pl.Int64))
+
+
+def _regime_md(t: pl.DataFrame) -> str:
+    rows = [
+        [
+            f"`{r['policy']}`",
+            ms(r["ttft_mean_ms"]),
+            rps(r["throughput_rps"]),
+            pct(r["reject_rate"]),
+            frac(r["shared_request_fraction"]),
+            frac(r["replica_hit_rate"]),
+            mb(r["mean_replica_kv_gb"]),
+            "baseline" if r["policy"] == BASELINE else signed_pct(r["ttft_vs_transfer"]),
+        ]
+        for r in t.iter_rows(named=True)
+    ]
+    return md_table(
+        [
+            "Policy",
+            "Mean TTFT",
+            "Throughput",
+            "Reject rate",
+            "Shared request frac",
+            "Replica hit rate",
+            "Mean replica KV",
+            "TTFT vs transfer",
+        ],
+        rows,
+    )
+
+
+def best_relaxed_case(agg: pl.DataFrame) -> dict | None:
+    """The relaxed scenario where the best replica policy beats transfer by the most."""
+    ch = ttft_change_vs_transfer(regime(agg, "relaxed")).filter(
+        pl.col("policy").str.starts_with("replicate")
+    )
+    if ch.height == 0:
+        return None
+    best = ch.sort(["ttft_mean_ms", "policy"]).group_by(SCENARIO, maintain_order=True).first()
+    return best.sort(["ttft_change", *SCENARIO]).row(0, named=True)
+
+
+def cliff_case(agg: pl.DataFrame) -> pl.DataFrame:
+    """All policies' rows of the scenario with the highest mean reject rate."""
+    worst = (
+        agg.group_by(SCENARIO)
+        .agg(pl.col("reject_rate").mean().alias("r"))
+        .sort(["r", *SCENARIO], descending=[True, False, False, False])
+        .row(0, named=True)
+    )
+    rows = agg.filter(
+        (pl.col("model") == worst["model"])
+        & (pl.col("workload") == worst["workload"])
+        & (pl.col("budget_factor") == worst["budget_factor"])
+    )
+    order = {p: i for i, p in enumerate(_policies(rows))}
+    return rows.sort(pl.col("policy").replace_strict(order, return_dtype=pl.Int64))
+
+
+def transfer_minus_recompute(agg: pl.DataFrame) -> pl.DataFrame:
+    """Per model: range of simulated mean TTFT (transfer − recompute) over its scenarios."""
+    piv = agg.filter(pl.col("policy").is_in([BASELINE, "recompute_on_decode"])).pivot(
+        on="policy", index=SCENARIO, values="ttft_mean_ms"
+    )
+    if not {BASELINE, "recompute_on_decode"} <= set(piv.columns):
+        return pl.DataFrame()
+    return (
+        piv.with_columns((pl.col(BASELINE) - pl.col("recompute_on_decode")).alias("d"))
+        .group_by("model")
+        .agg(
+            pl.col("d").min().alias("min_ms"),
+            pl.col("d").max().alias("max_ms"),
+            (pl.col("d") > 0).sum().alias("recompute_faster"),
+            pl.len().alias("scenarios"),
+        )
+        .sort("model")
+    )
+
+
+def scope(runs: pl.DataFrame, agg: pl.DataFrame) -> dict:
+    return {
+        "models": sorted(set(runs["model"])),
+        "workloads": sorted(set(runs["workload"])),
+        "budgets": sorted(set(runs["budget_factor"])),
+        "policies": _policies(runs),
+        "seeds": sorted(set(runs["seed"])),
+        "runs": runs.height,
+        "agg_rows": agg.height,
+    }
+
+
+# ---------------------------------------------------------------- the document
+
+
+def _scope_md(s: dict, meta: dict) -> str:
+    lines = [
+        f"- Models ({len(s['models'])}): " + ", ".join(f"`{m}`" for m in s["models"]),
+        f"- Workloads ({len(s['workloads'])}): " + ", ".join(f"`{w}`" for w in s["workloads"]),
+        f"- Budget factors ({len(s['budgets'])}): " + ", ".join(f"{b:g}" for b in s["budgets"]),
+        f"- Policies ({len(s['policies'])}): " + ", ".join(f"`{p}`" for p in s["policies"]),
+        f"- Seeds ({len(s['seeds'])}): " + ", ".join(str(x) for x in s["seeds"]),
+        f"- Simulation runs: {s['runs']}",
+        f"- Aggregated scenario rows (model × workload × budget × policy): {s['agg_rows']}",
+    ]
+    if meta.get("of") and meta.get("points", meta["of"]) < meta["of"]:
+        lines.append(
+            f"- **Partial sweep:** only {meta['points']} of {meta['of']} grid points finished; "
+            "rerun the same `prefixbench sweep` to complete it"
+        )
+    return "\n".join(lines)
+
+
+def _regime_section(agg: pl.DataFrame, name: str, rule: str) -> list[str]:
+    rows = regime(agg, name)
+    out = [f"### {name.capitalize()} regime (budget factor {rule})", ""]
+    if rows.height == 0:
+        return [*out, "No budget factor of this study falls in this regime.", ""]
+    t = regime_table(rows)
+    budgets = ", ".join(f"{b:g}" for b in sorted(set(rows["budget_factor"])))
+    out += [
+        f"Budget factors {budgets}; {rows.select(SCENARIO).unique().height} scenarios per policy.",
+        "",
+    ]
+    out += [_regime_md(t), ""]
+    reps = t.filter(pl.col("policy") != BASELINE)
+    if reps.height and BASELINE in set(t["policy"]):
+        out += ["Mean TTFT relative to `transfer_per_request`:", ""]
+        for r in reps.iter_rows(named=True):
+            verb = "cuts" if r["ttft_vs_transfer"] < 0 else "raises"
+            out.append(f"- `{r['policy']}` {verb} it by {pct(abs(r['ttft_vs_transfer']))}")
+        out.append("")
+    return out
+
+
+def _best_md(b: dict | None) -> list[str]:
+    out = ["### Best relaxed case", ""]
+    if b is None:
+        return [*out, "No relaxed scenario with a replica policy in this study.", ""]
+    return [
+        *out,
+        f"- Model: `{b['model']}`",
+        f"- Workload: `{b['workload']}`",
+        f"- Budget factor: {b['budget_factor']:g}",
+        f"- `transfer_per_request`: {ms(b['transfer_ttft_ms'])}",
+        f"- `{b['policy']}`: {ms(b['ttft_mean_ms'])} (± {ms(b['ttft_mean_ms_ci95'])} 95% CI), "
+        f"reject rate {pct(b['reject_rate'])}, {mb(b['mean_replica_kv_gb'])} of replica KV",
+        f"- TTFT reduction: {pct(-b['ttft_change'])}",
+        "",
+    ]
+
+
+def _cliff_md(c: pl.DataFrame) -> list[str]:
+    r0 = c.row(0, named=True)
+    rows = [
+        [
+            f"`{r['policy']}`",
+            ms(r["ttft_mean_ms"]),
+            pct(r["reject_rate"]),
+            rps(r["throughput_rps"]),
+            frac(r["shared_request_fraction"]),
+            frac(r["replica_hit_rate"]),
+            mb(r["mean_replica_kv_gb"]),
+        ]
+        for r in c.iter_rows(named=True)
+    ]
+    return [
+        "### Worst case: the admission cliff",
+        "",
+        "The scenario with the highest reject rate "
+        f"(mean over policies {pct(c['reject_rate'].mean())}): "
+        f"`{r0['model']}` / `{r0['workload']}` / budget factor {r0['budget_factor']:g} "
+        f"(KV budget {r0['kv_budget_gb']:.3f} GB per decode instance, mean over seeds).",
+        "",
+        md_table(
+            [
+                "Policy",
+                "Mean TTFT",
+                "Reject rate",
+                "Throughput",
+                "Shared request frac",
+                "Replica hit rate",
+                "Mean replica KV",
+            ],
+            rows,
+        ),
+        "",
+        "Mean TTFT counts admitted requests only; a policy that rejects more can look faster.",
+        "",
+    ]
+
+
+def _crossover_md(crossover: pl.DataFrame, agg: pl.DataFrame) -> list[str]:
+    from .crossover import verdicts
+
+    accelerator, link = _pair(crossover)
+    out = [
+        "## Transfer vs recompute",
+        "",
+        "Analytic verdicts (roofline, no queueing) on decode accelerator "
+        f"`{accelerator}` over `{link}`, "
+        "from crossover.parquet:",
+        "",
+    ]
+    out += [f"- {v}" for v in verdicts(crossover, accelerator, link)] + [""]
+    d = transfer_minus_recompute(agg)
+    if d.height:
+        out += [
+            "Simulated mean TTFT, transfer − recompute, over each model's scenarios (agg.parquet):",
+            "",
+        ]
+        for r in d.iter_rows(named=True):
+            if r["recompute_faster"] == r["scenarios"]:
+                who = "recompute beats transfer in every scenario"
+            elif r["recompute_faster"] == 0:
+                who = "transfer beats recompute in every scenario"
+            else:
+                who = (
+                    f"recompute is faster in {r['recompute_faster']} of {r['scenarios']} scenarios"
+                )
+            out.append(
+                f"- `{r['model']}`: {who} (transfer − recompute ranges from "
+                f"{ms(r['min_ms'])} to {ms(r['max_ms'])})"
+            )
+        out.append("")
+    return out
+
+
+def _recommend_md(rec: pl.DataFrame) -> list[str]:
+    objective = ", ".join(sorted(set(rec["objective"])))
+    counts = rec.group_by("recommended").len()
+    n = dict(zip(counts["recommended"], counts["len"], strict=True))
+    out = [
+        "## Recommendations",
+        "",
+        f"{objective.capitalize()} objective (rule in docs/study.md), "
+        "one per model × workload × budget.",
+        "",
+        "Counts per policy:",
+        "",
+    ]
+    names = list(POLICIES) + sorted(set(n) - set(POLICIES))
+    out += [f"- `{p}`: {n.get(p, 0)}" for p in names]
+    rows = []
+    for r in rec.iter_rows(named=True):
+        margin = ms(r["margin_ms"])
+        if r["margin_ci95_ms"] is not None and not math.isnan(r["margin_ci95_ms"]):
+            margin += f" ± {r['margin_ci95_ms']:.1f}"
+        rows.append(
+            [
+                f"`{r['model']}`",
+                f"`{r['workload']}`",
+                f"{r['budget_factor']:g}",
+                f"`{r['recommended']}`",
+                f"`{r['runner_up']}`" if r["runner_up"] else "—",
+                ms(r["ttft_ms"]),
+                margin,
+                "yes" if r["seeds_agree"] else "no",
+                r["reason"],
+            ]
+        )
+    out += [
+        "",
+        md_table(
+            [
+                "Model",
+                "Workload",
+                "Budget",
+                "Recommended",
+                "Runner-up",
+                "TTFT",
+                "Margin (95% CI)",
+                "Seeds agree",
+                "Why",
+            ],
+            rows,
+        ),
+        "",
+        "Margin: paired per-seed difference in mean TTFT, runner-up − recommended.",
+        "",
+    ]
+    return out
+
+
+def _by_workload_md(agg: pl.DataFrame) -> list[str]:
+    pols = _policies(agg)
+    t = agg.group_by(["workload", "policy"]).agg(pl.col("ttft_mean_ms").mean())
+    rows = []
+    for w in sorted(set(agg["workload"])):
+        sub = dict(t.filter(pl.col("workload") == w).select("policy", "ttft_mean_ms").iter_rows())
+        rows.append([f"`{w}`", *[ms(sub[p]) if p in sub else "—" for p in pols]])
+    return [
+        "### Mean TTFT by workload (all models and budgets)",
+        "",
+        md_table(["Workload", *[f"`{p}`" for p in pols]], rows),
+        "",
+    ]
+
+
+def _plots_md(plots: Path, report_dir: Path) -> list[str]:
+    out = ["## Plots", ""]
+    found = [name for name in PLOT_TITLES if (plots / name).is_file()]
+    if not found:
+        return [*out, f"No plots found in `{plots}`; run `prefixbench plot` first.", ""]
+    for name in found:
+        rel = Path(os.path.relpath(plots / name, report_dir)).as_posix()
+        out += [f"### {PLOT_TITLES[name]}", "", f"![{PLOT_TITLES[name]}]({rel})", ""]
+    return out
+
+
+HOW_TO_READ = (
+    "Every number here is **simulated**, not measured: step times come from a roofline cost "
+    "model (FLOPs and bytes against datasheet peaks scaled by assumed efficiencies), so absolute "
+    "times are approximate and the comparisons between policies are what to trust. See "
+    "docs/model.md for the model and its assumptions. Figures are means over seeds; ± values are "
+    "95% confidence half-widths (Student t over seeds). Mean TTFT covers admitted requests "
+    "only, so read it together with the reject rate. Relaxed regime: budget factor ≥ 0.75; "
+    "tight regime: ≤ 0.5."
+)
+
+
+def build_report(results: Path, report_dir: Path, plots: Path | None = None) -> str:
+    results = Path(results)
+    agg = load(results, "agg")
+    runs = load(results, "runs")
+    crossover = load(results, "crossover")
+    rec = recommendations(results, agg)
+    if agg.height == 0:
+        raise ArtifactError(
+            "agg.parquet has no rows", where=str(results / "agg.parquet"), fix="re-run the sweep"
+        )
+    meta = artifact_meta(results / "runs.parquet")
+    stamp = datetime.fromtimestamp((results / "agg.parquet").stat().st_mtime, tz=UTC)
+
+    lines = [
+        "# prefixbench study report",
+        "",
+        f"Results: `{results}` (agg.parquet of {stamp:%Y-%m-%d %H:%M} UTC).",
+        "",
+        "## How to read this",
+        "",
+        HOW_TO_READ,
+        "",
+        "## Experimental scope",
+        "",
+        _scope_md(scope(runs, agg), meta),
+        "",
+        "## Policies by memory regime",
+        "",
+        *_regime_section(agg, "relaxed", f"≥ {RELAXED_MIN:g}"),
+        *_regime_section(agg, "tight", f"≤ {TIGHT_MAX:g}"),
+        *_best_md(best_relaxed_case(agg)),
+        *_cliff_md(cliff_case(agg)),
+        *_by_workload_md(agg),
+        *_crossover_md(crossover, agg),
+        *_recommend_md(rec),
+    ]
+    if plots is not None:
+        lines += _plots_md(Path(plots), report_dir)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def write_report(results: Path, out: Path | None = None, plots: Path | None = None) -> Path:
+    """Write ``report.md`` (default: in ``results``); embeds the PNGs of ``plots`` if given."""
+    results = Path(results)
+    path = Path(out) if out is not None else results / "report.md"
+    text = build_report(results, path.parent, plots)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as e:
+        raise ArtifactError(f"cannot write the report ({e.strerror})", where=str(path)) from None
+    return path

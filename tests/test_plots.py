@@ -1,0 +1,115 @@
+"""`prefixbench plot`: PNGs from a tiny study's Parquet files, atomic writes, clear errors."""
+
+from __future__ import annotations
+
+import shutil
+import struct
+
+import pytest
+from typer.testing import CliRunner
+
+from prefixbench.cli import app
+from prefixbench.errors import ArtifactError
+from prefixbench.study.crossover import run_crossover
+from prefixbench.study.grid import build_spec
+from prefixbench.study.plots import render_plots
+from prefixbench.study.sweep import run_sweep
+
+runner = CliRunner(env={"COLUMNS": "120", "NO_COLOR": "1"})
+
+EXPECTED = [
+    "01_mean_ttft_by_policy.png",
+    "02_throughput_vs_reject.png",
+    "03_replica_memory_tradeoff.png",
+    "04_transfer_recompute_crossover.png",
+    "05_recommendation_matrix.png",
+    "06_ttft_distribution.png",
+]
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    out = tmp_path_factory.mktemp("study")
+    spec = build_spec(
+        {
+            "models": ["qwen2-0.5b"],
+            "workloads": ["enterprise_hotset", "tool_call"],
+            "budgets": [0.35, 1.0],
+            "seeds": [0, 1],
+            "set": ["run.requests=600", "run.warmup_requests=100"],
+        }
+    )
+    run_sweep(spec, out, jobs=1)
+    run_crossover(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def plots(results, tmp_path_factory):
+    out = tmp_path_factory.mktemp("plots")
+    return out, render_plots(results, out)
+
+
+def _png_size(path) -> tuple[int, int]:
+    head = path.read_bytes()[:24]
+    assert head[:8] == PNG_MAGIC, f"{path.name} is not a PNG"
+    assert head[12:16] == b"IHDR"
+    return struct.unpack(">II", head[16:24])
+
+
+def test_every_expected_png_is_written(plots):
+    out, written = plots
+    names = [p.name for p in written]
+    assert set(EXPECTED) <= set(names)
+    assert all(p.parent == out for p in written)
+
+
+@pytest.mark.parametrize("name", EXPECTED)
+def test_png_is_valid_and_sensibly_sized(plots, name):
+    path = plots[0] / name
+    width, height = _png_size(path)
+    # at 150 dpi every figure is at least ~7 × 4.5 inches
+    assert width >= 1000 and height >= 600, (width, height)
+    assert path.stat().st_size > 20_000
+
+
+def test_no_temporary_files_left_behind(plots):
+    out, written = plots
+    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in written)
+
+
+def test_missing_crossover_names_file_and_command(results, tmp_path):
+    shutil.copy(results / "agg.parquet", tmp_path / "agg.parquet")
+    with pytest.raises(ArtifactError) as e:
+        render_plots(tmp_path, tmp_path / "plots")
+    msg = str(e.value)
+    assert str(tmp_path / "crossover.parquet") in msg
+    assert "prefixbench crossover" in msg
+    assert not (tmp_path / "plots").exists()
+
+
+def test_wrong_kind_parquet_names_the_file(results, tmp_path):
+    shutil.copy(results / "runs.parquet", tmp_path / "agg.parquet")  # a runs file in agg's place
+    shutil.copy(results / "crossover.parquet", tmp_path / "crossover.parquet")
+    with pytest.raises(ArtifactError) as e:
+        render_plots(tmp_path, tmp_path / "plots")
+    assert str(tmp_path / "agg.parquet") in str(e.value)
+    assert "'agg'" in str(e.value) and "runs" in str(e.value)
+
+
+def test_cli_plot_prints_paths(results, tmp_path):
+    out = tmp_path / "figs"
+    r = runner.invoke(app, ["plot", str(results), "--out", str(out)])
+    assert r.exit_code == 0, r.stderr
+    printed = r.stdout.strip().splitlines()
+    assert printed == [str(out / name) for name in sorted(p.name for p in out.iterdir())]
+    assert set(EXPECTED) <= {p.name for p in out.iterdir()}
+
+
+def test_cli_plot_missing_folder_is_one_line(tmp_path):
+    r = runner.invoke(app, ["plot", str(tmp_path / "nowhere"), "--out", str(tmp_path / "p")])
+    assert r.exit_code == 2
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert "nowhere" in r.stderr and "prefixbench sweep" in r.stderr
+    assert "Traceback" not in r.output + r.stderr

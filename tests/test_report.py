@@ -1,0 +1,205 @@
+"""`prefixbench report`: every number in report.md recomputed here from agg.parquet."""
+
+from __future__ import annotations
+
+import re
+import shutil
+
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+from prefixbench.artifacts import read_artifact, write_atomic
+from prefixbench.cli import app
+from prefixbench.errors import ArtifactError
+from prefixbench.study.crossover import run_crossover
+from prefixbench.study.grid import build_spec
+from prefixbench.study.recommend import recommend
+from prefixbench.study.report import write_report
+from prefixbench.study.sweep import run_sweep
+
+runner = CliRunner(env={"COLUMNS": "120", "NO_COLOR": "1"})
+POLICIES = ["transfer_per_request", "recompute_on_decode", "replicate_hotset", "replicate_all_lru"]
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    out = tmp_path_factory.mktemp("study")
+    spec = build_spec(
+        {
+            "models": ["qwen2-0.5b"],
+            "workloads": ["enterprise_hotset", "tool_call"],
+            "budgets": [0.35, 1.0],
+            "seeds": [0, 1],
+            "set": ["run.requests=600", "run.warmup_requests=100"],
+        }
+    )
+    run_sweep(spec, out, jobs=1)
+    run_crossover(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def report(results):
+    path = write_report(results)
+    return path, path.read_text(encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def agg(results):
+    return read_artifact(results / "agg.parquet", "agg")
+
+
+def _row(text: str, first_cell: str, section: str) -> list[str]:
+    """Cells of the table row starting with ``first_cell`` under heading ``section``."""
+    body = text.split(section, 1)[1].split("\n### ", 1)[0]
+    for line in body.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if cells and cells[0] == first_cell:
+            return cells
+    raise AssertionError(f"no row {first_cell} under {section}")
+
+
+def test_written_next_to_results_by_default(report, results):
+    assert report[0] == results / "report.md"
+
+
+@pytest.mark.parametrize(
+    ("section", "keep"),
+    [
+        ("### Relaxed regime", pl.col("budget_factor") >= 0.75),
+        ("### Tight regime", pl.col("budget_factor") <= 0.5),
+    ],
+)
+def test_regime_tables_match_agg(report, agg, section, keep):
+    text = report[1]
+    rows = agg.filter(keep)
+    means = {
+        p: rows.filter(pl.col("policy") == p)
+        .select(pl.all().exclude(pl.Utf8).mean())
+        .row(0, named=True)
+        for p in POLICIES
+    }
+    base = means["transfer_per_request"]["ttft_mean_ms"]
+    for p in POLICIES:
+        m = means[p]
+        cells = _row(text, f"`{p}`", section)
+        assert cells[1] == f"{m['ttft_mean_ms']:.1f} ms"
+        assert cells[2] == f"{m['throughput_rps']:.2f} req/s"
+        assert cells[3] == f"{m['reject_rate']:.1%}"
+        assert cells[4] == f"{m['shared_request_fraction']:.3f}"
+        assert cells[5] == f"{m['replica_hit_rate']:.3f}"
+        assert cells[6] == f"{m['mean_replica_kv_gb'] * 1000:.1f} MB"
+        if p != "transfer_per_request":
+            assert cells[7] == f"{m['ttft_mean_ms'] / base - 1:+.1%}"
+
+
+def test_best_relaxed_case_is_the_largest_replica_gain(report, agg):
+    relaxed = agg.filter(pl.col("budget_factor") >= 0.75)
+    best = None
+    for (_model, work, _b), grp in relaxed.group_by(["model", "workload", "budget_factor"]):
+        by = {r["policy"]: r["ttft_mean_ms"] for r in grp.iter_rows(named=True)}
+        rep = min(("replicate_hotset", "replicate_all_lru"), key=by.__getitem__)
+        gain = 1 - by[rep] / by["transfer_per_request"]
+        if best is None or gain > best[0]:
+            best = (gain, work, rep, by[rep])
+    section = report[1].split("### Best relaxed case", 1)[1].split("###", 1)[0]
+    assert f"- Workload: `{best[1]}`" in section
+    assert f"- `{best[2]}`: {best[3]:.1f} ms" in section
+    assert f"- TTFT reduction: {best[0]:.1%}" in section
+
+
+def test_cliff_case_lists_every_policy(report, agg):
+    worst = (
+        agg.group_by(["model", "workload", "budget_factor"])
+        .agg(pl.col("reject_rate").mean())
+        .sort("reject_rate", descending=True)
+        .row(0, named=True)
+    )
+    section = report[1].split("### Worst case", 1)[1].split("\n### ", 1)[0]
+    assert f"`{worst['workload']}` / budget factor {worst['budget_factor']:g}" in section
+    rows = agg.filter(
+        (pl.col("workload") == worst["workload"])
+        & (pl.col("budget_factor") == worst["budget_factor"])
+    )
+    for r in rows.iter_rows(named=True):
+        cells = _row(report[1], f"`{r['policy']}`", "### Worst case")
+        assert cells[1:3] == [f"{r['ttft_mean_ms']:.1f} ms", f"{r['reject_rate']:.1%}"]
+
+
+def test_transfer_vs_recompute_section(report, agg):
+    section = report[1].split("## Transfer vs recompute", 1)[1].split("\n## ", 1)[0]
+    assert "qwen2-0.5b on l4 over eth-25g" in section
+    piv = agg.pivot(on="policy", index=["workload", "budget_factor"], values="ttft_mean_ms")
+    d = piv["transfer_per_request"] - piv["recompute_on_decode"]
+    assert f"ranges from {d.min():.1f} ms to {d.max():.1f} ms" in section
+
+
+def test_recommendation_counts_and_file(report, results, agg):
+    rec_file = read_artifact(results / "recommendations.parquet", "recommendations")
+    rec = recommend(agg, read_artifact(results / "runs.parquet", "runs"), "balanced")
+    assert rec_file.equals(rec)
+    text = report[1]
+    for p in POLICIES:
+        assert f"- `{p}`: {(rec['recommended'] == p).sum()}\n" in text
+    listed = re.findall(r"^\| `qwen2-0.5b` \| `(\w+)` \| ([\d.]+) \| `(\w+)` \|", text, flags=re.M)
+    expected = [
+        (r["workload"], f"{r['budget_factor']:g}", r["recommended"])
+        for r in rec.iter_rows(named=True)
+    ]
+    assert listed == expected
+
+
+def test_scope_and_how_to_read(report, agg):
+    text = report[1]
+    assert "- Simulation runs: 32" in text
+    assert f"(model × workload × budget × policy): {agg.height}" in text
+    assert "- Seeds (2): 0, 1" in text
+    assert "roofline" in text and "docs/model.md" in text and "simulated" in text
+
+
+def test_other_objective_file_is_left_alone(results, tmp_path):
+    folder = tmp_path / "r"
+    shutil.copytree(results, folder, ignore=shutil.ignore_patterns("parts", "report.md"))
+    agg = read_artifact(folder / "agg.parquet", "agg")
+    latency = recommend(agg, read_artifact(folder / "runs.parquet", "runs"), "latency")
+    write_atomic(latency, folder / "recommendations.parquet", "recommendations")
+    text = write_report(folder, tmp_path / "out.md").read_text(encoding="utf-8")
+    assert "Balanced objective" in text
+    kept = read_artifact(folder / "recommendations.parquet", "recommendations")
+    assert set(kept["objective"]) == {"latency"}
+
+
+def test_plots_are_embedded_with_relative_links(results, tmp_path):
+    plots = tmp_path / "plots"
+    plots.mkdir()
+    (plots / "01_mean_ttft_by_policy.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    out = tmp_path / "doc" / "report.md"
+    text = write_report(results, out, plots=plots).read_text(encoding="utf-8")
+    assert "](../plots/01_mean_ttft_by_policy.png)" in text
+
+
+def test_wrong_kind_parquet_names_the_file(results, tmp_path):
+    for name in ("runs.parquet", "crossover.parquet"):
+        shutil.copy(results / name, tmp_path / name)
+    shutil.copy(results / "prefixes.parquet", tmp_path / "agg.parquet")
+    with pytest.raises(ArtifactError) as e:
+        write_report(tmp_path)
+    assert str(tmp_path / "agg.parquet") in str(e.value)
+    assert "expected a prefixbench 'agg' file" in str(e.value)
+
+
+def test_cli_report(results, tmp_path):
+    out = tmp_path / "r.md"
+    r = runner.invoke(app, ["report", str(results), "--out", str(out)])
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout.strip() == str(out)
+    assert out.read_text(encoding="utf-8").startswith("# prefixbench study report")
+
+
+def test_cli_report_missing_folder_is_one_line(tmp_path):
+    r = runner.invoke(app, ["report", str(tmp_path / "nowhere")])
+    assert r.exit_code == 2
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert "nowhere" in r.stderr
+    assert "Traceback" not in r.output + r.stderr
