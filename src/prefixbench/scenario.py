@@ -187,7 +187,7 @@ class ClusterSpec(_M):
         0.9, ge=0, le=1, description="Share of prefill HBM left after weights used as prefix cache."
     )
     prefill_router: str = Field("least_tokens", description="Prefill routing: least_tokens, round_robin.")
-    decode_router: str = Field("least_load", description="Decode routing: least_load, round_robin.")
+    decode_router: str = Field("least_load", description="Decode routing: least_load, round_robin, prefix_affinity.")
 
 
 class MemorySpec(_M):

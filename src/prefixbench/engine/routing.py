@@ -30,6 +30,22 @@ def decode_least_load(state: Any, rid: int) -> int:
     return _argmin(state.decode_load)
 
 
+def decode_prefix_affinity(state: Any, rid: int) -> int:
+    """The decode instance whose resident replicas cover the longest leading run of the
+    request's blocks; ties (including no replica anywhere) go to the least-loaded instance.
+    Replicas only pay off when routing keeps locality."""
+    i0, i1 = state.ptr[rid], state.ptr[rid + 1]
+    if i1 == i0 or len(state.dec) == 1:
+        return decode_least_load(state, rid)
+    chain = state.bh[i0:i1]
+    best, best_i, loads = -1, 0, state.decode_load
+    for i, dec in enumerate(state.dec):
+        n = dec.store.match(chain)
+        if n > best or (n == best and loads[i] < loads[best_i]):
+            best, best_i = n, i
+    return best_i
+
+
 def _round_robin(kind: str) -> Router:
     def route(state: Any, rid: int) -> int:
         n = state.counts[kind]
@@ -47,5 +63,6 @@ PREFILL_ROUTERS: dict[str, Router] = {
 }
 DECODE_ROUTERS: dict[str, Router] = {
     "least_load": decode_least_load,
+    "prefix_affinity": decode_prefix_affinity,
     "round_robin": _round_robin("decode"),
 }
