@@ -42,6 +42,14 @@ class PolicyChoice(str, Enum):
     replicate_all_lru = "replicate_all_lru"
 
 
+class _Study(str, Enum):
+    reference = "reference"
+    disagg = "disagg"
+
+
+Study = _Study | None
+
+
 class _TraceFormat(str, Enum):
     mooncake = "mooncake"
     azure = "azure"
@@ -245,10 +253,17 @@ def sweep(
     events: Annotated[bool, typer.Option("--events", help="Also keep per-request tables (events/).")] = False,
     force: Annotated[bool, typer.Option("--force", help="Add to a results folder holding another grid.")] = False,
     out_dir: Annotated[Path, typer.Option("--out", help="Results folder.")] = Path("results"),
+    study: Annotated[
+        Study, typer.Option("--study", help="reference: the 384-run prefix study; disagg: seed 001's 540 coupled-vs-disaggregated configurations.")
+    ] = None,
 ) -> None:
     """Run a grid (default: the 384-run reference study), resumably, on a process pool."""
     from .study.grid import QUICK, build_spec, load_sweep_file
     from .study.sweep import run_sweep
+
+    if study is not None and study.value == "disagg":
+        _disagg_study(out_dir, jobs, quick)
+        return
 
     base = load_sweep_file(grid) if grid else (dict(QUICK) if quick else {})
     try:
@@ -302,6 +317,27 @@ def crossover(
     for line in verdicts(table, accelerator, link):
         out.print(f"• {line}", highlight=False)
     err.print(f"wrote {path}", highlight=False)
+
+
+def _disagg_study(out_dir: Path, jobs: int | None, quick: bool) -> None:
+    import polars as pl
+
+    from .study.disagg import headline, heatmaps, run_study
+
+    bar = _Progress("disagg study")
+    try:
+        path = run_study(out_dir, jobs=jobs, limit=12 if quick else None, requests=600 if quick else 2000,
+                         on_start=bar.start, on_point=bar.point)
+    finally:
+        bar.stop()
+    df = pl.read_parquet(path)
+    h = headline(df)
+    pngs = heatmaps(df, out_dir / "plots")
+    for key, label in (("throughput_gain", "throughput gain"), ("ttft_speedup", "TTFT speedup")):
+        v = h[key]
+        out.print(f"{label} (disaggregated over coupled): mean {v['mean']:.2f}x, median {v['median']:.2f}x, max {v['max']:.2f}x", highlight=False)
+    out.print(f"mean transfer {h['transfer_ms_mean']:.2f} ms = {h['transfer_share_of_e2e_mean']:.2%} of E2E", highlight=False)
+    err.print(f"wrote {path}, " + ", ".join(str(p) for p in pngs), highlight=False)
 
 
 class Objective(str, Enum):
@@ -370,6 +406,67 @@ def report(
     from .study.report import write_report
 
     out.print(str(write_report(results, out_file, plots)), highlight=False, soft_wrap=True)
+
+
+# ------------------------------------------------------------------ coupled vs disaggregated
+
+
+@app.command()
+@guarded
+def compare(
+    scenario: Annotated[str | None, typer.Argument(help="Scenario YAML or built-in name.")] = None,
+    policy: Annotated[str, typer.Option("--policy", "-p", help="Hand-off policy of the disaggregated system.")] = "transfer_per_request",
+    overrides: Overrides = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Coupled (colocated) vs disaggregated on the same instance count, and where time goes."""
+    from .loader import load_scenario
+    from .render import kv_table, run_table
+    from .scenario import POLICIES
+    from .study.compare import compare as run_compare
+    from .suggest import did_you_mean
+
+    if policy not in POLICIES:
+        raise PrefixbenchError(f"unknown policy '{policy}'", where="--policy", fix=did_you_mean(policy, POLICIES))
+    s = load_scenario(scenario, list(overrides or []))
+    c = run_compare(s, policy)
+    if as_json:
+        out.print_json(json.dumps({"systems": c.rows, "ttft_breakdown": c.breakdown, "verdict": c.verdict}))
+        return
+    n = s.cluster.prefill_instances + s.cluster.decode_instances
+    out.print(run_table(c.rows, f"{s.name}: {s.cluster.prefill_instances}P{s.cluster.decode_instances}D vs {n} colocated instances", label="system"))
+    rows = [{"stage": p["stage"], "mean ms": f"{p['ms']:.2f}", "share": f"{p['share']:.0%}"} for p in c.breakdown]
+    out.print(kv_table("disaggregated: where TTFT goes", rows))
+    out.print(f"verdict: {c.verdict}", highlight=False)
+
+
+@app.command()
+@guarded
+def capacity(
+    scenario: Annotated[str | None, typer.Argument(help="Scenario YAML or built-in name.")] = None,
+    policy: Annotated[str, typer.Option("--policy", "-p", help="Policy (disaggregated mode).")] = "transfer_per_request",
+    target: Annotated[float, typer.Option("--target", help="SLO attainment to hold (0-1).")] = 0.9,
+    overrides: Overrides = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Highest arrival rate meeting the scenario's TTFT and TPOT SLOs for `target` of requests."""
+    from dataclasses import asdict
+
+    from .loader import load_scenario
+    from .render import kv_table
+    from .study.capacity import max_rate
+
+    s = load_scenario(scenario, list(overrides or []))
+    rate, probes = max_rate(s, policy, target, on_probe=lambda p: err.print(
+        f"  rate {p.rate:.3g} req/s → attainment {p.attainment:.1%}", highlight=False))
+    if as_json:
+        out.print_json(json.dumps({"max_rate_rps": rate, "target": target, "probes": [asdict(p) for p in probes]}))
+        return
+    out.print(kv_table("probes", [{"rate req/s": f"{p.rate:.3g}", "attainment": f"{p.attainment:.1%}",
+                                   "goodput req/s": f"{p.goodput_rps:.2f}", "TTFT p99 ms": f"{p.ttft_p99_ms:.0f}",
+                                   "TPOT p99 ms": f"{p.tpot_p99_ms:.1f}"} for p in sorted(probes, key=lambda p: p.rate)]))
+    out.print(f"{s.name} ({s.cluster.mode}, {policy}): at most {rate:.3g} req/s keep {target:.0%} of requests within "
+              f"TTFT ≤ {s.slo.ttft_ms:g} ms and TPOT ≤ {s.slo.tpot_ms:g} ms", highlight=False)
 
 
 def main() -> None:

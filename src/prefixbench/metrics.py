@@ -84,6 +84,14 @@ def summarize(prep: Prepared, policy: str, df: pl.DataFrame, res: SimResult) -> 
         .mean()
         .alias("decode_queue_ms"),
         ((pl.col("t_first_token") - pl.col("t_decode_start")) * MS).mean().alias("first_iteration_ms"),
+        *(
+            [
+                (pl.col("max_token_gap") * MS).quantile(0.5, "linear").alias("itl_max_p50_ms"),
+                (pl.col("max_token_gap") * MS).quantile(0.99, "linear").alias("itl_max_p99_ms"),
+            ]
+            if "max_token_gap" in df.columns
+            else [pl.lit(None, pl.Float64).alias("itl_max_p50_ms"), pl.lit(None, pl.Float64).alias("itl_max_p99_ms")]
+        ),
     ).row(0, named=True)
     adm = admitted.select(
         pl.len().alias("_n"),

@@ -13,6 +13,8 @@ RUN_ROWS: list[tuple[str, str, str]] = [
     ("ttft_prefill_mean_ms", "TTFT to prefill done, mean (ms)", "{:.1f}"),
     ("tpot_mean_ms", "TPOT mean (ms)", "{:.2f}"),
     ("tpot_p99_ms", "TPOT p99 (ms)", "{:.2f}"),
+    ("itl_max_p50_ms", "Worst token gap per request, p50 (ms)", "{:.1f}"),
+    ("itl_max_p99_ms", "Worst token gap per request, p99 (ms)", "{:.1f}"),
     ("e2e_mean_ms", "E2E mean (ms)", "{:.0f}"),
     ("throughput_rps", "Throughput (req/s)", "{:.2f}"),
     ("throughput_tok_s", "Throughput (output tok/s)", "{:.0f}"),
@@ -38,7 +40,7 @@ RUN_ROWS: list[tuple[str, str, str]] = [
 ]
 
 LOWER_IS_BETTER = {"ttft_mean_ms", "ttft_p50_ms", "ttft_p99_ms", "tpot_mean_ms", "tpot_p99_ms",
-                   "e2e_mean_ms", "reject_rate"}
+                   "e2e_mean_ms", "reject_rate", "itl_max_p50_ms", "itl_max_p99_ms"}
 
 
 def _fmt(fmt: str, v) -> str:
@@ -47,12 +49,12 @@ def _fmt(fmt: str, v) -> str:
     return fmt.format(v)
 
 
-def run_table(rows: list[dict], title: str) -> Table:
-    """Policies side by side (columns), metrics as rows; the best value per row in bold."""
+def run_table(rows: list[dict], title: str, label: str = "policy") -> Table:
+    """Policies (or systems) side by side as columns, metrics as rows; the best in green."""
     t = Table(title=title, title_justify="left")
     t.add_column("metric", style="bold")
     for r in rows:
-        t.add_column(r["policy"], justify="right")
+        t.add_column(str(r[label]), justify="right")
     for col, label, fmt in RUN_ROWS:
         vals = [r.get(col) for r in rows]
         nums = [v for v in vals if isinstance(v, (int, float)) and v == v]

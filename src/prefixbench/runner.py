@@ -59,7 +59,7 @@ def reference_demand(
 ) -> tuple[float, float, float, float]:
     """Reference decode KV demand per instance, in tokens (docs/model.md, "Memory budget").
 
-    active = (L + 3·sqrt(L)) · E[prompt + output], where L is the mean number of requests in
+    active = (L + 3·sqrt(L)) · E[prompt + output] + max(prompt + output), where L is the mean number of requests in
     a decode batch by Little's law: L = λ/D · E[output] · t_iter(L), solved as a fixed
     point; working set = tokens of the most-referenced blocks carrying 90% of references.
     """
@@ -75,7 +75,10 @@ def reference_demand(
         if abs(b_new - b) < 1e-9:
             break
         b = 0.5 * (b + b_new)
-    active = (b + HEADROOM_SIGMAS * math.sqrt(b)) * (mean_prompt + mean_out)
+    # + one largest request, so that at budget 1.0 any single request fits even at light load
+    active = (b + HEADROOM_SIGMAS * math.sqrt(b)) * (mean_prompt + mean_out) + float(
+        (req.prompt_len + req.output_len).max()
+    )
     ws = 0.0
     if len(req.blk_hash):
         hashes, first, counts = np.unique(req.blk_hash, return_index=True, return_counts=True)
@@ -199,8 +202,44 @@ def prepare(s: Scenario) -> Prepared:
     return Prepared(s, model, req, base, kv_bpt, ref, active, ws, batch, notes)
 
 
-def simulate_policy(prep: Prepared, policy: str) -> SimResult:
-    """One run: the prepared scenario under ``policy``."""
+def colocated_budget(prep: Prepared, n: int) -> int:
+    """KV budget per colocated instance: the same rule as a decode instance's, for a load
+    spread over ``n`` instances (an absolute budget is shared out: D·budget / n)."""
+    m, b = prep.scenario.memory, prep.base
+    if m.kv_budget_gb is not None:
+        return b.budget_tokens * b.n_decode // n
+    ref = reference_demand(prep.requests, b.decode_cost, n, b.max_batch)[0]
+    return int(m.budget_factor * ref)
+
+
+def colocated_config(prep: Prepared):
+    """The coupled system on the same hardware: P + D instances of the decode hardware, the
+    same total KV budget spread over them, each with a prefix cache like a prefill node's."""
+    from .engine.colocated import ColocatedConfig
+
+    c, b = prep.scenario.cluster, prep.base
+    n = c.prefill_instances + c.decode_instances
+    return ColocatedConfig(
+        cost=b.decode_cost,
+        instances=n,
+        scheduler=c.colocated_scheduler,
+        step_token_budget=c.prefill_token_budget if c.colocated_scheduler == "prefill_priority" else c.chunk_token_budget,
+        max_batch=b.max_batch,
+        budget_tokens=colocated_budget(prep, n),
+        prefix_cache_tokens=b.prefill_cache_tokens,
+        on_full=b.on_full,
+        wait_timeout_s=b.wait_timeout_s,
+        warmup_requests=b.warmup_requests,
+    )
+
+
+def simulate_policy(prep: Prepared, policy: str, *, track_gaps: bool = False) -> SimResult:
+    """One run: the prepared scenario under ``policy`` (colocated mode ignores the policy:
+    without a hand-off there is nothing to choose)."""
     from dataclasses import replace
 
-    return simulate(prep.requests, replace(prep.base, policy=policy))
+    if prep.scenario.cluster.mode == "colocated":
+        from .engine.colocated import ColocatedSimulator
+
+        return ColocatedSimulator(prep.requests, colocated_config(prep)).run()
+    return simulate(prep.requests, replace(prep.base, policy=policy, track_gaps=track_gaps))

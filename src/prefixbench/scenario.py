@@ -173,6 +173,19 @@ class LinkConfig(_M):
 
 
 class ClusterSpec(_M):
+    mode: Literal["disaggregated", "colocated"] = Field(
+        "disaggregated",
+        description="disaggregated: P prefill + D decode instances joined by the link; colocated: "
+        "P + D instances (decode hardware) each running prefill and decode.",
+    )
+    colocated_scheduler: Literal["prefill_priority", "chunked"] = Field(
+        "prefill_priority",
+        description="Colocated only: prefill_priority (vLLM v0: prefills stall decodes) or chunked "
+        "(Sarathi-Serve: prefill chunks share each step's token budget with decodes).",
+    )
+    chunk_token_budget: int = Field(
+        1024, ge=2, description="Colocated chunked: tokens per step (decodes + prefill chunks)."
+    )
     prefill_instances: int = Field(1, ge=1, description="Number of prefill instances (P).")
     decode_instances: int = Field(1, ge=1, description="Number of decode instances (D).")
     prefill: InstanceGroup = Field(default_factory=InstanceGroup, description="Prefill instance hardware.")

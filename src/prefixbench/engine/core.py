@@ -77,6 +77,7 @@ class EngineConfig:
     prefill_router: str = "least_tokens"
     decode_router: str = "least_load"
     warmup_requests: int = 0
+    track_gaps: bool = False  # record each request's largest gap between tokens (costs O(batch)/event)
 
 
 class _Decode:
@@ -150,6 +151,8 @@ class Simulator:
         self.private = [0] * n
         self.held: list[list[int] | None] = [None] * n
         self.persisted: list[list[int] | None] = [None] * n
+        self.max_gap = [0.0] * n
+        self.last_tok = [nan] * n
         self.rc_pending = [False] * n
         self.xfer_done = [False] * n
 
@@ -431,6 +434,8 @@ class Simulator:
         if (dec.b > 0 or dec.in_stall) and dec.t_seg >= self.t_warm:
             dec.busy += t - dec.t_seg
             self.batch_area += dec.b * (t - dec.t_seg)
+        if k > 0 and cfg.track_gaps:
+            self._record_gaps(dec, k)
         dec.it += k
         dec.ctx += dec.b * k
         dec.t_seg = t
@@ -463,10 +468,30 @@ class Simulator:
             first = t + series_time(coeffs, 1)
             for rid in joined:
                 self.t_first[rid] = first
+                self.last_tok[rid] = t  # so the first iteration's gap is measured from its start
         k_next = heap[0][0] - dec.it
         dec.version += 1
         dec.next_t, dec.next_k = t + series_time(coeffs, k_next), k_next
         self.push(dec.next_t, Ev.DECODE, d, dec.version)
+
+    def _record_gaps(self, dec: _Decode, k: int) -> None:
+        """Largest token gap per sequence over ``k`` closed-form iterations from ``dec.t_seg``:
+        the first iteration's gap runs from the sequence's previous token (so it includes a
+        recompute stall); later gaps are iteration times, largest at the first or last."""
+        coeffs = decode_series_coeffs(self.cfg.decode_cost, dec.b, dec.ctx)
+        a1, s1, a2, s2, o = coeffs
+        worst = max(a1 + s1 * (k - 1), a2 + s2 * (k - 1), a1, a2) + o if k > 1 else 0.0
+        t1 = dec.t_seg + series_time(coeffs, 1)
+        tk = dec.t_seg + series_time(coeffs, k)
+        gaps, last = self.max_gap, self.last_tok
+        for _, rid in dec.heap:
+            g = t1 - last[rid]
+            if self.t_first[rid] == t1:
+                g = 0.0  # this iteration emits its first token: no gap yet
+            m = g if g > worst else worst
+            if m > gaps[rid]:
+                gaps[rid] = m
+            last[rid] = tk
 
     def _run_recompute(self, d: int, t: float) -> None:
         """Run every queued prefix recompute back to back; the batch stalls meanwhile."""
@@ -548,6 +573,8 @@ class Simulator:
             "transfer_tokens": i64(self.xfer_tok),
             "persisted_tokens": i64(self.persist_tok),
         }
+        if self.cfg.track_gaps:
+            cols["max_token_gap"] = f64(self.max_gap)
         window = max(t_end - self.t_warm, 1e-12)
         cfg = self.cfg
         stats = {

@@ -32,13 +32,15 @@ def scenario_keys(s: Scenario) -> dict:
     }
 
 
-def run_scenario(s: Scenario, policies: list[str], keep_requests: bool = True) -> RunTables:
+def run_scenario(
+    s: Scenario, policies: list[str], keep_requests: bool = True, track_gaps: bool = False
+) -> RunTables:
     """Simulate ``s`` under each policy on the same requests (one prepared workload)."""
     prep = prepare(s)
     frames, rows = [], []
     keys = scenario_keys(s)
     for policy in policies:
-        res = simulate_policy(prep, policy)
+        res = simulate_policy(prep, policy, track_gaps=track_gaps)
         df = requests_frame(prep, policy, res)
         rows.append({**keys, **summarize(prep, policy, df, res)})
         if keep_requests:

@@ -1,0 +1,91 @@
+"""The highest arrival rate a system serves within its SLOs (a search, not a grid).
+
+Goodput-style capacity (DistServe): the largest rate at which at least ``target`` of the
+requests meet both the TTFT and the TPOT target. SLO attainment falls as load rises, so the
+search brackets the rate by doubling, then bisects; each probe is a full simulation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..errors import ScenarioError
+from ..scenario import Scenario, SyntheticWorkload
+
+
+@dataclass
+class Probe:
+    rate: float
+    attainment: float
+    goodput_rps: float
+    ttft_p99_ms: float
+    tpot_p99_ms: float
+
+
+def _with_rate(s: Scenario, rate: float) -> Scenario:
+    w = s.workload
+    if isinstance(w, SyntheticWorkload):
+        w2 = w.model_copy(update={"arrivals": w.arrivals.model_copy(update={"rate": rate})})
+    else:
+        w2 = w.model_copy(update={"rate": rate})
+    return s.model_copy(update={"workload": w2})
+
+
+def probe(s: Scenario, policy: str, rate: float) -> Probe:
+    from .runs import run_scenario
+
+    row = run_scenario(_with_rate(s, rate), [policy], keep_requests=False).summary.to_dicts()[0]
+    return Probe(rate, row["slo_attainment"], row["goodput_rps"], row["ttft_p99_ms"], row["tpot_p99_ms"])
+
+
+def max_rate(
+    s: Scenario,
+    policy: str,
+    target: float = 0.9,
+    start: float | None = None,
+    rel_tol: float = 0.03,
+    max_probes: int = 24,
+    on_probe: Callable[[Probe], None] | None = None,
+) -> tuple[float, list[Probe]]:
+    """Largest rate (req/s) with SLO attainment ≥ ``target``, within ``rel_tol``; probes made."""
+    if not 0 < target <= 1:
+        raise ScenarioError(f"target attainment must be in (0, 1], got {target}", where="--target")
+    w = s.workload
+    rate = start or (w.arrivals.rate if isinstance(w, SyntheticWorkload) else (w.rate or 1.0))
+    probes: list[Probe] = []
+
+    def run(r: float) -> bool:
+        p = probe(s, policy, r)
+        probes.append(p)
+        if on_probe:
+            on_probe(p)
+        return p.attainment >= target
+
+    ok_rate, bad_rate = None, None
+    if run(rate):
+        ok_rate = rate
+        while len(probes) < max_probes:
+            rate *= 2
+            if run(rate):
+                ok_rate = rate
+            else:
+                bad_rate = rate
+                break
+    else:
+        bad_rate = rate
+        while len(probes) < max_probes:
+            rate /= 2
+            if run(rate):
+                ok_rate = rate
+                break
+            bad_rate = rate
+    if ok_rate is None or bad_rate is None:
+        return (ok_rate or 0.0), probes
+    while bad_rate - ok_rate > rel_tol * ok_rate and len(probes) < max_probes:
+        mid = (ok_rate + bad_rate) / 2
+        if run(mid):
+            ok_rate = mid
+        else:
+            bad_rate = mid
+    return ok_rate, probes
