@@ -630,9 +630,9 @@ def rescale_rate(requests: Requests, rate: float) -> Requests:
             "cannot rescale the arrival rate of a trace with fewer than 2 distinct arrival times",
             fix="use a longer trace or window",
         )
-    scale = (n - 1) / rate / span
+    # normalise by the span first: (n - 1) / rate / span overflows for a subnormal span
     return Requests(
-        arrival=(requests.arrival - requests.arrival[0]) * scale,
+        arrival=((requests.arrival - requests.arrival[0]) / span) * ((n - 1) / rate),
         prompt_len=requests.prompt_len,
         output_len=requests.output_len,
         blk_ptr=requests.blk_ptr,
