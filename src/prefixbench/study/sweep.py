@@ -9,19 +9,19 @@ the order workers finished in.
 
 from __future__ import annotations
 
+import functools
 import json
-import multiprocessing
 import os
 from collections.abc import Callable, Iterable
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
 
 from ..artifacts import SCHEMAS, read_artifact, register, write_atomic
-from ..errors import ArtifactError, PrefixbenchError
+from ..errors import ArtifactError
 from .aggregate import aggregate, prefix_table
+from .backends import Backend, LocalPoolBackend
 from .grid import Point, SweepSpec
 
 RUN_KEYS = ["model", "workload", "budget_factor", "seed", "policy"]
@@ -128,10 +128,13 @@ def run_sweep(
     jobs: int | None = None,
     events: bool = False,
     force: bool = False,
+    backend: Backend | None = None,
     on_start: Callable[[int, int], None] | None = None,
     on_point: Callable[[Point], None] | None = None,
 ) -> dict[str, Path]:
-    """Run every unfinished point of ``spec`` into ``out`` and (re)build the combined files."""
+    """Run every unfinished point of ``spec`` into ``out`` and (re)build the combined files.
+
+    ``backend`` defaults to a local process pool of ``jobs`` workers."""
     out = Path(out)
     check_grid(out, spec, force)
     points = spec.points()
@@ -139,14 +142,13 @@ def run_sweep(
     if on_start:
         on_start(len(points), len(points) - len(todo))
     _validate_first(todo)
-    jobs = max(1, jobs or os.cpu_count() or 1)
-    if jobs == 1 or len(todo) <= 1:
-        for p in todo:
-            _save(out, run_point(p, spec.policies, events))
+    if todo:
+        backend = backend or LocalPoolBackend(jobs)
+        task = functools.partial(run_point, policies=spec.policies, keep_requests=events)
+        for point, result in backend.map_unordered(task, todo):
+            _save(out, result)
             if on_point:
-                on_point(p)
-    elif todo:
-        _run_pool(todo, spec.policies, events, out, jobs, on_point)
+                on_point(point)
     return combine(out, points)
 
 
@@ -156,28 +158,6 @@ def _validate_first(todo: list[Point]) -> None:
 
     for p in {(q.workload, q.model, q.budget_factor, q.overrides): q for q in todo}.values():
         load_scenario(p.workload, p.scenario_overrides())
-
-
-def _run_pool(todo, policies, events, out, jobs, on_point) -> None:
-    # spawn, not fork: forking a process whose polars thread pool is running can deadlock
-    ex = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
-    try:
-        futures = {ex.submit(run_point, p, policies, events): p for p in todo}
-        pending = set(futures)
-        while pending:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for f in done:
-                try:
-                    r = f.result()
-                except PrefixbenchError:
-                    raise
-                _save(out, r)
-                if on_point:
-                    on_point(futures[f])
-    except BaseException:
-        ex.shutdown(wait=False, cancel_futures=True)
-        raise
-    ex.shutdown(wait=True)
 
 
 def combine(out: Path, points: list[Point]) -> dict[str, Path]:

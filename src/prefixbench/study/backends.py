@@ -1,0 +1,72 @@
+"""Where sweep points run: in-process, a local process pool, or a Ray cluster.
+
+A backend maps a picklable function over items and yields ``(item, result)`` as results
+arrive, in any order; the sweep saves each result as it comes and sorts at the end, so the
+output is identical whatever the backend and worker count.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from typing import Any, Protocol
+
+
+class Backend(Protocol):
+    name: str
+
+    def map_unordered(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[tuple[Any, Any]]: ...
+
+
+class SerialBackend:
+    name = "serial"
+
+    def map_unordered(self, fn, items):
+        for item in items:
+            yield item, fn(item)
+
+
+class LocalPoolBackend:
+    """A process pool on this machine (spawned workers: forking a process whose polars
+    thread pool is running can deadlock)."""
+
+    name = "local"
+
+    def __init__(self, jobs: int | None = None) -> None:
+        self.jobs = max(1, jobs or os.cpu_count() or 1)
+
+    def map_unordered(self, fn, items):
+        items = list(items)
+        if self.jobs == 1 or len(items) <= 1:
+            yield from SerialBackend().map_unordered(fn, items)
+            return
+        ex = ProcessPoolExecutor(max_workers=self.jobs, mp_context=multiprocessing.get_context("spawn"))
+        try:
+            futures = {ex.submit(fn, it): it for it in items}
+            pending = set(futures)
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for f in done:
+                    yield futures[f], f.result()
+        except BaseException:
+            ex.shutdown(wait=False, cancel_futures=True)
+            raise
+        ex.shutdown(wait=True)
+
+
+def make_backend(name: str = "local", *, jobs: int | None = None, address: str | None = None) -> Backend:
+    """The backend users name with ``--backend`` (local or ray)."""
+    from ..errors import ScenarioError
+    from ..suggest import did_you_mean
+
+    if name == "local":
+        return LocalPoolBackend(jobs)
+    if name == "serial":
+        return SerialBackend()
+    if name == "ray":
+        from .ray_backend import RayBackend
+
+        return RayBackend(address=address, jobs=jobs)
+    raise ScenarioError(f"unknown backend '{name}'", where="--backend", fix=did_you_mean(name, ["local", "ray"]))
