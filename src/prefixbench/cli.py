@@ -168,6 +168,9 @@ def run(
     ] = None,
     trace_format: Annotated[TraceFormat, typer.Option("--trace-format", help="Trace format.")] = None,
     skip_bad: Annotated[bool, typer.Option("--skip-bad", help="Skip and count malformed trace records.")] = False,
+    timeline: Annotated[
+        Path | None, typer.Option("--timeline", help="Write a Chrome/Perfetto trace (open in ui.perfetto.dev).")
+    ] = None,
 ) -> None:
     """Simulate one scenario under the four policies (or one) and compare them."""
     from .loader import load_scenario
@@ -184,7 +187,7 @@ def run(
         scenario, sets, trace=trace, trace_format=trace_format.value if trace_format else None, skip_bad=skip_bad
     )
     policies = list(POLICIES) if policy == PolicyChoice.all else [policy.value]
-    tables = run_scenario(s, policies)
+    tables = run_scenario(s, policies, timeline=timeline)
     paths = write_run(tables, out_dir)
     rows = tables.summary.to_dicts()
     for note in tables.prepared.notes:

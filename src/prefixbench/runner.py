@@ -233,7 +233,7 @@ def colocated_config(prep: Prepared):
     )
 
 
-def simulate_policy(prep: Prepared, policy: str, *, track_gaps: bool = False) -> SimResult:
+def simulate_policy(prep: Prepared, policy: str, *, track_gaps: bool = False, recorder=None) -> SimResult:
     """One run: the prepared scenario under ``policy`` (colocated mode ignores the policy:
     without a hand-off there is nothing to choose)."""
     from dataclasses import replace
@@ -241,5 +241,5 @@ def simulate_policy(prep: Prepared, policy: str, *, track_gaps: bool = False) ->
     if prep.scenario.cluster.mode == "colocated":
         from .engine.colocated import ColocatedSimulator
 
-        return ColocatedSimulator(prep.requests, colocated_config(prep)).run()
-    return simulate(prep.requests, replace(prep.base, policy=policy, track_gaps=track_gaps))
+        return ColocatedSimulator(prep.requests, colocated_config(prep), recorder).run()
+    return simulate(prep.requests, replace(prep.base, policy=policy, track_gaps=track_gaps), recorder)

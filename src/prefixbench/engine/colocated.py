@@ -211,6 +211,8 @@ class ColocatedSimulator:
             self.batch_area += inst.b * (t - inst.t_seg)
         if k > 0:
             self._gaps_closed_form(inst, k)
+            if self.rec is not None:
+                self.rec.segment("colocated", f"instance {i}", inst.t_seg, decode_series_coeffs(cfg.cost, inst.b, inst.ctx), k, inst.b)
         inst.it += k
         inst.ctx += inst.b * k
         inst.t_seg = t
@@ -284,7 +286,7 @@ class ColocatedSimulator:
             self.t_prefill_start[rid] = t
             self._prefilled(rid, i, end)
         if self.rec is not None:
-            self.rec.slice(("colocated", i), f"prefill x{len(batch)}", t, end, {"tokens": new_sum})
+            self.rec.slice("colocated", f"instance {i}", f"prefill x{len(batch)} (decodes stalled)", t, end, {"tokens": new_sum})
         return dur
 
     def _chunked_step(self, i: int, t: float) -> float | None:
@@ -349,7 +351,7 @@ class ColocatedSimulator:
             inst.waiting.remove(rid)
             self._prefilled(rid, i, end)
         if self.rec is not None:
-            self.rec.slice(("colocated", i), f"mixed b={inst.b} +{sum(n for _, n in chunks)}", t, end, {})
+            self.rec.slice("colocated", f"instance {i}", f"mixed step b={inst.b} +{sum(n for _, n in chunks)} prefill", t, end, {})
         return dur
 
     def _prefilled(self, rid: int, i: int, end: float) -> None:

@@ -116,8 +116,9 @@ class SimResult:
 
 
 class Simulator:
-    def __init__(self, req: Requests, cfg: EngineConfig) -> None:
+    def __init__(self, req: Requests, cfg: EngineConfig, recorder=None) -> None:
         self.cfg = cfg
+        self.rec = recorder  # engine.recorder.Recorder for timelines, or None
         self.policy = POLICIES[cfg.policy](frozenset(h for h, _ in cfg.hot_blocks))
         self.prefill_route = PREFILL_ROUTERS[cfg.prefill_router]
         self.decode_route = DECODE_ROUTERS[cfg.decode_router]
@@ -258,6 +259,10 @@ class Simulator:
             self.p_busy[p] += dur
         self.p_batch[p] = batch
         self.push(t + dur, Ev.PREFILL, p)
+        if self.rec is not None:
+            self.rec.slice("prefill", f"prefill {p}", f"prefill x{len(batch)}", t, t + dur,
+                           {"new_tokens": new_sum, "requests": len(batch)})
+            self.rec.counter("prefill", f"prefill {p}", "queued", t, len(q))
 
     def _prefill_done(self, p: int, t: float) -> None:
         batch = self.p_batch[p]
@@ -341,6 +346,9 @@ class Simulator:
                 self.link_busy += occupy
             land = start + occupy + cfg.link_latency_s
             self.t_xfer_start[rid] = start
+            if self.rec is not None:
+                self.rec.slice("link", f"p{self.p_inst[rid]}->d{d} ch{c}", "kv", start, start + occupy,
+                               {"bytes": nbytes, "request": rid})
         else:
             self.t_xfer_start[rid] = t
         self.push(land, Ev.TRANSFER, rid)
@@ -436,6 +444,8 @@ class Simulator:
             self.batch_area += dec.b * (t - dec.t_seg)
         if k > 0 and cfg.track_gaps:
             self._record_gaps(dec, k)
+        if k > 0 and self.rec is not None:
+            self.rec.segment("decode", f"decode {d}", dec.t_seg, decode_series_coeffs(cfg.decode_cost, dec.b, dec.ctx), k, dec.b)
         dec.it += k
         dec.ctx += dec.b * k
         dec.t_seg = t
@@ -510,6 +520,8 @@ class Simulator:
                 dec.joinq.append(rid)
         dec.in_stall = True
         dec.stall_end = end
+        if self.rec is not None:
+            self.rec.slice("decode", f"decode {d}", "prefix recompute (batch stalled)", t, end)
         dec.version += 1
         dec.next_t, dec.next_k = end, 0
         self.push(end, Ev.DECODE, d, dec.version)
@@ -538,6 +550,10 @@ class Simulator:
         self.mem_t[d] = t
         rep = dec.store.used
         used = rep + dec.private
+        if self.rec is not None:
+            gb = self.cfg.decode_cost.kv_bpt / 1e9
+            self.rec.counter("decode", f"decode {d}", "kv_used_gb", t, used * gb)
+            self.rec.counter("decode", f"decode {d}", "replica_kv_gb", t, rep * gb)
         self._last_rep[d] = rep
         self._last_used[d] = used
         if rep > self.peak_replica:
@@ -593,6 +609,6 @@ class Simulator:
         return SimResult(cols, stats)
 
 
-def simulate(req: Requests, cfg: EngineConfig) -> SimResult:
+def simulate(req: Requests, cfg: EngineConfig, recorder=None) -> SimResult:
     """Run one scenario's requests through the system described by ``cfg``."""
-    return Simulator(req, cfg).run()
+    return Simulator(req, cfg, recorder).run()

@@ -33,18 +33,33 @@ def scenario_keys(s: Scenario) -> dict:
 
 
 def run_scenario(
-    s: Scenario, policies: list[str], keep_requests: bool = True, track_gaps: bool = False
+    s: Scenario,
+    policies: list[str],
+    keep_requests: bool = True,
+    track_gaps: bool = False,
+    timeline: Path | None = None,
 ) -> RunTables:
     """Simulate ``s`` under each policy on the same requests (one prepared workload)."""
     prep = prepare(s)
     frames, rows = [], []
     keys = scenario_keys(s)
+    recorders = []
     for policy in policies:
-        res = simulate_policy(prep, policy, track_gaps=track_gaps)
+        rec = None
+        if timeline is not None:
+            from ..engine.recorder import Recorder
+
+            rec = Recorder(policy)
+            recorders.append(rec)
+        res = simulate_policy(prep, policy, track_gaps=track_gaps, recorder=rec)
         df = requests_frame(prep, policy, res)
         rows.append({**keys, **summarize(prep, policy, df, res)})
         if keep_requests:
             frames.append(df)
+    if timeline is not None:
+        from ..engine.recorder import write_chrome_trace
+
+        write_chrome_trace(recorders, timeline)
     requests = pl.concat(frames) if frames else pl.DataFrame()
     return RunTables(prep, requests, pl.DataFrame(rows))
 
