@@ -3,6 +3,14 @@
 from __future__ import annotations
 
 
+def one_line(text: str) -> str:
+    """``text`` with line breaks and other unprintable characters escaped (``\\n``, ``\\x1c``…),
+    so a message quoting user input (a key, a path, a trace line) stays on one line."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 class PrefixbenchError(Exception):
     """Base class: a problem the user can fix. ``str(err)`` is the one line the CLI prints."""
 
@@ -16,7 +24,7 @@ class PrefixbenchError(Exception):
 
     def line(self) -> str:
         head = f"{self.where}: {self.what}" if self.where else self.what
-        return f"{head}; {self.fix}" if self.fix else head
+        return one_line(f"{head}; {self.fix}" if self.fix else head)
 
 
 class ScenarioError(PrefixbenchError):

@@ -107,7 +107,7 @@ def _allowed(err: dict) -> str:
     ctx = err.get("ctx") or {}
     kind = err.get("type", "")
     if kind == "extra_forbidden":
-        return "remove it (see `prefixbench scenario-fields` / docs/scenarios.md)"
+        return "remove it (the fields are listed in docs/scenarios.md)"
     if kind == "missing":
         return "add it"
     if "expected" in ctx:

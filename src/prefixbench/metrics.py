@@ -78,6 +78,7 @@ def summarize(prep: Prepared, policy: str, df: pl.DataFrame, res: SimResult) -> 
         ((pl.col("t_prefill_end") - pl.col("t_prefill_start")) * MS).mean().alias("prefill_ms"),
         ((pl.col("t_admit") - pl.col("t_prefill_end")) * MS).mean().alias("admission_wait_ms"),
         ((pl.col("t_transfer_start") - pl.col("t_admit")) * MS).mean().alias("link_wait_ms"),
+        ((pl.col("t_recompute_start") - pl.col("t_admit")) * MS).fill_nan(0.0).mean().alias("recompute_wait_ms"),
         ((pl.col("t_transfer_end") - pl.col("t_transfer_start")) * MS).mean().alias("transfer_ms"),
         ((pl.col("t_recompute_end") - pl.col("t_recompute_start")) * MS).fill_nan(0.0).mean().alias("recompute_ms"),
         ((pl.col("t_decode_start") - pl.max_horizontal("t_transfer_end", pl.col("t_recompute_end").fill_nan(0.0))) * MS)

@@ -186,7 +186,9 @@ def prepare(s: Scenario) -> Prepared:
         prefill_token_budget=c.prefill_token_budget,
         prefill_cache_tokens=prefill_cache,
         budget_tokens=budget,
-        hot_blocks=hot_blocks(req, s.run.warmup_requests or len(req), m.hotset_share * budget),
+        # the hot set is what an operator saw before deploying: the warm-up requests (or, with
+        # no warm-up, the first tenth of the run) — never the future
+        hot_blocks=hot_blocks(req, s.run.warmup_requests or max(1, len(req) // 10), m.hotset_share * budget),
         on_full=m.on_full,
         wait_timeout_s=m.wait_timeout_s,
         prefill_router=c.prefill_router,

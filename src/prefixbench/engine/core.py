@@ -57,7 +57,7 @@ REASON_NAMES = {r.value: r.name.lower() for r in Reason}
 
 @dataclass
 class EngineConfig:
-    """Resolved, plain-number inputs of one run (see runner.build_config)."""
+    """Resolved, plain-number inputs of one run (built by runner.prepare)."""
 
     policy: str
     prefill_cost: InstanceCost

@@ -47,7 +47,11 @@ DECODE_ROUTER_CODES = {"least_load": 0, "prefix_affinity": 1, "round_robin": 2}
 _PREFILL_FUNCS = {"least_tokens": _routing.prefill_least_tokens}
 _DECODE_FUNCS = {"least_load": _routing.decode_least_load, "prefix_affinity": _routing.decode_prefix_affinity}
 
-_jit = njit(cache=True, error_model="numpy")
+# Helpers run without numba's reference counting (``_nrt=False``): they only index arrays the
+# kernel allocated and keeps alive, and per-call incref/decref of every state array would
+# otherwise dominate the event loop. Only ``_kernel`` (which allocates) uses the runtime.
+_jit = njit(cache=True, error_model="numpy", _nrt=False)
+_jit_alloc = njit(cache=True, error_model="numpy")
 
 # ---------------------------------------------------------------- layout constants
 
@@ -948,6 +952,32 @@ def _timeout(S, rid, t):
 
 
 @_jit
+def _run(S, R):
+    """Run events until the queue is empty (returns 0) or the heap may overflow (returns the
+    capacity it needs; the kernel grows it and calls again)."""
+    G, GI, H = S[7], S[8], S[9]
+    cap = H[0].shape[0]
+    while GI[GI_HSZ] > 0:
+        # one handler pushes at most 2 events per request in the system, plus 2
+        need = GI[GI_HSZ] + 2 * GI[GI_INSYS] + 4
+        if need > cap:
+            return need
+        t, kind, a, b = _pop(H, GI)
+        G[G_NOW] = t
+        if kind == EV_DECODE:
+            _decode_boundary(S, R, a, b, t)
+        elif kind == EV_TRANSFER:
+            _landed(S, a, t)
+        elif kind == EV_PREFILL:
+            _prefill_done(S, R, a, t)
+        elif kind == EV_TIMEOUT:
+            _timeout(S, a, t)
+        else:
+            _arrive(S, R, a, t)
+    return 0
+
+
+@_jit_alloc
 def _kernel(arrival, prompt, output, ptr, bid, bt, is_hot, hot_ids, hot_tok, n_ids, ip, fp):
     n = arrival.shape[0]
     nb = bid.shape[0]
@@ -1001,36 +1031,24 @@ def _kernel(arrival, prompt, output, ptr, bid, bt, is_hot, hot_ids, hot_tok, n_i
         dI[d, D_LREP] = dI[d, D_USED]
         dI[d, D_LUSED] = dI[d, D_USED]
 
-    S = (T, O, X, dI, dF, pI, pF, G, GI, H, DH, RS, RST, PC, PCIN, CH, JN, PFLAG, ip, fp, R)
     if n:
         _push(H, GI, arrival[0], EV_ARRIVAL, 0, 0)
-    while GI[GI_HSZ] > 0:
-        # one handler pushes at most 2 events per request in the system, plus 2
-        need = GI[GI_HSZ] + 2 * GI[GI_INSYS] + 4
-        if need > H[0].shape[0]:
-            cap = H[0].shape[0]
-            while cap < need:
-                cap *= 2
-            size = GI[GI_HSZ]
-            nt, nk, na, nbb = np.empty(cap), np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.int64)
-            nt[:size] = H[0][:size]
-            nk[:size] = H[1][:size]
-            na[:size] = H[2][:size]
-            nbb[:size] = H[3][:size]
-            H = (nt, nk, na, nbb)
-            S = (T, O, X, dI, dF, pI, pF, G, GI, H, DH, RS, RST, PC, PCIN, CH, JN, PFLAG, ip, fp, R)
-        t, kind, a, b = _pop(H, GI)
-        G[G_NOW] = t
-        if kind == EV_DECODE:
-            _decode_boundary(S, R, a, b, t)
-        elif kind == EV_TRANSFER:
-            _landed(S, a, t)
-        elif kind == EV_PREFILL:
-            _prefill_done(S, R, a, t)
-        elif kind == EV_TIMEOUT:
-            _timeout(S, a, t)
-        else:
-            _arrive(S, R, a, t)
+    while True:
+        S = (T, O, X, dI, dF, pI, pF, G, GI, H, DH, RS, RST, PC, PCIN, CH, JN, PFLAG, ip, fp, R)
+        need = _run(S, R)
+        if need == 0:
+            break
+        cap = H[0].shape[0]
+        while cap < need:
+            cap *= 2
+        size = GI[GI_HSZ]
+        nt, nk = np.empty(cap), np.empty(cap, dtype=np.int64)
+        na, nbb = np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.int64)
+        nt[:size] = H[0][:size]
+        nk[:size] = H[1][:size]
+        na[:size] = H[2][:size]
+        nbb[:size] = H[3][:size]
+        H = (nt, nk, na, nbb)
     t_end = G[G_NOW]
     if fp[FP_TWARM] > t_end:
         t_end = fp[FP_TWARM]

@@ -26,7 +26,7 @@ def prefill_least_tokens(state: Any, rid: int) -> int:
 
 
 def decode_least_load(state: Any, rid: int) -> int:
-    """The decode instance with the least KV reserved (ties: lowest index)."""
+    """The decode instance with the fewest admitted-and-unfinished requests (ties: lowest index)."""
     return _argmin(state.decode_load)
 
 
