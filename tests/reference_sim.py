@@ -17,12 +17,17 @@ Semantics implemented (times in seconds):
   cache, capped at prompt - 1. At step end every chain of the batch enters the cache (tail
   first, so a root is fresher than its tail; then LRU blocks are evicted over capacity),
   then each request, in batch order, is routed to a decode instance and handed off.
+  Decode routing ``least_load``: fewest requests handed to the instance and not yet ended
+  (ties lowest index); ``round_robin``.
 * Hand-off (admission): replica hit = leading run of ready replica blocks (replicating
   policies only). need = prompt + output - hit. need > budget: rejected ``too_large``.
   If memory (after trimming idle replicas other than the hit) cannot hold need: rejected
-  ``no_memory``, or with on_full=wait queued FIFO until memory frees or the timeout passes.
-  Otherwise hit blocks are pinned, idle replicas trimmed LRU until need fits, and the
-  blocks the policy keeps (and that are not resident yet) become pending replicas.
+  ``no_memory``, or with on_full=wait queued FIFO until memory frees (a request finishes)
+  or the timeout passes (then it is rejected ``timeout`` and leaves the queue). With live
+  waiters a newcomer queues behind them without trying; a queued request is admitted (or
+  found too_large) only when it reaches the head. Otherwise hit blocks are pinned, idle
+  replicas trimmed LRU until need fits, and the blocks the policy keeps (and that are not
+  resident yet) become pending replicas, ready once the KV lands.
   The KV moves over the earliest-free channel of the (prefill, decode) path.
 * Decode: continuous batching, one event per iteration. A request is ready when its KV has
   landed and its recompute (if any) is done; it joins at the first boundary strictly after
@@ -113,7 +118,6 @@ class DecodeInstance:
         self.waiting: list[Req] = []
         self.replicas: dict[int, Replica] = {}
         self.state = "idle"  # idle | wake (boundary scheduled now) | iter | stall
-        self.stall_jobs: list[Req] = []
 
 
 class ReferenceSim:
@@ -131,7 +135,9 @@ class ReferenceSim:
         self.pf = [PrefillInstance(cfg.prefill_cache_tokens) for _ in range(cfg.n_prefill)]
         self.dc = [DecodeInstance() for _ in range(cfg.n_decode)]
         self.channels = {
-            (p, d): [0.0] * cfg.link_channels for p in range(cfg.n_prefill) for d in range(cfg.n_decode)
+            (p, d): [0.0] * cfg.link_channels
+            for p in range(cfg.n_prefill)
+            for d in range(cfg.n_decode)
         }
         self.rr_prefill = 0
         self.rr_decode = 0
@@ -145,7 +151,7 @@ class ReferenceSim:
                 for h, t in reversed(cfg.hot_blocks):
                     if h not in dec.replicas:
                         dec.replicas[h] = Replica(t, 0, True, self.tick())
-        self.peak_used = max((self.used(d) for d in range(cfg.n_decode)), default=0)
+        self.peak_used = max((self.used(d) for d in range(cfg.n_decode)), default=0)  # KV tokens
 
     # ------------------------------------------------------------------ helpers
 
@@ -236,7 +242,11 @@ class ReferenceSim:
         flops = 0.0
         for r in batch:
             n, c = r.prompt - r.prefill_hit_tokens, r.prefill_hit_tokens
-            flops += n * cost.linear_flops + cost.lm_head_flops + cost.attn_coef * (n * c + n * (n + 1) / 2)
+            flops += (
+                n * cost.linear_flops
+                + cost.lm_head_flops
+                + cost.attn_coef * (n * c + n * (n + 1) / 2)
+            )
         nbytes = float(cost.weights_read(total_new)) + cost.kv_bpt * sum(r.prompt for r in batch)
         step = max(flops / cost.flops_rate_prefill, nbytes / cost.byte_rate) + cost.prefill_overhead
         inst.batch = batch
@@ -332,7 +342,7 @@ class ReferenceSim:
             free += dec.replicas.pop(victim).tokens
         persisted = 0
         pinned = list(hit_blocks)
-        for h, tok in r.chain[len(hit_blocks):]:
+        for h, tok in r.chain[len(hit_blocks) :]:
             if h not in dec.replicas and self.keeps(h):
                 dec.replicas[h] = Replica(tok, 1, False)
                 pinned.append(h)
@@ -402,8 +412,7 @@ class ReferenceSim:
                 if r.generated == r.output:
                     self.complete(r, dec, t)
                     freed = True
-        elif dec.state == "stall":  # recomputes just ended
-            dec.stall_jobs = []
+        # (after a stall nothing finishes: its recomputed requests are already in dec.ready)
         if freed:
             while dec.waiting:
                 head = dec.waiting[0]
@@ -418,11 +427,14 @@ class ReferenceSim:
                 flops = n * cost.linear_flops + cost.attn_coef * n * (n + 1) / 2
                 nbytes = float(cost.weights_read(n)) + cost.kv_bpt * n
                 r.t_recompute_start = end
-                end += max(flops / cost.flops_rate_prefill, nbytes / cost.byte_rate) + cost.prefill_overhead
+                end += (
+                    max(flops / cost.flops_rate_prefill, nbytes / cost.byte_rate)
+                    + cost.prefill_overhead
+                )
                 r.t_recompute_end = end
                 if r.landed:  # queued to join now, in recompute order; joins at the stall end
                     dec.ready.append(r)
-            dec.stall_jobs, dec.recompute = dec.recompute, []
+            dec.recompute = []
             dec.state = "stall"
             self.schedule(end, DECODE, d)
             return
@@ -458,10 +470,29 @@ class ReferenceSim:
     # ------------------------------------------------------------------ output
 
     def columns(self) -> dict[str, np.ndarray]:
-        f = ["t_prefill_start", "t_prefill_end", "t_admit", "t_transfer_start", "t_transfer_end",
-             "t_recompute_start", "t_recompute_end", "t_decode_start", "t_first_token", "t_done"]
-        i = ["prefill_instance", "decode_instance", "outcome", "reject_reason", "prefill_hit_tokens",
-             "replica_hit_tokens", "recompute_tokens", "transfer_tokens", "persisted_tokens"]
+        f = [
+            "t_prefill_start",
+            "t_prefill_end",
+            "t_admit",
+            "t_transfer_start",
+            "t_transfer_end",
+            "t_recompute_start",
+            "t_recompute_end",
+            "t_decode_start",
+            "t_first_token",
+            "t_done",
+        ]
+        i = [
+            "prefill_instance",
+            "decode_instance",
+            "outcome",
+            "reject_reason",
+            "prefill_hit_tokens",
+            "replica_hit_tokens",
+            "recompute_tokens",
+            "transfer_tokens",
+            "persisted_tokens",
+        ]
         out = {k: np.array([getattr(r, k) for r in self.reqs], dtype=np.float64) for k in f}
         out.update({k: np.array([getattr(r, k) for r in self.reqs], dtype=np.int64) for k in i})
         return out

@@ -30,7 +30,9 @@ COMPLETED, REJECTED = 1, 2
 
 
 def _prep(name: str, *overrides: str, requests: int = 2000):
-    return prepare(load_scenario(name, [f"run.requests={requests}", "run.warmup_requests=0", *overrides]))
+    return prepare(
+        load_scenario(name, [f"run.requests={requests}", "run.warmup_requests=0", *overrides])
+    )
 
 
 def _same(a: np.ndarray, b: np.ndarray) -> bool:
@@ -208,8 +210,16 @@ def check_columns(c: dict, arrival: np.ndarray) -> None:
     done, rej = out == COMPLETED, out == REJECTED
     assert np.all(c["reject_reason"][done] == 0) and np.all(c["reject_reason"][rej] > 0)
     assert np.isnan(c["t_decode_start"][rej]).all() and np.isnan(c["t_first_token"][rej]).all()
-    seq = ["t_prefill_start", "t_prefill_end", "t_admit", "t_transfer_start", "t_transfer_end",
-           "t_decode_start", "t_first_token", "t_done"]
+    seq = [
+        "t_prefill_start",
+        "t_prefill_end",
+        "t_admit",
+        "t_transfer_start",
+        "t_transfer_end",
+        "t_decode_start",
+        "t_first_token",
+        "t_done",
+    ]
     prev = arrival[done]
     for col in seq:
         x = c[col][done]
@@ -228,8 +238,13 @@ def check_columns(c: dict, arrival: np.ndarray) -> None:
 @pytest.mark.parametrize("name", PRESETS)
 def test_conservation_at_the_cliff(name, on_full):
     """At budget_factor 0.35 memory is the binding constraint: trims, rejects and waits happen."""
-    prep = _prep(name, "memory.budget_factor=0.35", f"memory.on_full={on_full}",
-                 "memory.wait_timeout_s=1.0", requests=1500)
+    prep = _prep(
+        name,
+        "memory.budget_factor=0.35",
+        f"memory.on_full={on_full}",
+        "memory.wait_timeout_s=1.0",
+        requests=1500,
+    )
     for policy in POLICIES:
         cfg = replace(prep.base, policy=policy)
         res, sim = run_checked(prep.requests, cfg)
@@ -241,9 +256,15 @@ def test_conservation_at_the_cliff(name, on_full):
 def test_conservation_multi_instance():
     """2P2D with two channels, round-robin and least-load routing."""
     for router in ("round_robin", "least_load"):
-        prep = _prep("tool_call", "cluster.prefill_instances=2", "cluster.decode_instances=2",
-                     "cluster.link.channels=2", f"cluster.decode_router={router}",
-                     "memory.budget_factor=0.5", requests=1500)
+        prep = _prep(
+            "tool_call",
+            "cluster.prefill_instances=2",
+            "cluster.decode_instances=2",
+            "cluster.link.channels=2",
+            f"cluster.decode_router={router}",
+            "memory.budget_factor=0.5",
+            requests=1500,
+        )
         for policy in POLICIES:
             res, _ = run_checked(prep.requests, replace(prep.base, policy=policy))
             check_columns(res.columns, prep.requests.arrival)
@@ -253,14 +274,21 @@ def test_conservation_multi_instance():
 # ---------------------------------------------------------------- no sharing ⇒ policies coincide
 
 
-@pytest.mark.parametrize("name,budget,on_full", [
-    ("enterprise_hotset", 1.0, "reject"),
-    ("tool_call", 0.35, "reject"),
-    ("medium_chat", 0.35, "wait"),
-])
+@pytest.mark.parametrize(
+    "name,budget,on_full",
+    [
+        ("enterprise_hotset", 1.0, "reject"),
+        ("tool_call", 0.35, "reject"),
+        ("medium_chat", 0.35, "wait"),
+    ],
+)
 def test_no_sharing_all_policies_coincide(name, budget, on_full):
-    prep = _prep(name, "workload.share_fraction=0", f"memory.budget_factor={budget}",
-                 f"memory.on_full={on_full}")
+    prep = _prep(
+        name,
+        "workload.share_fraction=0",
+        f"memory.budget_factor={budget}",
+        f"memory.on_full={on_full}",
+    )
     assert len(prep.requests.blk_hash) == 0
     runs = {p: simulate_policy(prep, p).columns for p in POLICIES}
     base = runs["transfer_per_request"]
@@ -295,7 +323,9 @@ def test_recompute_on_decode_slows_every_batch():
     all requests (also those without a prefix) rises versus transferring the KV."""
     prep = _prep("enterprise_hotset", "memory.budget_factor=3.0")
     out = prep.requests.output_len
-    res = {p: simulate_policy(prep, p).columns for p in ("transfer_per_request", "recompute_on_decode")}
+    res = {
+        p: simulate_policy(prep, p).columns for p in ("transfer_per_request", "recompute_on_decode")
+    }
     assert (res["recompute_on_decode"]["recompute_tokens"] > 0).mean() > 0.5
     t_xfer = _tpot(res["transfer_per_request"], out).mean()
     t_rc = _tpot(res["recompute_on_decode"], out).mean()

@@ -4,19 +4,27 @@ BRIEF §6 rung 2. Hypothesis draws small scenarios (5–60 requests, continuous 
 times so exact ties are unlikely, a small tree of shared prefix blocks so chains share
 roots and hit partially, 1–2 prefill and 1–2 decode instances, small batches, budgets from
 tight to loose, every policy, reject and wait, 1–2 link channels) and compares
-``engine.core.simulate`` against ``tests/reference_sim.py`` column by column.
+``engine.core.simulate`` against ``tests/reference_sim.py`` column by column (times to
+1e-9 relative / absolute, NaN equal to NaN; instances, outcomes, reasons and token counts
+exactly). Hand-written cases below pin a few timelines and the disagreements the
+comparison found (each was a core bug, fixed in engine/core.py).
+
+Debugging a failure: set PREFIXBENCH_DUMP_CASE=/some/file.pkl to pickle the failing
+(Requests, EngineConfig) and replay it with ``reference_sim.ReferenceSim``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import os
+import pickle
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from reference_sim import reference_simulate
+from reference_sim import ReferenceSim, reference_simulate
 
 from prefixbench import catalog
 from prefixbench.costmodel import Efficiency, InstanceCost
@@ -25,12 +33,27 @@ from prefixbench.workload.requests import Requests
 
 POLICIES = ("transfer_per_request", "recompute_on_decode", "replicate_hotset", "replicate_all_lru")
 TIME_COLS = (
-    "t_prefill_start", "t_prefill_end", "t_admit", "t_transfer_start", "t_transfer_end",
-    "t_recompute_start", "t_recompute_end", "t_decode_start", "t_first_token", "t_done",
+    "t_prefill_start",
+    "t_prefill_end",
+    "t_admit",
+    "t_transfer_start",
+    "t_transfer_end",
+    "t_recompute_start",
+    "t_recompute_end",
+    "t_decode_start",
+    "t_first_token",
+    "t_done",
 )
 INT_COLS = (
-    "prefill_instance", "decode_instance", "outcome", "reject_reason", "prefill_hit_tokens",
-    "replica_hit_tokens", "recompute_tokens", "transfer_tokens", "persisted_tokens",
+    "prefill_instance",
+    "decode_instance",
+    "outcome",
+    "reject_reason",
+    "prefill_hit_tokens",
+    "replica_hit_tokens",
+    "recompute_tokens",
+    "transfer_tokens",
+    "persisted_tokens",
 )
 _COSTS: dict[tuple, InstanceCost] = {}
 
@@ -38,9 +61,16 @@ _COSTS: dict[tuple, InstanceCost] = {}
 def instance_cost(model: str, acc: str, devices: int, eff: tuple[float, ...]) -> InstanceCost:
     key = (model, acc, devices, eff)
     if key not in _COSTS:
-        e = Efficiency(mfu_prefill=eff[0], mfu_decode=eff[1], mbu=eff[2],
-                       prefill_overhead_ms=eff[3], decode_overhead_ms=eff[4])
-        _COSTS[key] = InstanceCost.build(catalog.get_model(model), catalog.get_accelerator(acc), devices, e)
+        e = Efficiency(
+            mfu_prefill=eff[0],
+            mfu_decode=eff[1],
+            mbu=eff[2],
+            prefill_overhead_ms=eff[3],
+            decode_overhead_ms=eff[4],
+        )
+        _COSTS[key] = InstanceCost.build(
+            catalog.get_model(model), catalog.get_accelerator(acc), devices, e
+        )
     return _COSTS[key]
 
 
@@ -97,9 +127,17 @@ def scenarios(draw):
 
     model = draw(st.sampled_from(["qwen2-0.5b", "qwen2-1.5b", "deepseek-v2-lite"]))
     # (mfu_prefill, mfu_decode, mbu, prefill_overhead_ms, decode_overhead_ms)
-    eff = draw(st.sampled_from([(0.5, 0.5, 0.7, 1.0, 1.0), (0.3, 0.2, 0.9, 0.0, 2.5), (0.8, 0.6, 0.5, 5.0, 0.0)]))
-    p_cost = instance_cost(model, draw(st.sampled_from(["l4", "a100-80gb", "h100-sxm"])), draw(st.integers(1, 2)), eff)
-    d_cost = instance_cost(model, draw(st.sampled_from(["l4", "a100-80gb", "h100-sxm"])), draw(st.integers(1, 2)), eff)
+    eff = draw(
+        st.sampled_from(
+            [(0.5, 0.5, 0.7, 1.0, 1.0), (0.3, 0.2, 0.9, 0.0, 2.5), (0.8, 0.6, 0.5, 5.0, 0.0)]
+        )
+    )
+    p_cost = instance_cost(
+        model, draw(st.sampled_from(["l4", "a100-80gb", "h100-sxm"])), draw(st.integers(1, 2)), eff
+    )
+    d_cost = instance_cost(
+        model, draw(st.sampled_from(["l4", "a100-80gb", "h100-sxm"])), draw(st.integers(1, 2)), eff
+    )
     if draw(st.integers(0, 3)) == 0:
         # Real catalog numbers never leave the memory-bound side within a few hundred decode
         # iterations, so the core's closed-form series would never cross the roofline ridge
@@ -107,9 +145,16 @@ def scenarios(draw):
         # turns compute-bound when its context passes ``c`` tokens (a bandwidth-rich,
         # compute-poor device), ``c`` near the typical context of such a batch mid-decode.
         b = draw(st.integers(1, 4))
-        c = b * (float(np.median(prompt)) + float(np.median(output)) * draw(st.sampled_from([0.25, 0.5, 1.0])))
+        c = b * (
+            float(np.median(prompt))
+            + float(np.median(output)) * draw(st.sampled_from([0.25, 0.5, 1.0]))
+        )
         lin = d_cost.linear_flops + d_cost.lm_head_flops
-        rate = d_cost.byte_rate * (b * lin + d_cost.attn_coef * c) / (d_cost.weights + d_cost.kv_bpt * c)
+        rate = (
+            d_cost.byte_rate
+            * (b * lin + d_cost.attn_coef * c)
+            / (d_cost.weights + d_cost.kv_bpt * c)
+        )
         d_cost = dataclasses.replace(d_cost, flops_rate_decode=rate)
     policy = draw(st.sampled_from(POLICIES))
     largest = int((req.prompt_len + req.output_len).max())
@@ -160,9 +205,8 @@ def assert_same(core: dict, ref: dict, req: Requests, cfg: EngineConfig) -> None
             i = int(bad[0])
             problems.append(f"{col}[{i}]: core {a[i]!r} ref {b[i]!r}")
     if problems:
-        import os, pickle
-        if os.environ.get("DUMP_CASE"):
-            with open(os.environ["DUMP_CASE"], "wb") as f:
+        if os.environ.get("PREFIXBENCH_DUMP_CASE"):  # debugging aid: pickle the failing case
+            with open(os.environ["PREFIXBENCH_DUMP_CASE"], "wb") as f:
                 pickle.dump((req, cfg), f)
         pytest.fail(
             f"core and reference disagree ({cfg.policy}, on_full={cfg.on_full}, n={len(req)}):\n  "
@@ -170,14 +214,19 @@ def assert_same(core: dict, ref: dict, req: Requests, cfg: EngineConfig) -> None
         )
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=1000,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(scenarios())
 def test_core_matches_reference(case):
     req, cfg = case
-    sim = Simulator(req, cfg)
-    res = sim.run()
-    ref = reference_simulate(req, cfg)
+    res = Simulator(req, cfg).run()
+    ref_sim = ReferenceSim(req, cfg)
+    ref = ref_sim.run()
     assert_same(res.columns, ref, req, cfg)
+    assert res.stats["peak_used_tokens"] == ref_sim.peak_used <= cfg.budget_tokens
     # every request ends exactly once
     assert np.all(np.isin(res.columns["outcome"], (1, 2)))
     assert not np.isnan(res.columns["t_done"]).any()
@@ -214,7 +263,10 @@ def test_single_request_timeline_by_hand():
     pc, dc = cfg.prefill_cost, cfg.decode_cost
     n = 300
     flops = n * pc.linear_flops + pc.lm_head_flops + pc.attn_coef * n * (n + 1) / 2
-    step = max(flops / pc.flops_rate_prefill, (pc.weights + pc.kv_bpt * n) / pc.byte_rate) + pc.prefill_overhead
+    step = (
+        max(flops / pc.flops_rate_prefill, (pc.weights + pc.kv_bpt * n) / pc.byte_rate)
+        + pc.prefill_overhead
+    )
     assert cols["t_prefill_end"][0] == pytest.approx(0.1 + step, rel=1e-12)
     land = cols["t_prefill_end"][0] + n * dc.kv_bpt / cfg.link_bytes_per_s + 1e-4
     assert cols["t_transfer_end"][0] == pytest.approx(land, rel=1e-12)
@@ -289,8 +341,12 @@ def test_decode_series_crossing_the_roofline_ridge():
     cfgs = []
     for b, c in cross_at.items():
         rate = base.byte_rate * (b * lin + base.attn_coef * c) / (base.weights + base.kv_bpt * c)
-        cfgs.append(_cfg(decode_cost=dataclasses.replace(base, flops_rate_decode=rate), max_batch=2))
-    req = make_requests([0.0, 0.3, 2.0, 2.05], [1000, 1100, 900, 1000], [400, 300, 500, 450], [[]] * 4)
+        cfgs.append(
+            _cfg(decode_cost=dataclasses.replace(base, flops_rate_decode=rate), max_batch=2)
+        )
+    req = make_requests(
+        [0.0, 0.3, 2.0, 2.05], [1000, 1100, 900, 1000], [400, 300, 500, 450], [[]] * 4
+    )
     for cfg in cfgs:
         cols, _ = _compare(req, cfg)
         assert np.all(cols["outcome"] == 1)

@@ -3,10 +3,16 @@
 Each artifact kind declares its required columns and dtypes and a ``schema_version`` kept
 in the Parquet key-value metadata. Writers write a temporary file and rename it into place;
 readers validate and fail with one clear line.
+
+The metadata also holds a SHA-256 of the file's column data (the bytes between the leading
+``PAR1`` and the footer). Readers check it before decoding anything, so a truncated or
+corrupted file is refused instead of read as wrong numbers (or crashing the decoder).
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import os
 import tempfile
@@ -17,6 +23,9 @@ import polars as pl
 from .errors import ArtifactError
 
 SCHEMA_VERSION = 1
+DIGEST_KEY = "prefixbench.data_sha256"
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
 
 F, I, S, B = pl.Float64, pl.Int64, pl.Utf8, pl.Boolean
 
@@ -82,26 +91,81 @@ def write_atomic(df: pl.DataFrame, path: Path, kind: str, meta: dict | None = No
     if meta:
         metadata["prefixbench.meta"] = json.dumps(meta, sort_keys=True)
     try:
+        # The footer (with the metadata) comes after the column data, so the data bytes are
+        # the same with or without the digest: write once in memory to learn them.
+        probe = io.BytesIO()
+        df.write_parquet(probe, metadata=metadata)
+        metadata[DIGEST_KEY] = _digest(_data_region(probe.getvalue()))
+        del probe
         df.write_parquet(tmp, metadata=metadata)
+        if _digest(_data_region(Path(tmp).read_bytes())) != metadata[DIGEST_KEY]:  # never seen
+            del metadata[DIGEST_KEY]
+            df.write_parquet(tmp, metadata=metadata)
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes it 0600; results are ordinary files
         os.replace(tmp, path)
-    except OSError as e:
+    except (OSError, pl.exceptions.PolarsError) as e:
         Path(tmp).unlink(missing_ok=True)
-        raise ArtifactError(f"cannot write file ({e.strerror})", where=str(path)) from None
+        raise ArtifactError(
+            f"cannot write file ({_io_reason(e)})",
+            where=str(path),
+            fix="free some disk space or choose another --out; any previous file there is unchanged",
+        ) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
 
 
-def read_metadata(path: Path) -> dict[str, str]:
+def _io_reason(e: BaseException) -> str:
+    if isinstance(e, OSError):
+        return e.strerror or e.__class__.__name__
+    text = str(e).splitlines()[0] if str(e) else e.__class__.__name__
+    return text.rsplit("IO error: ", 1)[-1][:120]  # polars: "...underlying IO error: No space left..."
+
+
+def _data_region(raw: bytes) -> bytes | None:
+    """The column data of a Parquet file: between the leading magic and the footer."""
+    if len(raw) < 12 or raw[:4] != b"PAR1" or raw[-4:] != b"PAR1":
+        return None
+    end = len(raw) - 8 - int.from_bytes(raw[-8:-4], "little")
+    return raw[4:end] if end >= 4 else None
+
+
+def _digest(region: bytes | None) -> str:
+    return hashlib.sha256(region if region is not None else b"").hexdigest()
+
+
+_CORRUPT = "delete it and re-run the command that produced it"
+_POLARS_FAILURES = (Exception, pl.exceptions.PanicException)  # a Rust panic is a BaseException
+
+
+def _read_bytes(path: Path) -> bytes:
     try:
-        return pl.read_parquet_metadata(path)
-    except Exception:  # noqa: BLE001 - polars raises several kinds for corrupt files
+        return path.read_bytes()
+    except OSError as e:
         raise ArtifactError(
-            "not a readable Parquet file (corrupt or truncated)",
+            f"cannot read file ({e.strerror or e.__class__.__name__})",
             where=str(path),
-            fix="delete it and re-run the command that produced it",
+            fix="check that it is a readable file",
         ) from None
+
+
+def _metadata(raw: bytes, path: Path) -> dict[str, str]:
+    if _data_region(raw) is None:
+        raise ArtifactError("not a readable Parquet file (corrupt or truncated)", where=str(path), fix=_CORRUPT)
+    try:
+        return pl.read_parquet_metadata(io.BytesIO(raw))
+    except _POLARS_FAILURES:  # polars raises several kinds for corrupt files
+        raise ArtifactError(
+            "not a readable Parquet file (corrupt or truncated)", where=str(path), fix=_CORRUPT
+        ) from None
+
+
+def read_metadata(path: Path) -> dict[str, str]:
+    path = Path(path)
+    if not path.is_file():
+        raise ArtifactError("missing file", where=str(path), fix="run the command that produces it first")
+    return _metadata(_read_bytes(path), path)
 
 
 def read_artifact(path: Path, kind: str) -> pl.DataFrame:
@@ -111,12 +175,14 @@ def read_artifact(path: Path, kind: str) -> pl.DataFrame:
         raise ArtifactError(
             f"missing {kind} file", where=str(path), fix="run the command that produces it first"
         )
-    meta = read_metadata(path)
+    raw = _read_bytes(path)
+    meta = _metadata(raw, path)
     got_kind = meta.get("prefixbench.kind")
     if got_kind != kind:
         raise ArtifactError(
             f"expected a prefixbench '{kind}' file, found {got_kind or 'a foreign Parquet file'}",
             where=str(path),
+            fix=f"check the path: this reads the {kind} file a prefixbench command wrote",
         )
     version = meta.get("prefixbench.schema_version")
     if version != str(SCHEMA_VERSION):
@@ -125,12 +191,13 @@ def read_artifact(path: Path, kind: str) -> pl.DataFrame:
             where=str(path),
             fix="re-run the command that produced it with this version",
         )
+    want = meta.get(DIGEST_KEY)  # files from before digests were written have none
+    if want is not None and _digest(_data_region(raw)) != want:
+        raise ArtifactError("corrupt Parquet data (checksum mismatch)", where=str(path), fix=_CORRUPT)
     try:
-        df = pl.read_parquet(path)
-    except Exception:  # noqa: BLE001
-        raise ArtifactError(
-            "corrupt Parquet data", where=str(path), fix="delete it and re-run the command that produced it"
-        ) from None
+        df = pl.read_parquet(io.BytesIO(raw))
+    except _POLARS_FAILURES:
+        raise ArtifactError("corrupt Parquet data", where=str(path), fix=_CORRUPT) from None
     for col, dtype in schema(kind).items():
         if col not in df.columns:
             raise ArtifactError(f"column '{col}' is missing", where=str(path), fix="re-create the file")
@@ -143,4 +210,7 @@ def read_artifact(path: Path, kind: str) -> pl.DataFrame:
 
 def artifact_meta(path: Path) -> dict:
     raw = read_metadata(Path(path)).get("prefixbench.meta")
-    return json.loads(raw) if raw else {}
+    try:
+        return json.loads(raw) if raw else {}
+    except ValueError:
+        raise ArtifactError("corrupt prefixbench metadata", where=str(path), fix=_CORRUPT) from None

@@ -15,8 +15,37 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
-from .errors import PrefixbenchError
+from .errors import PrefixbenchError, one_line
+
+
+class _OneLineUsageErrors(typer.core.TyperGroup):
+    """Command-line usage errors (unknown option, bad choice, missing value) as one stderr
+    line, like library errors, instead of a multi-line usage panel."""
+
+    def main(self, *args, standalone_mode: bool = True, **kwargs):
+        import sys
+
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            rv = super().main(*args, standalone_mode=False, **kwargs)
+        except typer.TyperException as e:  # click's ClickException family
+            if type(e).__name__ == "NoArgsIsHelpError":  # bare `prefixbench`: the help text
+                e.show()
+                sys.exit(0)
+            ctx = getattr(e, "ctx", None)
+            path = ctx.command_path if ctx is not None else "prefixbench"
+            what = e.format_message().replace("Value error, ", "").rstrip(". ")
+            line = f"{path}: {what}; see '{path} --help'"
+            err.print(f"[bold red]error:[/] {escape(one_line(line))}", markup=True, highlight=False, soft_wrap=True)
+            sys.exit(e.exit_code)
+        except typer.Abort:
+            err.print("aborted", highlight=False)
+            sys.exit(1)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
 
 app = typer.Typer(
     name="prefixbench",
@@ -25,6 +54,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=_OneLineUsageErrors,
 )
 catalog_app = typer.Typer(help="What prefixbench knows: models, accelerators, links, workloads.")
 app.add_typer(catalog_app, name="catalog")
@@ -68,7 +98,7 @@ def guarded(fn):
         except PrefixbenchError as e:
             if _state["debug"]:
                 raise
-            err.print(f"[bold red]error:[/] {e.line()}", markup=True, highlight=False, soft_wrap=True)
+            err.print(f"[bold red]error:[/] {escape(e.line())}", markup=True, highlight=False, soft_wrap=True)
             raise typer.Exit(e.exit_code) from None
         except KeyboardInterrupt:
             err.print("interrupted", highlight=False)
@@ -241,6 +271,11 @@ class _Progress:
         self.bar.stop()
 
 
+class SweepBackend(str, Enum):
+    local = "local"
+    ray = "ray"
+
+
 @app.command()
 @guarded
 def sweep(
@@ -259,8 +294,16 @@ def sweep(
     study: Annotated[
         Study, typer.Option("--study", help="reference: the 384-run prefix study; disagg: seed 001's 540 coupled-vs-disaggregated configurations.")
     ] = None,
+    backend: Annotated[
+        SweepBackend, typer.Option("--backend", help="Where points run: a local process pool, or Ray (needs the ray extra; see docs/scaling.md).")
+    ] = SweepBackend.local,
+    address: Annotated[
+        str | None,
+        typer.Option("--address", envvar="RAY_ADDRESS", help="With --backend ray: an existing cluster (HOST:6379, ray://HOST:10001 or auto); default: a private local Ray instance of --jobs CPUs."),
+    ] = None,
 ) -> None:
-    """Run a grid (default: the 384-run reference study), resumably, on a process pool."""
+    """Run a grid (default: the 384-run reference study), resumably, on a process pool or Ray."""
+    from .study.backends import make_backend
     from .study.grid import QUICK, build_spec, load_sweep_file
     from .study.sweep import run_sweep
 
@@ -283,14 +326,18 @@ def sweep(
         seeds=num_seeds,
         set=list(base.get("set", [])) + list(overrides or []),
     )
+    runner = make_backend(backend.value, jobs=jobs, address=address if backend == SweepBackend.ray else None)
     bar = _Progress("sweep")
     try:
-        paths = run_sweep(spec, out_dir, jobs=jobs, events=events, force=force, on_start=bar.start, on_point=bar.point)
+        paths = run_sweep(
+            spec, out_dir, jobs=jobs, events=events, force=force, backend=runner, on_start=bar.start, on_point=bar.point
+        )
     except KeyboardInterrupt:
         bar.stop()
         err.print(
             f"interrupted: every finished point is kept in {out_dir}/parts; run the same command again to resume",
             highlight=False,
+            soft_wrap=True,  # one line, however long the path
         )
         raise typer.Exit(130) from None
     finally:

@@ -20,7 +20,7 @@ from .catalog.specs import AcceleratorSpec, LinkSpec, ModelSpec
 class Efficiency(BaseModel):
     """Calibration knobs of the roofline. Defaults are typical of vLLM/SGLang on recent GPUs."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     mfu_prefill: float = Field(
         0.5, gt=0, le=1, description="Fraction of peak FLOP/s a prefill (or recompute) step reaches."

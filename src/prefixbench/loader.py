@@ -6,6 +6,7 @@ YAML goes through ``yaml.safe_load`` only: user files are data, never code.
 from __future__ import annotations
 
 import copy
+import reprlib
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -34,8 +35,16 @@ def read_yaml(path: Path) -> Any:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ScenarioError("file not found", where=str(path), fix="check the path") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ScenarioError(f"cannot read file ({e.__class__.__name__})", where=str(path)) from None
+    except UnicodeDecodeError as e:
+        raise ScenarioError(
+            f"not UTF-8 text (byte {e.start})", where=str(path), fix="save the file as UTF-8 YAML"
+        ) from None
+    except OSError as e:
+        raise ScenarioError(
+            f"cannot read file ({e.strerror or e.__class__.__name__})",
+            where=str(path),
+            fix="check that the path is a readable file",
+        ) from None
     return _parse(text, str(path))
 
 
@@ -43,10 +52,14 @@ def _parse(text: str, where: str) -> Any:
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
+        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
         loc = f"{where}:{mark.line + 1}" if mark is not None else where
         problem = getattr(e, "problem", None) or "invalid YAML"
         raise ScenarioError(f"YAML syntax error: {problem}", where=loc, fix="fix the YAML") from None
+    except RecursionError:
+        raise ScenarioError(
+            "YAML nested too deeply", where=where, fix="a scenario needs only a few levels of nesting"
+        ) from None
 
 
 def scenario_source(ref: str | Path | None) -> tuple[dict, str]:
@@ -65,8 +78,16 @@ def scenario_source(ref: str | Path | None) -> tuple[dict, str]:
             fix=did_you_mean(ref_s, preset_names()) + " (or give a .yaml path)",
         )
     if not isinstance(data, dict):
-        raise ScenarioError("a scenario must be a YAML mapping of fields", where=where)
+        raise ScenarioError(
+            f"a scenario must be a YAML mapping of fields, not {_kind(data)}",
+            where=where,
+            fix="write one 'field: value' per line (see docs/scenarios.md)",
+        )
     return data, where
+
+
+def _kind(value: Any) -> str:
+    return "an empty file" if value is None else f"a {type(value).__name__}"
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -79,7 +100,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
         )
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
+    except (yaml.YAMLError, RecursionError):
         value = raw
     return key.split("."), value
 
@@ -96,11 +117,49 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
                 nxt = node[k] = {}
             if not isinstance(nxt, dict):
                 raise ScenarioError(
-                    f"cannot set '{'.'.join(keys)}': '{k}' is a value, not a section", where="--set"
+                    f"cannot set '{'.'.join(keys)}': '{k}' is a value, not a section",
+                    where="--set",
+                    fix=f"set '{k}' itself, or one of its fields if it is a section (see docs/scenarios.md)",
                 )
             node = nxt
         node[keys[-1]] = value
     return out
+
+
+_TYPE_FIXES = {  # pydantic error type prefix -> how to write the value instead
+    "int": "write a whole number, e.g. 8",
+    "float": "write a number, e.g. 0.5",
+    "finite_number": "write a finite number (not .inf or .nan)",
+    "bool": "write true or false",
+    "string": "write text, e.g. name: my_run",
+    "list": "write a list, e.g. [1, 2]",
+    "dict": "write a mapping of fields (key: value)",
+    "model": "write a mapping of fields (key: value)",
+    "enum": "write one of the allowed names",
+    "too_short": "add at least one entry",
+}
+
+
+def _tags(loc: tuple) -> str:
+    """The ``kind`` values allowed where a tagged union sits (workload, a length distribution)."""
+    from typing import get_args
+
+    from pydantic import BaseModel
+
+    def members(tp) -> list:
+        args = [a for a in get_args(tp) if a is not type(None)]
+        return [m for a in args for m in members(a)] if args else [tp]
+
+    def is_model(m) -> bool:
+        return isinstance(m, type) and issubclass(m, BaseModel)
+
+    models: list = [Scenario]
+    for part in loc:
+        fields = [m.model_fields[part] for m in models if is_model(m) and part in m.model_fields]
+        # a union tag in the path (workload.synthetic...) names no field: stay where we are
+        models = [t for f in fields for t in members(f.annotation)] or models
+    kinds = [m.model_fields["kind"] for m in models if is_model(m) and "kind" in m.model_fields]
+    return ", ".join(str(a) for f in kinds for a in get_args(f.annotation))
 
 
 def _allowed(err: dict) -> str:
@@ -110,14 +169,24 @@ def _allowed(err: dict) -> str:
         return "remove it (the fields are listed in docs/scenarios.md)"
     if kind == "missing":
         return "add it"
+    if kind == "union_tag_invalid":
+        return "change its 'kind' to one of those"
+    if kind == "union_tag_not_found":
+        tags = _tags(tuple(err.get("loc", ())))
+        return f"give it a 'kind': one of {tags}" if tags else "give it a 'kind'"
     if "expected" in ctx:
         return f"allowed: {ctx['expected']}"
     for bound, word in (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<=")):
         if bound in ctx:
             return f"must be {word} {ctx[bound]}"
-    if "discriminator" in ctx or kind == "union_tag_invalid":
-        return f"allowed kinds: {ctx.get('expected_tags', '')}"
+    for prefix, fix in _TYPE_FIXES.items():
+        if kind.startswith(prefix):
+            return fix
     return ""
+
+
+_short = reprlib.Repr()  # bounded: a YAML alias bomb must not become a gigabyte message
+_short.maxlevel, _short.maxlist, _short.maxdict, _short.maxstring, _short.maxother = 2, 5, 4, 60, 60
 
 
 def format_validation_error(e: ValidationError, where: str) -> ScenarioError:
@@ -128,11 +197,13 @@ def format_validation_error(e: ValidationError, where: str) -> ScenarioError:
     msg = first["msg"]
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, "):]
+    if first.get("type") == "union_tag_not_found":
+        msg = "has no 'kind' (which variant it is)"
     value = first.get("input")
-    shown = "" if first.get("type") == "missing" or isinstance(value, dict) else f" (got {value!r})"
-    fix = _allowed(first)
+    shown = "" if first.get("type") == "missing" or isinstance(value, dict) else f" (got {_short.repr(value)})"
+    fix = _allowed(first) or "see docs/scenarios.md for what the field accepts"
     more = f" (+{len(errs) - 1} more)" if len(errs) > 1 else ""
-    return ScenarioError(f"field '{loc}': {msg}{shown}{more}", where=where, fix=fix or None)
+    return ScenarioError(f"field '{loc}': {msg}{shown}{more}", where=where, fix=fix)
 
 
 def validate(data: dict, where: str) -> Scenario:

@@ -141,7 +141,15 @@ def prepare(s: Scenario) -> Prepared:
 
     req, notes = build_requests(s)
     if len(req) == 0:
-        raise SimulationError("the workload produced no requests", where="workload")
+        raise SimulationError(
+            "the workload produced no requests", where="workload", fix="check the trace and its replay window"
+        )
+    if not np.all(np.isfinite(req.arrival)):
+        raise SimulationError(
+            "arrival times overflow (the arrival rate is too low to represent)",
+            where="workload.rate" if isinstance(s.workload, TraceWorkload) else "workload.arrivals.rate",
+            fix="raise the arrival rate",
+        )
     longest = int((req.prompt_len + req.output_len).max())
     if longest > model.max_context:
         raise SimulationError(
@@ -153,13 +161,16 @@ def prepare(s: Scenario) -> Prepared:
     ref, active, ws, batch = reference_demand(req, d_cost, c.decode_instances, c.max_decode_batch)
     m = s.memory
     if m.kv_budget_gb is not None:
-        budget = int(m.kv_budget_gb * 1e9 / kv_bpt)
+        raw = m.kv_budget_gb * 1e9 / kv_bpt
     else:
-        budget = int(m.budget_factor * ref)
+        raw = m.budget_factor * ref
+    huge = not raw < 2**62  # beyond any HBM (or inf): refused below without int overflow
+    budget = 2**62 if huge else int(raw)
     free = d_cost.memory_bytes - wbytes
     if budget * kv_bpt > free:
+        shown = (raw if huge else budget) * kv_bpt / 1e9
         raise SimulationError(
-            f"decode KV budget {budget * kv_bpt / 1e9:.2f} GB exceeds the {free / 1e9:.2f} GB a decode "
+            f"decode KV budget {shown:.2f} GB exceeds the {free / 1e9:.2f} GB a decode "
             f"instance has left after weights",
             where="memory",
             fix="lower memory.budget_factor / memory.kv_budget_gb, or add decode devices",

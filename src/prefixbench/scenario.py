@@ -15,8 +15,19 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from .costmodel import Efficiency
 
 
+MAX_TOKENS = 1_000_000_000  # a length beyond any model's context; keeps int64 sums exact
+MAX_INT = 2**63 - 1  # integers are stored in int64 columns
+
+
 class _M(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_enum_values=False)
+    model_config = ConfigDict(extra="forbid", use_enum_values=False, allow_inf_nan=False)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _fits_int64(cls, v):
+        if isinstance(v, int) and not isinstance(v, bool) and not -MAX_INT <= v <= MAX_INT:
+            raise ValueError("does not fit in a 64-bit integer")
+        return v
 
 
 class Policy(str, Enum):
@@ -36,13 +47,13 @@ POLICIES: tuple[str, ...] = tuple(p.value for p in Policy)
 
 class Fixed(_M):
     kind: Literal["fixed"] = Field(description="Always the same value.")
-    value: int = Field(ge=0, description="The value (tokens).")
+    value: int = Field(ge=0, le=MAX_TOKENS, description="The value (tokens).")
 
 
 class Uniform(_M):
     kind: Literal["uniform"] = Field(description="Integers uniform on [low, high].")
-    low: int = Field(ge=0, description="Smallest value (tokens).")
-    high: int = Field(ge=0, description="Largest value (tokens).")
+    low: int = Field(ge=0, le=MAX_TOKENS, description="Smallest value (tokens).")
+    high: int = Field(ge=0, le=MAX_TOKENS, description="Largest value (tokens).")
 
     @model_validator(mode="after")
     def _order(self) -> Uniform:
@@ -53,10 +64,10 @@ class Uniform(_M):
 
 class LogNormal(_M):
     kind: Literal["lognormal"] = Field(description="Lognormal given by its mean and coefficient of variation.")
-    mean: float = Field(gt=0, description="Mean (tokens).")
-    cv: float = Field(ge=0, description="Coefficient of variation (std / mean); 0 = fixed.")
-    min: int = Field(1, ge=0, description="Values are clipped below at this (tokens).")
-    max: int | None = Field(None, ge=1, description="Values are clipped above at this (tokens).")
+    mean: float = Field(gt=0, le=MAX_TOKENS, description="Mean (tokens).")
+    cv: float = Field(ge=0, le=100, description="Coefficient of variation (std / mean); 0 = fixed.")
+    min: int = Field(1, ge=0, le=MAX_TOKENS, description="Values are clipped below at this (tokens).")
+    max: int | None = Field(None, ge=1, le=MAX_TOKENS, description="Values are clipped above at this (tokens).")
 
 
 class Empirical(_M):
@@ -71,8 +82,8 @@ class Empirical(_M):
                 raise ValueError("weights must have as many entries as values")
             if any(w < 0 for w in self.weights) or sum(self.weights) <= 0:
                 raise ValueError("weights must be >= 0 and not all 0")
-        if any(v < 0 for v in self.values):
-            raise ValueError("values must be >= 0")
+        if any(v < 0 or v > MAX_TOKENS for v in self.values):
+            raise ValueError(f"values must be between 0 and {MAX_TOKENS:,} tokens")
         return self
 
 
@@ -88,13 +99,27 @@ class Arrivals(_M):
     )
     rate: float = Field(gt=0, description="Mean arrival rate, requests per second.")
     cv: float = Field(
-        1.0, gt=0, description="Coefficient of variation of the gaps (gamma only; >1 = bursty)."
+        1.0, gt=0, le=100, description="Coefficient of variation of the gaps (gamma only; >1 = bursty)."
     )
+
+    @field_validator("rate")
+    @classmethod
+    def _representable_rate(cls, v: float) -> float:
+        if v < 1e-9:  # gaps of 1/rate seconds would overflow (or divide by an underflowed 0)
+            raise ValueError("must be at least 1e-9 requests per second")
+        return v
+
+    @field_validator("cv")
+    @classmethod
+    def _representable_cv(cls, v: float) -> float:
+        if v < 1e-6:  # the gamma shape 1/cv**2 would overflow; 1e-6 is already clockwork
+            raise ValueError("must be at least 1e-6 (1e-6 already means evenly spaced arrivals)")
+        return v
 
 
 class PrefixPool(_M):
-    count: int = Field(ge=1, description="Number of distinct shared prefixes.")
-    zipf_s: float = Field(ge=0, description="Zipf exponent of prefix popularity (0 = uniform).")
+    count: int = Field(ge=1, le=10_000_000, description="Number of distinct shared prefixes.")
+    zipf_s: float = Field(ge=0, le=20, description="Zipf exponent of prefix popularity (0 = uniform).")
     length: Dist = Field(description="Prefix length distribution (tokens), drawn once per prefix.")
 
 
@@ -231,6 +256,7 @@ class RunSpec(_M):
     requests: int | None = Field(
         None,
         ge=1,
+        le=10_000_000,
         description="Requests to simulate (synthetic; default 10,000) or the most to replay "
         "(trace; default all).",
     )

@@ -7,8 +7,11 @@ output is identical whatever the backend and worker count.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
+import signal
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Any, Protocol
@@ -42,18 +45,51 @@ class LocalPoolBackend:
         if self.jobs == 1 or len(items) <= 1:
             yield from SerialBackend().map_unordered(fn, items)
             return
-        ex = ProcessPoolExecutor(max_workers=self.jobs, mp_context=multiprocessing.get_context("spawn"))
+        ex = ProcessPoolExecutor(
+            max_workers=self.jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_ignore_sigint
+        )
         try:
-            futures = {ex.submit(fn, it): it for it in items}
+            with _sigint_ignored():  # workers start (on submit) with Ctrl-C ignored: it is the parent's
+                futures = {ex.submit(fn, it): it for it in items}
             pending = set(futures)
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for f in done:
                     yield futures[f], f.result()
         except BaseException:
-            ex.shutdown(wait=False, cancel_futures=True)
+            _stop(ex)
             raise
         ex.shutdown(wait=True)
+
+
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@contextlib.contextmanager
+def _sigint_ignored():
+    """Ignore SIGINT while worker processes are spawned, so they inherit it from the start.
+
+    Ctrl-C reaches the whole foreground process group; a worker interrupted mid-import or
+    mid-point would print a traceback. The parent alone handles it (stops the pool, keeps
+    finished points, prints where they are)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old if old is not None else signal.default_int_handler)
+
+
+def _stop(ex: ProcessPoolExecutor) -> None:
+    """Cancel queued points and end running workers now instead of letting them finish."""
+    procs = list((getattr(ex, "_processes", None) or {}).values())
+    ex.shutdown(wait=False, cancel_futures=True)
+    for proc in procs:
+        if proc.is_alive():
+            proc.terminate()
 
 
 def make_backend(name: str = "local", *, jobs: int | None = None, address: str | None = None) -> Backend:

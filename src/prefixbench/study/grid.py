@@ -107,7 +107,11 @@ def load_sweep_file(path: Path) -> dict:
 
     data = read_yaml(Path(path))
     if not isinstance(data, dict):
-        raise ScenarioError("a sweep file must be a YAML mapping", where=str(path))
+        raise ScenarioError(
+            "a sweep file must be a YAML mapping",
+            where=str(path),
+            fix="write one 'key: value' per line (models, workloads, budgets, policies, seeds, set)",
+        )
     return data
 
 

@@ -171,8 +171,7 @@ def plot_mean_ttft(agg: pl.DataFrame):
             y="mean TTFT (ms)",
             title="Mean time to first token by policy",
             subtitle="bars: mean over seeds; error bars: 95% confidence interval "
-            "(Student t over seeds); "
-            "y scales differ per panel",
+            "(Student t over seeds)\ny scales differ per panel",
         )
         + _theme()
     )
@@ -211,7 +210,7 @@ def plot_throughput_vs_reject(agg: pl.DataFrame):
             x="requests rejected at admission (%)",
             y="steady-state throughput (req/s)",
             title="Throughput vs admission rejects",
-            subtitle="one point per budget factor (mean over seeds); lines join a policy's budgets",
+            subtitle="one point per budget factor (mean over seeds)\nlines join a policy's budgets",
         )
         + _theme()
     )
@@ -272,7 +271,7 @@ def plot_replica_memory(agg: pl.DataFrame):
             x="mean replica KV resident on the decode node (MB)",
             y="mean TTFT reduction vs transfer_per_request",
             title="What replica memory buys",
-            subtitle="replicate_hotset (solid) and replicate_all_lru (dashed), mean over seeds; "
+            subtitle="replicate_hotset (solid) and replicate_all_lru (dashed), mean over seeds\n"
             "above 0% = faster than transferring every prefix",
         )
         + _theme()
@@ -359,7 +358,7 @@ def plot_crossover(crossover: pl.DataFrame):
             x="prefix length (tokens)",
             y="time to make the prefix KV available (ms)",
             title=f"Transfer vs recompute on {accelerator} over {link}",
-            subtitle="roofline cost model, no queueing; dotted line: the reference prefix "
+            subtitle="roofline cost model, no queueing\ndotted line: the reference prefix "
             f"({REFERENCE_PREFIX} tokens) the tie bandwidth is quoted at",
         )
         + _theme()
@@ -386,12 +385,12 @@ def plot_crossover(crossover: pl.DataFrame):
 def _panel_text(model: str, ymax: float, text: str):
     """A text layer placed in one model's panel only (plotnine facets by the data's column)."""
     import pandas as pd
-    from plotnine import aes, geom_text
+    from plotnine import aes, geom_label
 
     data = pd.DataFrame(
         {"model": [model], "prefix_tokens": [0.0], "time_ms": [ymax * 0.98], "label": [text]}
     )
-    return geom_text(
+    return geom_label(  # boxed, so the dotted reference line does not run through the text
         aes("prefix_tokens", "time_ms", label="label"),
         data=data,
         inherit_aes=False,
@@ -399,6 +398,8 @@ def _panel_text(model: str, ymax: float, text: str):
         va="top",
         size=BASE_SIZE - 2,
         color="#222222",
+        fill="white",
+        label_size=0.3,
     )
 
 
@@ -518,9 +519,9 @@ def plot_recommendations(rec: pl.DataFrame):
             x="decode KV budget factor",
             y="workload",
             title=f"Recommended policy ({', '.join(sorted(set(rec['objective'])))} objective)",
-            subtitle="label: policy; runner-up TTFT − recommended TTFT "
-            "(mean ± 95% CI over seeds); * = seeds disagree\n"
-            "a negative margin: the runner-up is faster but costs more replica memory or rejects",
+            subtitle="label: policy; runner-up TTFT − recommended TTFT (mean ± 95% CI over seeds)\n"
+            "* = seeds disagree; a negative margin: the runner-up is faster but costs more\n"
+            "replica memory or rejects more requests",
         )
         + _theme()
         + theme(panel_grid=element_blank())
@@ -593,7 +594,7 @@ def plot_ttft_distribution(agg: pl.DataFrame):
             x="decode KV budget factor",
             y="TTFT (ms, log scale)",
             title="TTFT distribution by policy",
-            subtitle="p50 (circle), p90 (triangle), p99 (square) of steady-state requests, "
+            subtitle="p50 (circle), p90 (triangle), p99 (square) of steady-state requests\n"
             "mean over seeds",
         )
         + _theme()

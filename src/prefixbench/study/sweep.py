@@ -9,6 +9,7 @@ the order workers finished in.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -19,7 +20,7 @@ from pathlib import Path
 import polars as pl
 
 from ..artifacts import SCHEMAS, read_artifact, register, write_atomic
-from ..errors import ArtifactError
+from ..errors import ArtifactError, PrefixbenchError
 from .aggregate import aggregate, prefix_table
 from .backends import Backend, LocalPoolBackend
 from .grid import Point, SweepSpec
@@ -51,8 +52,9 @@ def run_point(point: Point, policies: list[str], keep_requests: bool) -> PointRe
     from ..loader import load_scenario
     from .runs import run_scenario
 
-    s = load_scenario(point.workload, point.scenario_overrides())
-    t = run_scenario(s, policies, keep_requests=True)
+    with _naming(point):
+        s = load_scenario(point.workload, point.scenario_overrides())
+        t = run_scenario(s, policies, keep_requests=True)
     runs = t.summary.with_columns(
         pl.col("policy").map_elements(point.run_id, return_dtype=pl.Utf8).alias("run_id"),
         pl.lit(point.point_id).alias("point_id"),
@@ -111,10 +113,17 @@ def check_grid(out: Path, spec: SweepSpec, force: bool) -> None:
                 where=str(out),
                 fix="choose another --out, or pass --force to rebuild its combined files for this grid (finished runs of both grids are kept in parts/)",
             )
-    out.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(want, indent=2, sort_keys=True))
-    os.replace(tmp, path)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(want, indent=2, sort_keys=True))
+        os.replace(tmp, path)
+    except OSError as e:
+        raise ArtifactError(
+            f"cannot write here ({e.strerror or e.__class__.__name__})",
+            where=str(out),
+            fix="choose a writable --out directory",
+        ) from None
 
 
 def _pending(out: Path, points: Iterable[Point], events: bool) -> list[Point]:
@@ -136,12 +145,12 @@ def run_sweep(
 
     ``backend`` defaults to a local process pool of ``jobs`` workers."""
     out = Path(out)
-    check_grid(out, spec, force)
     points = spec.points()
+    _validate_first(points)  # before check_grid records this grid in out/sweep.json
+    check_grid(out, spec, force)
     todo = _pending(out, points, events)
     if on_start:
         on_start(len(points), len(points) - len(todo))
-    _validate_first(todo)
     if todo:
         backend = backend or LocalPoolBackend(jobs)
         task = functools.partial(run_point, policies=spec.policies, keep_requests=events)
@@ -153,11 +162,27 @@ def run_sweep(
 
 
 def _validate_first(todo: list[Point]) -> None:
-    """Load every scenario before any simulation so a bad grid fails at once, not mid-way."""
+    """Load and prepare every scenario (first seed of each) before any simulation, so a bad
+    or impossible grid (weights that do not fit, a budget below a request) fails at once."""
     from ..loader import load_scenario
+    from ..runner import prepare
 
-    for p in {(q.workload, q.model, q.budget_factor, q.overrides): q for q in todo}.values():
-        load_scenario(p.workload, p.scenario_overrides())
+    first: dict[tuple, Point] = {}
+    for q in todo:
+        first.setdefault((q.workload, q.model, q.budget_factor, q.overrides), q)
+    for p in first.values():
+        with _naming(p):
+            prepare(load_scenario(p.workload, p.scenario_overrides()))
+
+
+@contextlib.contextmanager
+def _naming(p: Point):
+    """Prefix a prefixbench error with the grid point it came from."""
+    try:
+        yield
+    except PrefixbenchError as e:
+        label = f"sweep point {p.model}/{p.workload}/budget {p.budget_factor:g}/seed {p.seed}"
+        raise type(e)(e.what, where=f"{label}: {e.where}" if e.where else label, fix=e.fix) from None
 
 
 def combine(out: Path, points: list[Point]) -> dict[str, Path]:

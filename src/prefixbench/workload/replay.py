@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 from ..errors import ScenarioError
@@ -45,6 +47,17 @@ def overlay_prefixes(req: Requests, w: TraceWorkload, block_size: int, seed: int
     )
 
 
+@contextlib.contextmanager
+def _at(field: str):
+    """Name the scenario field a replay control's error comes from."""
+    try:
+        yield
+    except ScenarioError as e:
+        if e.where:
+            raise
+        raise ScenarioError(e.what, where=field, fix=e.fix) from None
+
+
 def trace_requests(w: TraceWorkload, n: int | None, block_size: int, seed: int) -> tuple[Requests, list[str]]:
     """The requests a trace workload replays, and notes for the user (skips, overlay)."""
     fmt = None if w.format == "auto" else w.format
@@ -55,11 +68,13 @@ def trace_requests(w: TraceWorkload, n: int | None, block_size: int, seed: int) 
         notes.append(f"{w.path}: skipped {load.skipped} bad records ({detail})")
     req = load.requests
     if w.start_s is not None or w.end_s is not None:
-        req = window(req, w.start_s or 0.0, w.end_s if w.end_s is not None else float(req.arrival[-1]) + 1.0)
+        with _at("workload.start_s/end_s"):
+            req = window(req, w.start_s or 0.0, w.end_s if w.end_s is not None else float(req.arrival[-1]) + 1.0)
     if n is not None:
         req = limit(req, n)
     if w.rate is not None:
-        req = rescale_rate(req, w.rate)
+        with _at("workload.rate"):
+            req = rescale_rate(req, w.rate)
     if w.overlay is not None:
         if load.format != "azure":
             raise ScenarioError(

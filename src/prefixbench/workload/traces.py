@@ -630,6 +630,10 @@ def rescale_rate(requests: Requests, rate: float) -> Requests:
             "cannot rescale the arrival rate of a trace with fewer than 2 distinct arrival times",
             fix="use a longer trace or window",
         )
+    if not math.isfinite((n - 1) / rate):
+        raise ScenarioError(
+            f"rate {rate:g} req/s is too low: arrival times would overflow", fix="pass a larger rate"
+        )
     # normalise by the span first: (n - 1) / rate / span overflows for a subnormal span
     return Requests(
         arrival=((requests.arrival - requests.arrival[0]) / span) * ((n - 1) / rate),

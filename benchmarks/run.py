@@ -1,0 +1,619 @@
+#!/usr/bin/env python
+"""prefixbench performance benchmark (BRIEF §7): a benchmark, not a timed test.
+
+    python benchmarks/run.py [--quick] [--out benchmarks/results.json]
+
+Measures, and prints and writes as JSON (median / min / max over repeats):
+
+* throughput: simulated requests per second per core on one long run of each seed workload
+  and policy (completed + rejected requests; the compiled core and, for reference, the
+  Python core on a shorter run), by wall clock and by CPU time;
+* study: wall time of the full default sweep (384 runs, 10,000 requests each) with 2 workers,
+  each repeat in a fresh process writing into a fresh temporary directory;
+* million: a 1,000,000-request synthetic run and a real trace tiled to 1,000,000 requests,
+  each in its own process (phase timings, wall, and peak RSS read with
+  ``resource.getrusage(RUSAGE_CHILDREN)`` by a wrapper process whose only child is the run);
+* help: ``prefixbench --help`` wall time (fresh process, median of 5);
+* scaling: cost against requests (10k → 1M) and against grid size (1 → 384 runs), with the
+  log-log slope (1.0 = linear);
+* compile: the compiled core's cold numba compile (empty cache directory) and warm load.
+
+The machine is recorded too (CPU, cores, versions, load average: on a shared machine the
+load of other processes inflates wall times; CPU-time figures are less affected).
+Environment variables such as OPENBLAS_CORETYPE are passed through unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+POLICIES = ("transfer_per_request", "recompute_on_decode", "replicate_hotset", "replicate_all_lru")
+WORKLOADS = ("enterprise_hotset", "long_context_support", "medium_chat", "tool_call")
+TARGETS = {
+    "study_wall_s": ("<=", 10.0),
+    "fast_requests_per_s_per_core_min": (">=", 250_000.0),
+    "million_synthetic_wall_s": ("<=", 10.0),
+    "million_trace_wall_s": ("<=", 10.0),
+    "million_peak_rss_mb_max": ("<=", 2048.0),
+    "help_wall_s": ("<=", 0.5),
+}
+
+
+def stats(xs: list[float]) -> dict:
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs)}
+
+
+def default_trace() -> Path:
+    for p in (
+        ROOT.parent / "shared" / "traces" / "conversation_trace.jsonl",
+        ROOT / "tests" / "data" / "conversation_trace_head300.jsonl",
+    ):
+        if p.is_file():
+            return p
+    raise SystemExit("no Mooncake trace found; pass --trace")
+
+
+# ---------------------------------------------------------------- machine
+
+
+def machine_info() -> dict:
+    import numpy as np
+
+    cpu = platform.processor()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        import numba
+
+        numba_v = numba.__version__
+    except ImportError:
+        numba_v = None
+    import polars as pl
+
+    return {
+        "nproc": os.cpu_count(),
+        "cpu_model": cpu,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "numba": numba_v,
+        "polars": pl.__version__,
+        "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE"),
+        "PREFIXBENCH_ENGINE": os.environ.get("PREFIXBENCH_ENGINE"),
+        "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9, 1),
+    }
+
+
+def product_engine() -> str:
+    """Which core ``prefixbench.engine.core.simulate`` (what run and sweep call) dispatches to."""
+    from prefixbench.engine import core
+    from prefixbench.loader import load_scenario
+    from prefixbench.runner import prepare
+
+    try:
+        from prefixbench.engine import fastcore
+    except ImportError:
+        return "python"
+    prep = prepare(load_scenario("medium_chat", ["run.requests=50", "run.warmup_requests=0"]))
+    calls = []
+    real = fastcore.simulate_fast
+
+    def spy(*a, **k):
+        calls.append(1)
+        return real(*a, **k)
+
+    saved = getattr(core, "simulate_fast", None)
+    fastcore.simulate_fast = spy
+    if saved is not None:
+        core.simulate_fast = spy
+    try:
+        core.simulate(prep.requests, prep.base)
+    finally:
+        fastcore.simulate_fast = real
+        if saved is not None:
+            core.simulate_fast = saved
+    return "fast" if calls else "python"
+
+
+# ---------------------------------------------------------------- child processes
+
+
+def child(argv: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), *argv],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=os.environ.copy(),
+    )
+
+
+def run_child(argv: list[str], wrap: bool = False) -> dict:
+    """Run a child mode of this script; return its JSON (plus the process wall time)."""
+    t = time.perf_counter()
+    p = child((["--wrap"] if wrap else []) + argv)
+    wall = time.perf_counter() - t
+    if p.returncode != 0:
+        raise RuntimeError(f"child {argv} failed:\n{p.stderr[-3000:]}")
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    out["process_wall_s"] = wall
+    return out
+
+
+def mode_wrap(argv: list[str]) -> None:
+    """Run the child given by ``argv``; add its peak RSS, read from RUSAGE_CHILDREN (this
+    process has no other child)."""
+    p = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), *argv],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    if p.returncode != 0:
+        sys.stderr.write(p.stderr)
+        raise SystemExit(p.returncode)
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0
+    print(json.dumps(out))
+
+
+def mode_study(spec_json: str) -> None:
+    """One sweep into a fresh temporary directory, 2 workers."""
+    t0 = time.perf_counter()
+    from prefixbench.study.grid import SweepSpec
+    from prefixbench.study.sweep import run_sweep
+
+    spec = SweepSpec.model_validate(json.loads(spec_json))
+    t1 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as d:
+        run_sweep(spec, Path(d), jobs=2)
+        t2 = time.perf_counter()
+    runs = len(spec.points()) * len(spec.policies)
+    print(
+        json.dumps(
+            {"runs": runs, "import_s": t1 - t0, "wall_s": t2 - t1, "engine": product_engine()}
+        )
+    )
+
+
+def mode_million(kind: str, policy: str, trace: str) -> None:
+    """One 1,000,000-request run: workload, prepare, simulate, per-request table and summary."""
+    T = time.perf_counter
+    t0 = T()
+    import prefixbench.runner as runner
+    from prefixbench.loader import load_scenario
+    from prefixbench.metrics import requests_frame, summarize
+    from prefixbench.runner import prepare, simulate_policy
+
+    t1 = T()
+    phases = {}
+    if kind == "synthetic":
+        s = load_scenario("enterprise_hotset", ["run.requests=1000000"])
+    else:
+        from prefixbench.workload.traces import tile
+
+        s = load_scenario("trace_replay", [], trace=trace)
+        orig = runner.build_requests
+
+        def tiled(sc):  # the trace's requests, tiled to 1M (prepare has no hook for this)
+            ta = T()
+            req, notes = orig(sc)
+            tb = T()
+            req = tile(req, 1_000_000)
+            phases["read_trace_s"], phases["tile_s"] = tb - ta, T() - tb
+            return req, notes
+
+        runner.build_requests = tiled
+    t2 = T()
+    prep = prepare(s)
+    t3 = T()
+    res = simulate_policy(prep, policy)
+    t4 = T()
+    df = requests_frame(prep, policy, res)
+    row = summarize(prep, policy, df, res)
+    t5 = T()
+    out = {
+        "kind": kind,
+        "policy": policy,
+        "requests": len(prep.requests),
+        "import_s": t1 - t0,
+        "prepare_s": t3 - t2,
+        "simulate_s": t4 - t3,
+        "metrics_s": t5 - t4,
+        "run_s": t5 - t1,  # scenario → summary row, interpreter start-up and imports excluded
+        "completed": row["completed"],
+        "rejected": row["rejected"],
+        "self_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+        "engine": product_engine(),
+        **phases,
+    }
+    print(json.dumps(out))
+
+
+COMPILE_PROBE = """
+import json, time
+t0 = time.perf_counter()
+from prefixbench.engine import fastcore
+t1 = time.perf_counter()
+from prefixbench.loader import load_scenario
+from prefixbench.runner import prepare
+prep = prepare(load_scenario("medium_chat", ["run.requests=200", "run.warmup_requests=0"]))
+t2 = time.perf_counter()
+fastcore.simulate_fast(prep.requests, prep.base)
+t3 = time.perf_counter()
+print(json.dumps({"import_s": t1 - t0, "first_call_s": t3 - t2, "total_s": (t1 - t0) + (t3 - t2)}))
+"""
+
+
+def bench_compile() -> dict:
+    """Cold compile (empty NUMBA_CACHE_DIR) then warm load from that cache, fresh processes."""
+    with tempfile.TemporaryDirectory() as d:
+        env = {**os.environ, "NUMBA_CACHE_DIR": d}
+        out = {}
+        for label in ("cold", "warm", "warm2"):
+            t = time.perf_counter()
+            p = subprocess.run(
+                [sys.executable, "-c", COMPILE_PROBE],
+                capture_output=True,
+                text=True,
+                env=env,
+                cwd=ROOT,
+            )
+            if p.returncode != 0:
+                return {"error": p.stderr[-2000:]}
+            r = json.loads(p.stdout.strip().splitlines()[-1])
+            r["process_wall_s"] = time.perf_counter() - t
+            out[label] = r
+    return {
+        "cold_compile_s": out["cold"]["total_s"],
+        "warm_load_s": min(out["warm"]["total_s"], out["warm2"]["total_s"]),
+        "detail": out,
+    }
+
+
+# ---------------------------------------------------------------- in-process measurements
+
+
+def bench_throughput(n_fast: int, n_python: int, repeats: int) -> dict:
+    import dataclasses
+
+    from prefixbench.engine import fastcore
+    from prefixbench.engine.core import Simulator
+    from prefixbench.loader import load_scenario
+    from prefixbench.runner import prepare
+
+    rows = []
+    for wl in WORKLOADS:
+        prep_f = prepare(load_scenario(wl, [f"run.requests={n_fast}"]))
+        prep_p = prepare(load_scenario(wl, [f"run.requests={n_python}"]))
+        for pol in POLICIES:
+            cfg = dataclasses.replace(prep_f.base, policy=pol)
+            fastcore.simulate_fast(prep_f.requests.slice(0, 2000), cfg)  # load the compiled code
+            wall, cpu = [], []
+            for _ in range(repeats):
+                t, c = time.perf_counter(), time.process_time()
+                res = fastcore.simulate_fast(prep_f.requests, cfg)
+                cpu.append(time.process_time() - c)
+                wall.append(time.perf_counter() - t)
+            out = res.columns["outcome"]
+            counted = int(((out == 1) | (out == 2)).sum())
+            cfg_p = dataclasses.replace(prep_p.base, policy=pol)
+            c = time.process_time()
+            res_p = Simulator(prep_p.requests, cfg_p).run()
+            cpu_p = time.process_time() - c
+            out_p = res_p.columns["outcome"]
+            counted_p = int(((out_p == 1) | (out_p == 2)).sum())
+            rows.append(
+                {
+                    "workload": wl,
+                    "policy": pol,
+                    "requests": counted,
+                    "fast_wall_s": stats(wall),
+                    "fast_cpu_s": stats(cpu),
+                    "fast_rps_wall": counted / statistics.median(wall),
+                    "fast_rps_cpu": counted / statistics.median(cpu),
+                    "python_requests": counted_p,
+                    "python_cpu_s": cpu_p,
+                    "python_rps_cpu": counted_p / cpu_p,
+                }
+            )
+            print(
+                f"  {wl:22s} {pol:22s} fast {rows[-1]['fast_rps_cpu'] / 1e3:8.0f}k req/s (cpu) "
+                f"{rows[-1]['fast_rps_wall'] / 1e3:8.0f}k (wall)   "
+                f"python {rows[-1]['python_rps_cpu'] / 1e3:6.1f}k",
+                flush=True,
+            )
+    fast = [r["fast_rps_cpu"] for r in rows]
+    return {
+        "n_fast": n_fast,
+        "n_python": n_python,
+        "repeats": repeats,
+        "rows": rows,
+        "fast_rps_cpu": stats(fast),
+        "fast_rps_wall": stats([r["fast_rps_wall"] for r in rows]),
+        "python_rps_cpu": stats([r["python_rps_cpu"] for r in rows]),
+    }
+
+
+def slope(xs: list[float], ys: list[float]) -> float:
+    """Least-squares slope of log y on log x (1.0 = cost linear in x)."""
+    import numpy as np
+
+    return float(np.polyfit(np.log(xs), np.log(ys), 1)[0])
+
+
+def bench_scaling_requests(sizes: list[int], repeats: int) -> dict:
+    import dataclasses
+
+    from prefixbench.engine import fastcore
+    from prefixbench.loader import load_scenario
+    from prefixbench.runner import prepare
+
+    rows = []
+    for n in sizes:
+        t = time.perf_counter()
+        prep = prepare(
+            load_scenario(
+                "enterprise_hotset", [f"run.requests={n}", f"run.warmup_requests={n // 10}"]
+            )
+        )
+        t_prep = time.perf_counter() - t
+        cfg = dataclasses.replace(prep.base, policy="replicate_all_lru")
+        fastcore.simulate_fast(prep.requests.slice(0, min(n, 2000)), cfg)
+        wall, cpu = [], []
+        for _ in range(repeats):
+            t, c = time.perf_counter(), time.process_time()
+            fastcore.simulate_fast(prep.requests, cfg)
+            cpu.append(time.process_time() - c)
+            wall.append(time.perf_counter() - t)
+        rows.append(
+            {
+                "requests": n,
+                "prepare_s": t_prep,
+                "simulate_wall_s": stats(wall),
+                "simulate_cpu_s": stats(cpu),
+                "us_per_request_cpu": 1e6 * statistics.median(cpu) / n,
+            }
+        )
+        print(
+            f"  {n:>9,d} requests: simulate {statistics.median(wall):7.3f} s wall, "
+            f"{rows[-1]['us_per_request_cpu']:.2f} µs/request (cpu)",
+            flush=True,
+        )
+    xs = [r["requests"] for r in rows]
+    return {
+        "workload": "enterprise_hotset",
+        "policy": "replicate_all_lru",
+        "rows": rows,
+        "loglog_slope_simulate_cpu": slope(xs, [r["simulate_cpu_s"]["median"] for r in rows]),
+        "loglog_slope_simulate_wall": slope(xs, [r["simulate_wall_s"]["median"] for r in rows]),
+    }
+
+
+GRIDS = {  # sweep grids of 1, 4, 16, 64 runs (384: the default study)
+    1: {
+        "models": ["qwen2-0.5b"],
+        "workloads": ["enterprise_hotset"],
+        "budgets": [0.35],
+        "seeds": [0],
+        "policies": ["replicate_all_lru"],
+    },
+    4: {
+        "models": ["qwen2-0.5b"],
+        "workloads": ["enterprise_hotset"],
+        "budgets": [0.35],
+        "seeds": [0],
+    },
+    16: {"models": ["qwen2-0.5b"], "workloads": ["enterprise_hotset"], "seeds": [0]},
+    64: {"budgets": [0.35, 1.0], "seeds": [0]},
+}
+
+
+def bench_study(repeats: int) -> dict:
+    walls, procs, engines = [], [], set()
+    for i in range(repeats):
+        r = run_child(["--child", "study", "{}"])
+        walls.append(r["wall_s"])
+        procs.append(r["process_wall_s"])
+        engines.add(r["engine"])
+        print(
+            f"  repeat {i + 1}: run_sweep {r['wall_s']:.2f} s "
+            f"(process {r['process_wall_s']:.2f} s, "
+            f"engine {r['engine']}, load {os.getloadavg()[0]:.1f})",
+            flush=True,
+        )
+    return {
+        "runs": 384,
+        "jobs": 2,
+        "wall_s": stats(walls),
+        "process_wall_s": stats(procs),
+        "engine": sorted(engines),
+    }
+
+
+def bench_scaling_grid(sizes: list[int], study: dict) -> dict:
+    rows = []
+    for runs in sizes:
+        r = run_child(["--child", "study", json.dumps(GRIDS[runs])])
+        assert r["runs"] == runs, r
+        rows.append({"runs": runs, "wall_s": r["wall_s"]})
+        print(f"  {runs:>4d} runs: {r['wall_s']:.2f} s", flush=True)
+    rows.append({"runs": 384, "wall_s": study["wall_s"]["median"]})
+    import numpy as np
+
+    x = np.array([r["runs"] for r in rows], dtype=float)
+    y = np.array([r["wall_s"] for r in rows])
+    per_run, fixed = np.polyfit(x, y, 1)
+    return {
+        "rows": rows,
+        "linear_fit": {"fixed_s": float(fixed), "per_run_s": float(per_run)},
+        "note": "wall = fixed (worker start-up, imports, combine) + per_run x runs",
+    }
+
+
+def bench_million(policies: list[str], trace: Path) -> dict:
+    out = {}
+    for kind in ("synthetic", "trace"):
+        rows = []
+        for pol in policies:
+            r = run_child(["--child", "million", kind, pol, str(trace)], wrap=True)
+            rows.append(r)
+            extra = (
+                f", read {r['read_trace_s']:.2f} s + tile {r['tile_s']:.2f} s"
+                if kind == "trace"
+                else ""
+            )
+            print(
+                f"  {kind:9s} {pol:22s} run {r['run_s']:6.2f} s "
+                f"(prepare {r['prepare_s']:.2f}{extra}, simulate {r['simulate_s']:.2f}, "
+                f"metrics {r['metrics_s']:.2f}), process {r['process_wall_s']:.2f} s, "
+                f"peak RSS {r['peak_rss_mb']:.0f} MB",
+                flush=True,
+            )
+        out[kind] = {
+            "rows": rows,
+            "run_s": stats([r["run_s"] for r in rows]),
+            "simulate_s": stats([r["simulate_s"] for r in rows]),
+            "peak_rss_mb": stats([r["peak_rss_mb"] for r in rows]),
+        }
+    out["trace_file"] = str(trace)
+    return out
+
+
+def bench_help(n: int = 5) -> dict:
+    exe = Path(sys.executable).with_name("prefixbench")
+    cmd = [str(exe), "--help"] if exe.exists() else [sys.executable, "-m", "prefixbench", "--help"]
+    walls = []
+    for _ in range(n):
+        t = time.perf_counter()
+        subprocess.run(cmd, capture_output=True, check=True, cwd=ROOT)
+        walls.append(time.perf_counter() - t)
+    return {"command": " ".join(cmd), "wall_s": stats(walls)}
+
+
+# ---------------------------------------------------------------- main
+
+
+def verdicts(r: dict) -> dict:
+    m = r.get("million", {})
+    figures = {
+        "study_wall_s": r["study"]["wall_s"]["median"],
+        "fast_requests_per_s_per_core_min": r["throughput"]["fast_rps_cpu"]["min"],
+        "million_synthetic_wall_s": m.get("synthetic", {}).get("run_s", {}).get("max"),
+        "million_trace_wall_s": m.get("trace", {}).get("run_s", {}).get("max"),
+        "million_peak_rss_mb_max": max(
+            (m[k]["peak_rss_mb"]["max"] for k in ("synthetic", "trace") if k in m), default=None
+        ),
+        "help_wall_s": r["help"]["wall_s"]["median"],
+    }
+    out = {}
+    for k, (op, target) in TARGETS.items():
+        v = figures[k]
+        ok = None if v is None else (v <= target if op == "<=" else v >= target)
+        out[k] = {"value": v, "target": f"{op} {target:g}", "met": ok}
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument(
+        "--quick", action="store_true", help="fewer repeats and smaller sizes (a few minutes)"
+    )
+    ap.add_argument(
+        "--out", default=str(ROOT / "benchmarks" / "results.json"), help="JSON output path"
+    )
+    ap.add_argument("--trace", default=None, help="Mooncake trace to tile to 1M requests")
+    ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
+    ap.add_argument("--wrap", action="store_true", help=argparse.SUPPRESS)
+    args, rest = ap.parse_known_args()
+    if args.wrap:
+        mode_wrap([a for a in sys.argv[1:] if a != "--wrap"])
+        return
+    if args.child:
+        name, *cargs = args.child
+        {"study": mode_study, "million": mode_million}[name](*cargs)
+        return
+
+    quick = args.quick
+    trace = Path(args.trace) if args.trace else default_trace()
+    t_start = time.perf_counter()
+    r: dict = {
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "quick": quick,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "machine": machine_info(),
+        "loadavg_start": os.getloadavg(),
+    }
+    print(
+        f"machine: {r['machine']['nproc']} x {r['machine']['cpu_model']}, "
+        f"python {r['machine']['python']}, numpy {r['machine']['numpy']}, "
+        f"numba {r['machine']['numba']}; load {r['loadavg_start'][0]:.1f}"
+    )
+    r["engine_in_product_path"] = product_engine()
+    print(f"core.simulate dispatches to: {r['engine_in_product_path']}")
+
+    print("compile (numba, fresh cache directory):", flush=True)
+    r["compile"] = bench_compile()
+    if "error" not in r["compile"]:
+        print(
+            f"  cold compile {r['compile']['cold_compile_s']:.2f} s, "
+            f"warm load {r['compile']['warm_load_s']:.2f} s"
+        )
+
+    print("throughput (one long run per workload and policy):", flush=True)
+    r["throughput"] = bench_throughput(
+        50_000 if quick else 200_000, 10_000 if quick else 20_000, 1 if quick else 3
+    )
+
+    print("study (default sweep, 384 runs, 2 workers):", flush=True)
+    r["study"] = bench_study(1 if quick else 3)
+
+    print("help:", flush=True)
+    r["help"] = bench_help()
+    print(f"  prefixbench --help {r['help']['wall_s']['median']:.3f} s (median of 5)")
+
+    print("1M-request runs (own process each):", flush=True)
+    r["million"] = bench_million(["replicate_all_lru"] if quick else list(POLICIES), trace)
+
+    print("scaling with requests:", flush=True)
+    sizes = [10_000, 30_000, 100_000] if quick else [10_000, 30_000, 100_000, 300_000, 1_000_000]
+    r["scaling_requests"] = bench_scaling_requests(sizes, 1 if quick else 3)
+    print(f"  log-log slope {r['scaling_requests']['loglog_slope_simulate_cpu']:.3f} (1 = linear)")
+
+    print("scaling with grid size:", flush=True)
+    r["scaling_grid"] = bench_scaling_grid([1, 4, 16] if quick else [1, 4, 16, 64], r["study"])
+    fit = r["scaling_grid"]["linear_fit"]
+    print(f"  wall ≈ {fit['fixed_s']:.2f} s + {fit['per_run_s'] * 1e3:.1f} ms x runs")
+
+    r["loadavg_end"] = os.getloadavg()
+    r["benchmark_wall_s"] = time.perf_counter() - t_start
+    r["targets"] = verdicts(r)
+    print("targets:")
+    for k, v in r["targets"].items():
+        mark = {True: "met", False: "MISSED", None: "n/a"}[v["met"]]
+        val = "n/a" if v["value"] is None else f"{v['value']:,.3f}"
+        print(f"  {k:36s} {val:>14s}  (target {v['target']}) {mark}")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(r, indent=2) + "\n")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
