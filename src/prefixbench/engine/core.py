@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import os
 from collections import deque
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -610,5 +611,16 @@ class Simulator:
 
 
 def simulate(req: Requests, cfg: EngineConfig, recorder=None) -> SimResult:
-    """Run one scenario's requests through the system described by ``cfg``."""
+    """Run one scenario's requests through the system described by ``cfg``.
+
+    The compiled port (engine/fastcore.py, numba) gives bit-identical results about 50x
+    faster; ``PREFIXBENCH_ENGINE=python`` selects this readable core, which is also used
+    when numba cannot load and for features the port does not have (timelines)."""
+    if os.environ.get("PREFIXBENCH_ENGINE", "fast") != "python":
+        try:
+            from .fastcore import simulate_fast
+        except (ImportError, RuntimeError, OSError):  # numba missing or unusable
+            pass
+        else:
+            return simulate_fast(req, cfg, recorder)
     return Simulator(req, cfg, recorder).run()

@@ -137,6 +137,8 @@ PC_TOK, PC_PREV, PC_NEXT, PC_IN = range(4)
 # B8 (uint8): replica state bits of decode d at U·d + h; per block reference (index into
 # blk_hash) "persisted" flag at IS[H_PFLAG]; hot-set membership at IS[H_HOT] + h.
 ST_IN, ST_READY, ST_INACT = 1, 2, 4
+
+
 # ---------------------------------------------------------------- cost model (costmodel.py)
 
 
