@@ -69,7 +69,10 @@ def test_run_json_and_files(tmp_path):
     assert r.exit_code == 0, r.stderr
     rows = json.loads(r.stdout)
     assert [row["policy"] for row in rows] == [
-        "transfer_per_request", "recompute_on_decode", "replicate_hotset", "replicate_all_lru",
+        "transfer_per_request",
+        "recompute_on_decode",
+        "replicate_hotset",
+        "replicate_all_lru",
     ]
     assert (tmp_path / "requests.parquet").is_file() and (tmp_path / "summary.parquet").is_file()
 

@@ -29,7 +29,9 @@ def _row(name, sets, policy="transfer_per_request", **kw):
 def test_colocated_inter_token_tail_is_worse_under_load():
     """Long prompts under load: prefill-priority stalls every running decode for whole
     prefill steps, so the worst token gap per request grows far beyond disaggregated's."""
-    s = load_scenario("long_context_support", [*SHORT, "workload.arrivals.rate=3", "cluster.prefill_instances=2"])
+    s = load_scenario(
+        "long_context_support", [*SHORT, "workload.arrivals.rate=3", "cluster.prefill_instances=2"]
+    )
     c = compare(s, "transfer_per_request")
     disagg, coupled = c.rows[0], c.rows[1]
     assert coupled["system"] == "colocated prefill-priority"
@@ -41,17 +43,41 @@ def test_colocated_inter_token_tail_is_worse_under_load():
 def test_slow_link_is_named_the_bottleneck():
     s = load_scenario(
         "long_context_support",
-        [*SHORT, "cluster.link.name=eth-10g", "cluster.link.bandwidth_gbps=0.3", "workload.arrivals.rate=1.5"],
+        [
+            *SHORT,
+            "cluster.link.name=eth-10g",
+            "cluster.link.bandwidth_gbps=0.3",
+            "workload.arrivals.rate=1.5",
+        ],
     )
     c = compare(s, "transfer_per_request")
     assert c.verdict.startswith("the link is the bottleneck"), c.verdict
-    fast = compare(s.model_copy(update={"cluster": s.cluster.model_copy(update={"link": s.cluster.link.model_copy(update={"bandwidth_gbps": None, "name": "nvlink4"})})}), "transfer_per_request")
+    fast = compare(
+        s.model_copy(
+            update={
+                "cluster": s.cluster.model_copy(
+                    update={
+                        "link": s.cluster.link.model_copy(
+                            update={"bandwidth_gbps": None, "name": "nvlink4"}
+                        )
+                    }
+                )
+            }
+        ),
+        "transfer_per_request",
+    )
     assert not fast.verdict.startswith("the link")
 
 
 def test_second_prefill_instance_cuts_ttft_when_prefill_bound():
-    sets = ["workload.arrivals.rate=1.8", "workload.share_fraction=0", "workload.suffix_length={kind: lognormal, mean: 5000, cv: 0.3}", "cluster.prefill.accelerator=a10g", "cluster.decode.accelerator=h100-sxm",
-            "cluster.link.name=roce-200g"]
+    sets = [
+        "workload.arrivals.rate=1.8",
+        "workload.share_fraction=0",
+        "workload.suffix_length={kind: lognormal, mean: 5000, cv: 0.3}",
+        "cluster.prefill.accelerator=a10g",
+        "cluster.decode.accelerator=h100-sxm",
+        "cluster.link.name=roce-200g",
+    ]
     one = _row("long_context_support", sets)
     two = _row("long_context_support", [*sets, "cluster.prefill_instances=2"])
     assert one["prefill_util"] > 0.7
@@ -60,8 +86,14 @@ def test_second_prefill_instance_cuts_ttft_when_prefill_bound():
 
 def test_prefix_affinity_keeps_replica_locality():
     sets = ["cluster.decode_instances=4", "cluster.prefill_instances=2", "workload.arrivals.rate=6"]
-    rr = _row("long_context_support", [*sets, "cluster.decode_router=round_robin"], "replicate_all_lru")
-    aff = _row("long_context_support", [*sets, "cluster.decode_router=prefix_affinity"], "replicate_all_lru")
+    rr = _row(
+        "long_context_support", [*sets, "cluster.decode_router=round_robin"], "replicate_all_lru"
+    )
+    aff = _row(
+        "long_context_support",
+        [*sets, "cluster.decode_router=prefix_affinity"],
+        "replicate_all_lru",
+    )
     assert aff["replica_hit_rate"] > rr["replica_hit_rate"] + 0.1
 
 
@@ -70,8 +102,14 @@ def test_prefix_affinity_keeps_replica_locality():
 def test_colocated_conservation(scheduler, on_full):
     s = load_scenario(
         "tool_call",
-        ["run.requests=1500", "run.warmup_requests=100", "cluster.mode=colocated",
-         f"cluster.colocated_scheduler={scheduler}", "memory.budget_factor=0.35", f"memory.on_full={on_full}"],
+        [
+            "run.requests=1500",
+            "run.warmup_requests=100",
+            "cluster.mode=colocated",
+            f"cluster.colocated_scheduler={scheduler}",
+            "memory.budget_factor=0.35",
+            f"memory.on_full={on_full}",
+        ],
     )
     prep = prepare(s)
     res = simulate_policy(prep, "transfer_per_request")
@@ -86,7 +124,10 @@ def test_colocated_conservation(scheduler, on_full):
 
 
 def test_capacity_search_brackets_the_target():
-    s = load_scenario("tool_call", ["run.requests=2000", "run.warmup_requests=200", "slo.ttft_ms=150", "slo.tpot_ms=40"])
+    s = load_scenario(
+        "tool_call",
+        ["run.requests=2000", "run.warmup_requests=200", "slo.ttft_ms=150", "slo.tpot_ms=40"],
+    )
     rate, probes = max_rate(s, "replicate_all_lru", target=0.9, rel_tol=0.05)
     assert rate > 0
     assert probe(s, "replicate_all_lru", rate).attainment >= 0.9
@@ -104,8 +145,23 @@ def test_disagg_study_grid_and_outputs(tmp_path):
 
 
 def test_cli_compare_json(tmp_path):
-    r = CliRunner(env={"COLUMNS": "120"}).invoke(app, ["compare", "medium_chat", "--set", "run.requests=1200", "--set", "run.warmup_requests=100", "--json"])
+    r = CliRunner(env={"COLUMNS": "120"}).invoke(
+        app,
+        [
+            "compare",
+            "medium_chat",
+            "--set",
+            "run.requests=1200",
+            "--set",
+            "run.warmup_requests=100",
+            "--json",
+        ],
+    )
     assert r.exit_code == 0, r.stderr
     data = json.loads(r.stdout)
-    assert [x["system"] for x in data["systems"]] == ["disaggregated", "colocated prefill-priority", "colocated chunked"]
+    assert [x["system"] for x in data["systems"]] == [
+        "disaggregated",
+        "colocated prefill-priority",
+        "colocated chunked",
+    ]
     assert "bottleneck" in data["verdict"]

@@ -22,12 +22,11 @@ import pickle
 
 import numpy as np
 import pytest
+from enginecases import instance_cost, make_requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from reference_sim import ReferenceSim, reference_simulate
 
-from prefixbench import catalog
-from prefixbench.costmodel import Efficiency, InstanceCost
 from prefixbench.engine.core import EngineConfig, Simulator, simulate
 from prefixbench.workload.requests import Requests
 
@@ -55,40 +54,6 @@ INT_COLS = (
     "transfer_tokens",
     "persisted_tokens",
 )
-_COSTS: dict[tuple, InstanceCost] = {}
-
-
-def instance_cost(model: str, acc: str, devices: int, eff: tuple[float, ...]) -> InstanceCost:
-    key = (model, acc, devices, eff)
-    if key not in _COSTS:
-        e = Efficiency(
-            mfu_prefill=eff[0],
-            mfu_decode=eff[1],
-            mbu=eff[2],
-            prefill_overhead_ms=eff[3],
-            decode_overhead_ms=eff[4],
-        )
-        _COSTS[key] = InstanceCost.build(
-            catalog.get_model(model), catalog.get_accelerator(acc), devices, e
-        )
-    return _COSTS[key]
-
-
-def make_requests(arrival, prompt, output, chains) -> Requests:
-    """Requests from per-request lists; ``chains[i]`` is a list of (hash, tokens), root first."""
-    ptr = np.concatenate(([0], np.cumsum([len(c) for c in chains]))).astype(np.int64)
-    flat = [b for c in chains for b in c]
-    req = Requests(
-        arrival=np.asarray(arrival, dtype=np.float64),
-        prompt_len=np.asarray(prompt, dtype=np.int64),
-        output_len=np.asarray(output, dtype=np.int64),
-        blk_ptr=ptr,
-        blk_hash=np.asarray([h for h, _ in flat], dtype=np.int64),
-        blk_tokens=np.asarray([t for _, t in flat], dtype=np.int64),
-        prefix_id=np.asarray([c[-1][0] if c else -1 for c in chains], dtype=np.int64),
-    )
-    req.validate()
-    return req
 
 
 @st.composite

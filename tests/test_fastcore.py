@@ -16,13 +16,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from enginecases import instance_cost, make_requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 pytest.importorskip("numba")
 
-from prefixbench import catalog  # noqa: E402
-from prefixbench.costmodel import Efficiency, InstanceCost  # noqa: E402
 from prefixbench.engine import fastcore  # noqa: E402
 from prefixbench.engine.core import EngineConfig, SimResult, Simulator  # noqa: E402
 from prefixbench.engine.policies import POLICIES, ReplicateAllLRU  # noqa: E402
@@ -39,7 +38,6 @@ POLICY_NAMES = (
 )
 PRESETS = ("enterprise_hotset", "long_context_support", "medium_chat", "tool_call")
 TRACE = Path(__file__).parent / "data" / "conversation_trace_head300.jsonl"
-_COSTS: dict[tuple, InstanceCost] = {}
 
 
 def assert_identical(fast: SimResult, ref: SimResult, what: str = "") -> None:
@@ -69,39 +67,6 @@ def both(req: Requests, cfg: EngineConfig) -> tuple[SimResult, SimResult]:
 
 
 # ---------------------------------------------------------------- random small scenarios
-
-
-def instance_cost(model: str, acc: str, devices: int, eff: tuple[float, ...]) -> InstanceCost:
-    key = (model, acc, devices, eff)
-    if key not in _COSTS:
-        e = Efficiency(
-            mfu_prefill=eff[0],
-            mfu_decode=eff[1],
-            mbu=eff[2],
-            prefill_overhead_ms=eff[3],
-            decode_overhead_ms=eff[4],
-        )
-        _COSTS[key] = InstanceCost.build(
-            catalog.get_model(model), catalog.get_accelerator(acc), devices, e
-        )
-    return _COSTS[key]
-
-
-def make_requests(arrival, prompt, output, chains) -> Requests:
-    """Requests from per-request lists; ``chains[i]`` is a list of (hash, tokens), root first."""
-    ptr = np.concatenate(([0], np.cumsum([len(c) for c in chains]))).astype(np.int64)
-    flat = [b for c in chains for b in c]
-    req = Requests(
-        arrival=np.asarray(arrival, dtype=np.float64),
-        prompt_len=np.asarray(prompt, dtype=np.int64),
-        output_len=np.asarray(output, dtype=np.int64),
-        blk_ptr=ptr,
-        blk_hash=np.asarray([h for h, _ in flat], dtype=np.int64),
-        blk_tokens=np.asarray([t for _, t in flat], dtype=np.int64),
-        prefix_id=np.asarray([c[-1][0] if c else -1 for c in chains], dtype=np.int64),
-    )
-    req.validate()
-    return req
 
 
 @st.composite

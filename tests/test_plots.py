@@ -6,14 +6,12 @@ import shutil
 import struct
 
 import pytest
+from studyutil import make_tiny_study
 from typer.testing import CliRunner
 
 from prefixbench.cli import app
 from prefixbench.errors import ArtifactError
-from prefixbench.study.crossover import run_crossover
-from prefixbench.study.grid import build_spec
 from prefixbench.study.plots import render_plots
-from prefixbench.study.sweep import run_sweep
 
 runner = CliRunner(env={"COLUMNS": "120", "NO_COLOR": "1"})
 
@@ -30,19 +28,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    out = tmp_path_factory.mktemp("study")
-    spec = build_spec(
-        {
-            "models": ["qwen2-0.5b"],
-            "workloads": ["enterprise_hotset", "tool_call"],
-            "budgets": [0.35, 1.0],
-            "seeds": [0, 1],
-            "set": ["run.requests=600", "run.warmup_requests=100"],
-        }
-    )
-    run_sweep(spec, out, jobs=1)
-    run_crossover(out)
-    return out
+    return make_tiny_study(tmp_path_factory.mktemp("study"))
 
 
 @pytest.fixture(scope="module")

@@ -7,13 +7,25 @@ import math
 import pytest
 
 from prefixbench import catalog
-from prefixbench.costmodel import Efficiency, InstanceCost, kv_bytes_per_token, recompute_time, transfer_time
+from prefixbench.costmodel import (
+    Efficiency,
+    InstanceCost,
+    kv_bytes_per_token,
+    recompute_time,
+    transfer_time,
+)
 from prefixbench.study.crossover import analytic_row
 from prefixbench.study.recommend import rank
 
 
 def row(policy, ttft, reject=0.0, kv=0.0, budget=1.0):
-    return {"policy": policy, "ttft_mean_ms": ttft, "reject_rate": reject, "mean_replica_kv_gb": kv, "kv_budget_gb": budget}
+    return {
+        "policy": policy,
+        "ttft_mean_ms": ttft,
+        "reject_rate": reject,
+        "mean_replica_kv_gb": kv,
+        "kv_budget_gb": budget,
+    }
 
 
 def test_latency_excludes_policies_that_reject_more():
@@ -40,11 +52,17 @@ def test_crossover_tie_bandwidth_is_a_tie():
     r = analytic_row("qwen2-1.5b", "l4", "eth-25g")
     m = catalog.get_model("qwen2-1.5b")
     cost = InstanceCost.build(m, catalog.get_accelerator("l4"), 1, Efficiency())
-    link = catalog.get_link("eth-25g").model_copy(update={"bandwidth_gbps": r["tie_bandwidth_gbps"]})
+    link = catalog.get_link("eth-25g").model_copy(
+        update={"bandwidth_gbps": r["tie_bandwidth_gbps"]}
+    )
     t_x = float(transfer_time(link, 2048 * kv_bytes_per_token(m)))
     t_r = float(recompute_time(cost, 2048))
     assert t_x == pytest.approx(t_r, rel=1e-9)
-    assert r["winner_at_ref"] == ("transfer_per_request" if r["transfer_ms_at_ref"] < r["recompute_ms_at_ref"] else "recompute_on_decode")
+    assert r["winner_at_ref"] == (
+        "transfer_per_request"
+        if r["transfer_ms_at_ref"] < r["recompute_ms_at_ref"]
+        else "recompute_on_decode"
+    )
 
 
 def test_crossover_breakeven_is_where_the_winner_flips():

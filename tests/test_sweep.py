@@ -61,7 +61,12 @@ def test_outputs_and_row_counts(swept):
 def test_rerun_skips_finished_points(swept):
     out, _ = swept
     seen = {}
-    run_sweep(build_spec(TINY), out, jobs=1, on_start=lambda total, done: seen.update(total=total, done=done))
+    run_sweep(
+        build_spec(TINY),
+        out,
+        jobs=1,
+        on_start=lambda total, done: seen.update(total=total, done=done),
+    )
     assert seen == {"total": 8, "done": 8}
 
 
@@ -97,8 +102,16 @@ def test_different_grid_is_refused(swept):
 
 def test_confidence_interval_is_student_t():
     runs = pl.DataFrame(
-        {"model": ["m"] * 3, "workload": ["w"] * 3, "budget_factor": [1.0] * 3, "policy": ["p"] * 3,
-         **{c: [1.0, 2.0, 3.0] for c in __import__("prefixbench.study.aggregate", fromlist=["x"]).AGG_METRICS}}
+        {
+            "model": ["m"] * 3,
+            "workload": ["w"] * 3,
+            "budget_factor": [1.0] * 3,
+            "policy": ["p"] * 3,
+            **{
+                c: [1.0, 2.0, 3.0]
+                for c in __import__("prefixbench.study.aggregate", fromlist=["x"]).AGG_METRICS
+            },
+        }
     )
     agg = aggregate(runs)
     assert agg["ttft_mean_ms"][0] == pytest.approx(2.0)

@@ -14,8 +14,18 @@ def _trace(tmp_path, *args):
     path = tmp_path / "tl.json"
     r = CliRunner(env={"COLUMNS": "120"}).invoke(
         app,
-        ["run", *args, "--set", "run.requests=300", "--set", "run.warmup_requests=30",
-         "--timeline", str(path), "--out", str(tmp_path / "o")],
+        [
+            "run",
+            *args,
+            "--set",
+            "run.requests=300",
+            "--set",
+            "run.warmup_requests=30",
+            "--timeline",
+            str(path),
+            "--out",
+            str(tmp_path / "o"),
+        ],
     )
     assert r.exit_code == 0, r.stderr
     return json.loads(path.read_text())["traceEvents"]

@@ -25,7 +25,9 @@ needs_shared = pytest.mark.skipif(not CONV.is_file(), reason="../shared/traces n
 def _unbounded_lru(path: Path):
     s = load_scenario("trace_replay", ["run.warmup_requests=0"], trace=str(path))
     prep = prepare(s)
-    cfg = dataclasses.replace(prep.base, policy="replicate_all_lru", budget_tokens=10**13, max_batch=10**6)
+    cfg = dataclasses.replace(
+        prep.base, policy="replicate_all_lru", budget_tokens=10**13, max_batch=10**6
+    )
     return prep, simulate(prep.requests, cfg)
 
 
@@ -73,8 +75,16 @@ def test_azure_overlay_shares_prefixes():
 def test_cli_run_trace_compares_policies(tmp_path):
     r = CliRunner(env={"COLUMNS": "120"}).invoke(
         app,
-        ["run", "--trace", str(DATA / "conversation_trace_head300.jsonl"), "--set", "run.warmup_requests=30",
-         "--out", str(tmp_path), "--json"],
+        [
+            "run",
+            "--trace",
+            str(DATA / "conversation_trace_head300.jsonl"),
+            "--set",
+            "run.warmup_requests=30",
+            "--out",
+            str(tmp_path),
+            "--json",
+        ],
     )
     assert r.exit_code == 0, r.stderr
     assert len(json.loads(r.stdout)) == 4
@@ -82,7 +92,11 @@ def test_cli_run_trace_compares_policies(tmp_path):
 
 def test_cli_bad_trace_is_one_line(tmp_path):
     bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"timestamp": 0, "input_length": 10, "output_length": 2, "hash_ids": [1]}\n{oops\n')
-    r = CliRunner(env={"COLUMNS": "120"}).invoke(app, ["run", "--trace", str(bad), "--out", str(tmp_path)])
+    bad.write_text(
+        '{"timestamp": 0, "input_length": 10, "output_length": 2, "hash_ids": [1]}\n{oops\n'
+    )
+    r = CliRunner(env={"COLUMNS": "120"}).invoke(
+        app, ["run", "--trace", str(bad), "--out", str(tmp_path)]
+    )
     assert r.exit_code == 2
     assert f"{bad}:2" in r.stderr and "Traceback" not in r.stderr

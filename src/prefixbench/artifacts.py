@@ -31,25 +31,71 @@ F, I, S, B = pl.Float64, pl.Int64, pl.Utf8, pl.Boolean
 
 SCHEMAS: dict[str, dict[str, pl.DataType]] = {
     "requests": {
-        "request_id": I, "policy": S, "arrival": F, "prompt_tokens": I, "output_tokens": I,
-        "prefix_id": I, "t_prefill_start": F, "t_prefill_end": F, "t_admit": F,
-        "t_transfer_start": F, "t_transfer_end": F, "t_recompute_start": F,
-        "t_recompute_end": F, "t_decode_start": F, "t_first_token": F, "t_done": F,
-        "prefill_instance": I, "decode_instance": I, "outcome": S, "reject_reason": S,
-        "prefill_hit_tokens": I, "replica_hit_tokens": I, "recompute_tokens": I,
-        "transfer_tokens": I, "persisted_tokens": I, "warmup": B, "transfer_bytes": F,
-        "ttft_ms": F, "ttft_prefill_ms": F, "e2e_ms": F, "tpot_ms": F,
+        "request_id": I,
+        "policy": S,
+        "arrival": F,
+        "prompt_tokens": I,
+        "output_tokens": I,
+        "prefix_id": I,
+        "t_prefill_start": F,
+        "t_prefill_end": F,
+        "t_admit": F,
+        "t_transfer_start": F,
+        "t_transfer_end": F,
+        "t_recompute_start": F,
+        "t_recompute_end": F,
+        "t_decode_start": F,
+        "t_first_token": F,
+        "t_done": F,
+        "prefill_instance": I,
+        "decode_instance": I,
+        "outcome": S,
+        "reject_reason": S,
+        "prefill_hit_tokens": I,
+        "replica_hit_tokens": I,
+        "recompute_tokens": I,
+        "transfer_tokens": I,
+        "persisted_tokens": I,
+        "warmup": B,
+        "transfer_bytes": F,
+        "ttft_ms": F,
+        "ttft_prefill_ms": F,
+        "e2e_ms": F,
+        "tpot_ms": F,
     },
     "summary": {
-        "scenario": S, "model": S, "workload": S, "budget_factor": F, "seed": I, "policy": S,
-        "requests": I, "completed": I, "rejected": I, "reject_rate": F,
-        "throughput_rps": F, "throughput_tok_s": F,
-        "ttft_mean_ms": F, "ttft_p50_ms": F, "ttft_p90_ms": F, "ttft_p99_ms": F,
-        "ttft_prefill_mean_ms": F, "tpot_mean_ms": F, "tpot_p99_ms": F, "e2e_mean_ms": F,
-        "shared_request_fraction": F, "replica_hit_rate": F, "mean_replica_kv_gb": F,
-        "peak_replica_kv_gb": F, "transfer_mb_per_request": F, "link_util": F,
-        "decode_util": F, "prefill_util": F, "recompute_tokens_total": I,
-        "slo_attainment": F, "goodput_rps": F, "kv_budget_gb": F,
+        "scenario": S,
+        "model": S,
+        "workload": S,
+        "budget_factor": F,
+        "seed": I,
+        "policy": S,
+        "requests": I,
+        "completed": I,
+        "rejected": I,
+        "reject_rate": F,
+        "throughput_rps": F,
+        "throughput_tok_s": F,
+        "ttft_mean_ms": F,
+        "ttft_p50_ms": F,
+        "ttft_p90_ms": F,
+        "ttft_p99_ms": F,
+        "ttft_prefill_mean_ms": F,
+        "tpot_mean_ms": F,
+        "tpot_p99_ms": F,
+        "e2e_mean_ms": F,
+        "shared_request_fraction": F,
+        "replica_hit_rate": F,
+        "mean_replica_kv_gb": F,
+        "peak_replica_kv_gb": F,
+        "transfer_mb_per_request": F,
+        "link_util": F,
+        "decode_util": F,
+        "prefill_util": F,
+        "recompute_tokens_total": I,
+        "slo_attainment": F,
+        "goodput_rps": F,
+        "kv_budget_gb": F,
     },
 }
 
@@ -71,7 +117,9 @@ def _conform(df: pl.DataFrame, kind: str) -> pl.DataFrame:
     schema_ = schema(kind)
     missing = [c for c in schema_ if c not in df.columns]
     if missing:
-        raise AssertionError(f"{kind} frame lacks declared columns {missing}")  # a bug, not user error
+        raise AssertionError(
+            f"{kind} frame lacks declared columns {missing}"
+        )  # a bug, not user error
     return df.with_columns(pl.col(c).cast(t) for c, t in schema_.items())
 
 
@@ -85,7 +133,9 @@ def write_atomic(df: pl.DataFrame, path: Path, kind: str, meta: dict | None = No
         os.close(fd)
     except OSError as e:
         raise ArtifactError(
-            f"cannot write here ({e.strerror})", where=str(path.parent), fix="choose a writable --out directory"
+            f"cannot write here ({e.strerror})",
+            where=str(path.parent),
+            fix="choose a writable --out directory",
         ) from None
     metadata = {"prefixbench.kind": kind, "prefixbench.schema_version": str(SCHEMA_VERSION)}
     if meta:
@@ -120,7 +170,9 @@ def _io_reason(e: BaseException) -> str:
     if isinstance(e, OSError):
         return e.strerror or e.__class__.__name__
     text = str(e).splitlines()[0] if str(e) else e.__class__.__name__
-    return text.rsplit("IO error: ", 1)[-1][:120]  # polars: "...underlying IO error: No space left..."
+    return text.rsplit("IO error: ", 1)[-1][
+        :120
+    ]  # polars: "...underlying IO error: No space left..."
 
 
 def _data_region(raw: bytes) -> bytes | None:
@@ -152,7 +204,9 @@ def _read_bytes(path: Path) -> bytes:
 
 def _metadata(raw: bytes, path: Path) -> dict[str, str]:
     if _data_region(raw) is None:
-        raise ArtifactError("not a readable Parquet file (corrupt or truncated)", where=str(path), fix=_CORRUPT)
+        raise ArtifactError(
+            "not a readable Parquet file (corrupt or truncated)", where=str(path), fix=_CORRUPT
+        )
     try:
         return pl.read_parquet_metadata(io.BytesIO(raw))
     except _POLARS_FAILURES:  # polars raises several kinds for corrupt files
@@ -164,7 +218,9 @@ def _metadata(raw: bytes, path: Path) -> dict[str, str]:
 def read_metadata(path: Path) -> dict[str, str]:
     path = Path(path)
     if not path.is_file():
-        raise ArtifactError("missing file", where=str(path), fix="run the command that produces it first")
+        raise ArtifactError(
+            "missing file", where=str(path), fix="run the command that produces it first"
+        )
     return _metadata(_read_bytes(path), path)
 
 
@@ -193,17 +249,23 @@ def read_artifact(path: Path, kind: str) -> pl.DataFrame:
         )
     want = meta.get(DIGEST_KEY)  # files from before digests were written have none
     if want is not None and _digest(_data_region(raw)) != want:
-        raise ArtifactError("corrupt Parquet data (checksum mismatch)", where=str(path), fix=_CORRUPT)
+        raise ArtifactError(
+            "corrupt Parquet data (checksum mismatch)", where=str(path), fix=_CORRUPT
+        )
     try:
         df = pl.read_parquet(io.BytesIO(raw))
     except _POLARS_FAILURES:
         raise ArtifactError("corrupt Parquet data", where=str(path), fix=_CORRUPT) from None
     for col, dtype in schema(kind).items():
         if col not in df.columns:
-            raise ArtifactError(f"column '{col}' is missing", where=str(path), fix="re-create the file")
+            raise ArtifactError(
+                f"column '{col}' is missing", where=str(path), fix="re-create the file"
+            )
         if df.schema[col] != dtype:
             raise ArtifactError(
-                f"column '{col}' is {df.schema[col]}, expected {dtype}", where=str(path), fix="re-create the file"
+                f"column '{col}' is {df.schema[col]}, expected {dtype}",
+                where=str(path),
+                fix="re-create the file",
             )
     return df
 

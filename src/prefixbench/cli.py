@@ -39,7 +39,12 @@ class _OneLineUsageErrors(typer.core.TyperGroup):
             path = ctx.command_path if ctx is not None else "prefixbench"
             what = e.format_message().replace("Value error, ", "").rstrip(". ")
             line = f"{path}: {what}; see '{path} --help'"
-            err.print(f"[bold red]error:[/] {escape(one_line(line))}", markup=True, highlight=False, soft_wrap=True)
+            err.print(
+                f"[bold red]error:[/] {escape(one_line(line))}",
+                markup=True,
+                highlight=False,
+                soft_wrap=True,
+            )
             sys.exit(e.exit_code)
         except typer.Abort:
             err.print("aborted", highlight=False)
@@ -98,7 +103,12 @@ def guarded(fn):
         except PrefixbenchError as e:
             if _state["debug"]:
                 raise
-            err.print(f"[bold red]error:[/] {escape(e.line())}", markup=True, highlight=False, soft_wrap=True)
+            err.print(
+                f"[bold red]error:[/] {escape(e.line())}",
+                markup=True,
+                highlight=False,
+                soft_wrap=True,
+            )
             raise typer.Exit(e.exit_code) from None
         except KeyboardInterrupt:
             err.print("interrupted", highlight=False)
@@ -157,7 +167,9 @@ def catalog_list(
 @catalog_app.command("show")
 @guarded
 def catalog_show(
-    name: Annotated[str, typer.Argument(help="A model, accelerator or link name, or a config.json path.")],
+    name: Annotated[
+        str, typer.Argument(help="A model, accelerator or link name, or a config.json path.")
+    ],
     accelerator: Annotated[
         str, typer.Option("--accelerator", "-a", help="Accelerator for a model's ridge point.")
     ] = "h100-sxm",
@@ -171,8 +183,15 @@ def catalog_show(
     if as_json:
         out.print_json(json.dumps(info))
         return
-    rows = [{"field": k, "value": f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else
-             (f"{v:,.4g}" if isinstance(v, float) else str(v))} for k, v in info.items()]
+    rows = [
+        {
+            "field": k,
+            "value": f"{v:,}"
+            if isinstance(v, int) and not isinstance(v, bool)
+            else (f"{v:,.4g}" if isinstance(v, float) else str(v)),
+        }
+        for k, v in info.items()
+    ]
     out.print(kv_table(f"{info['kind']}: {info.get('name', name)}", rows))
 
 
@@ -188,18 +207,32 @@ def run(
             help="A scenario YAML file or a built-in name (default: enterprise_hotset; trace_replay with --trace)."
         ),
     ] = None,
-    policy: Annotated[PolicyChoice, typer.Option("--policy", "-p", help="One policy, or all side by side.")] = PolicyChoice.all,
-    seed: Annotated[int | None, typer.Option("--seed", help="Random seed (overrides the scenario's).")] = None,
+    policy: Annotated[
+        PolicyChoice, typer.Option("--policy", "-p", help="One policy, or all side by side.")
+    ] = PolicyChoice.all,
+    seed: Annotated[
+        int | None, typer.Option("--seed", help="Random seed (overrides the scenario's).")
+    ] = None,
     overrides: Overrides = None,
-    out_dir: Annotated[Path, typer.Option("--out", help="Directory for requests/summary Parquet.")] = Path("results/run"),
+    out_dir: Annotated[
+        Path, typer.Option("--out", help="Directory for requests/summary Parquet.")
+    ] = Path("results/run"),
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
     trace: Annotated[
-        str | None, typer.Option("--trace", help="Replay this trace (Mooncake .jsonl or Azure .csv) as the workload.")
+        str | None,
+        typer.Option(
+            "--trace", help="Replay this trace (Mooncake .jsonl or Azure .csv) as the workload."
+        ),
     ] = None,
-    trace_format: Annotated[TraceFormat, typer.Option("--trace-format", help="Trace format.")] = None,
-    skip_bad: Annotated[bool, typer.Option("--skip-bad", help="Skip and count malformed trace records.")] = False,
+    trace_format: Annotated[
+        TraceFormat, typer.Option("--trace-format", help="Trace format.")
+    ] = None,
+    skip_bad: Annotated[
+        bool, typer.Option("--skip-bad", help="Skip and count malformed trace records.")
+    ] = False,
     timeline: Annotated[
-        Path | None, typer.Option("--timeline", help="Write a Chrome/Perfetto trace (open in ui.perfetto.dev).")
+        Path | None,
+        typer.Option("--timeline", help="Write a Chrome/Perfetto trace (open in ui.perfetto.dev)."),
     ] = None,
 ) -> None:
     """Simulate one scenario under the four policies (or one) and compare them."""
@@ -214,7 +247,11 @@ def run(
     if scenario is None and trace is not None:
         scenario = "trace_replay"
     s = load_scenario(
-        scenario, sets, trace=trace, trace_format=trace_format.value if trace_format else None, skip_bad=skip_bad
+        scenario,
+        sets,
+        trace=trace,
+        trace_format=trace_format.value if trace_format else None,
+        skip_bad=skip_bad,
     )
     policies = list(POLICIES) if policy == PolicyChoice.all else [policy.value]
     tables = run_scenario(s, policies, timeline=timeline)
@@ -250,11 +287,22 @@ class _Progress:
     """A Rich progress bar with ETA fed by the library's callbacks."""
 
     def __init__(self, label: str) -> None:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+        )
 
         self.bar = Progress(
-            TextColumn(label), BarColumn(), MofNCompleteColumn(), TextColumn("points"),
-            TimeRemainingColumn(), console=err, transient=False,
+            TextColumn(label),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("points"),
+            TimeRemainingColumn(),
+            console=err,
+            transient=False,
         )
         self.task = None
 
@@ -279,27 +327,58 @@ class SweepBackend(str, Enum):
 @app.command()
 @guarded
 def sweep(
-    grid: Annotated[Path | None, typer.Argument(help="A sweep YAML file (models, workloads, budgets, policies, seeds, set).")] = None,
-    models: Annotated[list[str] | None, typer.Option("--models", help="Models (comma-separated or repeated).")] = None,
-    workloads: Annotated[list[str] | None, typer.Option("--workloads", help="Workload presets or YAML paths.")] = None,
-    budgets: Annotated[list[str] | None, typer.Option("--budgets", help="Budget factors, e.g. 0.35,0.5,1.0.")] = None,
-    policies: Annotated[list[str] | None, typer.Option("--policies", help="Policies to compare.")] = None,
+    grid: Annotated[
+        Path | None,
+        typer.Argument(
+            help="A sweep YAML file (models, workloads, budgets, policies, seeds, set)."
+        ),
+    ] = None,
+    models: Annotated[
+        list[str] | None, typer.Option("--models", help="Models (comma-separated or repeated).")
+    ] = None,
+    workloads: Annotated[
+        list[str] | None, typer.Option("--workloads", help="Workload presets or YAML paths.")
+    ] = None,
+    budgets: Annotated[
+        list[str] | None, typer.Option("--budgets", help="Budget factors, e.g. 0.35,0.5,1.0.")
+    ] = None,
+    policies: Annotated[
+        list[str] | None, typer.Option("--policies", help="Policies to compare.")
+    ] = None,
     seeds: Annotated[list[str] | None, typer.Option("--seeds", help="Seeds, e.g. 0,1,2.")] = None,
     overrides: Overrides = None,
     quick: Annotated[bool, typer.Option("--quick", help="A seconds-long smoke grid (CI).")] = False,
-    jobs: Annotated[int | None, typer.Option("--jobs", "-j", help="Worker processes (default: all cores).")] = None,
-    events: Annotated[bool, typer.Option("--events", help="Also keep per-request tables (events/).")] = False,
-    force: Annotated[bool, typer.Option("--force", help="Add to a results folder holding another grid.")] = False,
+    jobs: Annotated[
+        int | None, typer.Option("--jobs", "-j", help="Worker processes (default: all cores).")
+    ] = None,
+    events: Annotated[
+        bool, typer.Option("--events", help="Also keep per-request tables (events/).")
+    ] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Add to a results folder holding another grid.")
+    ] = False,
     out_dir: Annotated[Path, typer.Option("--out", help="Results folder.")] = Path("results"),
     study: Annotated[
-        Study, typer.Option("--study", help="reference: the 384-run prefix study; disagg: seed 001's 540 coupled-vs-disaggregated configurations.")
+        Study,
+        typer.Option(
+            "--study",
+            help="reference: the 384-run prefix study; disagg: seed 001's 540 coupled-vs-disaggregated configurations.",
+        ),
     ] = None,
     backend: Annotated[
-        SweepBackend, typer.Option("--backend", help="Where points run: a local process pool, or Ray (needs the ray extra; see docs/scaling.md).")
+        SweepBackend,
+        typer.Option(
+            "--backend",
+            help="Where points run: a local process pool, or Ray (needs the ray extra; see docs/scaling.md).",
+        ),
     ] = SweepBackend.local,
     address: Annotated[
         str | None,
-        typer.Option("--address", envvar="RAY_ADDRESS", help="With --backend ray: an existing cluster (HOST:6379, ray://HOST:10001 or auto); default: a private local Ray instance of --jobs CPUs."),
+        typer.Option(
+            "--address",
+            envvar="RAY_ADDRESS",
+            help="With --backend ray: an existing cluster (HOST:6379, ray://HOST:10001 or auto); default: a private local Ray instance of --jobs CPUs.",
+        ),
     ] = None,
 ) -> None:
     """Run a grid (default: the 384-run reference study), resumably, on a process pool or Ray."""
@@ -326,11 +405,20 @@ def sweep(
         seeds=num_seeds,
         set=list(base.get("set", [])) + list(overrides or []),
     )
-    runner = make_backend(backend.value, jobs=jobs, address=address if backend == SweepBackend.ray else None)
+    runner = make_backend(
+        backend.value, jobs=jobs, address=address if backend == SweepBackend.ray else None
+    )
     bar = _Progress("sweep")
     try:
         paths = run_sweep(
-            spec, out_dir, jobs=jobs, events=events, force=force, backend=runner, on_start=bar.start, on_point=bar.point
+            spec,
+            out_dir,
+            jobs=jobs,
+            events=events,
+            force=force,
+            backend=runner,
+            on_start=bar.start,
+            on_point=bar.point,
         )
     except KeyboardInterrupt:
         bar.stop()
@@ -349,11 +437,21 @@ def sweep(
 @app.command()
 @guarded
 def crossover(
-    results: Annotated[Path, typer.Argument(help="Results folder (reads agg.parquet if present).")] = Path("results"),
-    models: Annotated[list[str] | None, typer.Option("--models", help="Models (default: those in the results).")] = None,
-    accelerators: Annotated[list[str] | None, typer.Option("--accelerators", help="Decode accelerators.")] = None,
-    links: Annotated[list[str] | None, typer.Option("--links", help="Links (default: all).")] = None,
-    accelerator: Annotated[str, typer.Option("--accelerator", help="Accelerator the verdict is for.")] = "l4",
+    results: Annotated[
+        Path, typer.Argument(help="Results folder (reads agg.parquet if present).")
+    ] = Path("results"),
+    models: Annotated[
+        list[str] | None, typer.Option("--models", help="Models (default: those in the results).")
+    ] = None,
+    accelerators: Annotated[
+        list[str] | None, typer.Option("--accelerators", help="Decode accelerators.")
+    ] = None,
+    links: Annotated[
+        list[str] | None, typer.Option("--links", help="Links (default: all).")
+    ] = None,
+    accelerator: Annotated[
+        str, typer.Option("--accelerator", help="Accelerator the verdict is for.")
+    ] = "l4",
     link: Annotated[str, typer.Option("--link", help="Link the verdict is for.")] = "eth-25g",
     as_json: Annotated[bool, typer.Option("--json", help="Print the table as JSON.")] = False,
 ) -> None:
@@ -376,8 +474,14 @@ def _disagg_study(out_dir: Path, jobs: int | None, quick: bool) -> None:
 
     bar = _Progress("disagg study")
     try:
-        path = run_study(out_dir, jobs=jobs, limit=12 if quick else None, requests=600 if quick else 2000,
-                         on_start=bar.start, on_point=bar.point)
+        path = run_study(
+            out_dir,
+            jobs=jobs,
+            limit=12 if quick else None,
+            requests=600 if quick else 2000,
+            on_start=bar.start,
+            on_point=bar.point,
+        )
     finally:
         bar.stop()
     df = pl.read_parquet(path)
@@ -385,8 +489,14 @@ def _disagg_study(out_dir: Path, jobs: int | None, quick: bool) -> None:
     pngs = heatmaps(df, out_dir / "plots")
     for key, label in (("throughput_gain", "throughput gain"), ("ttft_speedup", "TTFT speedup")):
         v = h[key]
-        out.print(f"{label} (disaggregated over coupled): mean {v['mean']:.2f}x, median {v['median']:.2f}x, max {v['max']:.2f}x", highlight=False)
-    out.print(f"mean transfer {h['transfer_ms_mean']:.2f} ms = {h['transfer_share_of_e2e_mean']:.2%} of E2E", highlight=False)
+        out.print(
+            f"{label} (disaggregated over coupled): mean {v['mean']:.2f}x, median {v['median']:.2f}x, max {v['max']:.2f}x",
+            highlight=False,
+        )
+    out.print(
+        f"mean transfer {h['transfer_ms_mean']:.2f} ms = {h['transfer_share_of_e2e_mean']:.2%} of E2E",
+        highlight=False,
+    )
     err.print(f"wrote {path}, " + ", ".join(str(p) for p in pngs), highlight=False)
 
 
@@ -401,10 +511,20 @@ class Objective(str, Enum):
 def recommend(
     model: Annotated[str, typer.Option("--model", "-m", help="Catalog model.")] = "qwen2-1.5b",
     budget: Annotated[float, typer.Option("--budget", "-b", help="Decode KV budget factor.")] = 0.5,
-    workload: Annotated[list[str] | None, typer.Option("--workload", "-w", help="Workload(s) (default: the four presets).")] = None,
-    objective: Annotated[Objective, typer.Option("--objective", help="What to optimise (rule in docs/study.md).")] = Objective.balanced,
-    results: Annotated[Path | None, typer.Option("--results", help="Use this results folder if it covers the question.")] = None,
-    jobs: Annotated[int | None, typer.Option("--jobs", "-j", help="Worker processes when runs are needed.")] = None,
+    workload: Annotated[
+        list[str] | None,
+        typer.Option("--workload", "-w", help="Workload(s) (default: the four presets)."),
+    ] = None,
+    objective: Annotated[
+        Objective, typer.Option("--objective", help="What to optimise (rule in docs/study.md).")
+    ] = Objective.balanced,
+    results: Annotated[
+        Path | None,
+        typer.Option("--results", help="Use this results folder if it covers the question."),
+    ] = None,
+    jobs: Annotated[
+        int | None, typer.Option("--jobs", "-j", help="Worker processes when runs are needed.")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Recommend a policy per workload for a model and budget, with its margin."""
@@ -416,8 +536,14 @@ def recommend(
     bar = _Progress("simulating")
     try:
         sel, path = run_recommend(
-            model, budget, workloads=_csv(workload), objective=objective.value, results=results,
-            jobs=jobs, on_start=bar.start, on_point=bar.point,
+            model,
+            budget,
+            workloads=_csv(workload),
+            objective=objective.value,
+            results=results,
+            jobs=jobs,
+            on_start=bar.start,
+            on_point=bar.point,
         )
     finally:
         bar.stop()
@@ -435,7 +561,9 @@ def recommend(
 @app.command()
 @guarded
 def plot(
-    results: Annotated[Path, typer.Argument(help="Results folder (agg, runs and crossover Parquet).")] = Path("results"),
+    results: Annotated[
+        Path, typer.Argument(help="Results folder (agg, runs and crossover Parquet).")
+    ] = Path("results"),
     out_dir: Annotated[Path, typer.Option("--out", help="Folder for the PNGs.")] = Path("plots"),
 ) -> None:
     """Draw the study's figures (PNG, 150 dpi) from a results folder."""
@@ -448,9 +576,15 @@ def plot(
 @app.command()
 @guarded
 def report(
-    results: Annotated[Path, typer.Argument(help="Results folder (agg, runs and crossover Parquet).")] = Path("results"),
-    out_file: Annotated[Path | None, typer.Option("--out", help="Report file (default: RESULTS/report.md).")] = None,
-    plots: Annotated[Path | None, typer.Option("--plots", help="Embed the PNGs in this folder (from `plot`).")] = None,
+    results: Annotated[
+        Path, typer.Argument(help="Results folder (agg, runs and crossover Parquet).")
+    ] = Path("results"),
+    out_file: Annotated[
+        Path | None, typer.Option("--out", help="Report file (default: RESULTS/report.md).")
+    ] = None,
+    plots: Annotated[
+        Path | None, typer.Option("--plots", help="Embed the PNGs in this folder (from `plot`).")
+    ] = None,
 ) -> None:
     """Write the study's findings as Markdown; every number comes from the Parquet files."""
     from .study.report import write_report
@@ -465,7 +599,9 @@ def report(
 @guarded
 def compare(
     scenario: Annotated[str | None, typer.Argument(help="Scenario YAML or built-in name.")] = None,
-    policy: Annotated[str, typer.Option("--policy", "-p", help="Hand-off policy of the disaggregated system.")] = "transfer_per_request",
+    policy: Annotated[
+        str, typer.Option("--policy", "-p", help="Hand-off policy of the disaggregated system.")
+    ] = "transfer_per_request",
     overrides: Overrides = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
@@ -477,15 +613,28 @@ def compare(
     from .suggest import did_you_mean
 
     if policy not in POLICIES:
-        raise PrefixbenchError(f"unknown policy '{policy}'", where="--policy", fix=did_you_mean(policy, POLICIES))
+        raise PrefixbenchError(
+            f"unknown policy '{policy}'", where="--policy", fix=did_you_mean(policy, POLICIES)
+        )
     s = load_scenario(scenario, list(overrides or []))
     c = run_compare(s, policy)
     if as_json:
-        out.print_json(json.dumps({"systems": c.rows, "ttft_breakdown": c.breakdown, "verdict": c.verdict}))
+        out.print_json(
+            json.dumps({"systems": c.rows, "ttft_breakdown": c.breakdown, "verdict": c.verdict})
+        )
         return
     n = s.cluster.prefill_instances + s.cluster.decode_instances
-    out.print(run_table(c.rows, f"{s.name}: {s.cluster.prefill_instances}P{s.cluster.decode_instances}D vs {n} colocated instances", label="system"))
-    rows = [{"stage": p["stage"], "mean ms": f"{p['ms']:.2f}", "share": f"{p['share']:.0%}"} for p in c.breakdown]
+    out.print(
+        run_table(
+            c.rows,
+            f"{s.name}: {s.cluster.prefill_instances}P{s.cluster.decode_instances}D vs {n} colocated instances",
+            label="system",
+        )
+    )
+    rows = [
+        {"stage": p["stage"], "mean ms": f"{p['ms']:.2f}", "share": f"{p['share']:.0%}"}
+        for p in c.breakdown
+    ]
     out.print(kv_table("disaggregated: where TTFT goes", rows))
     out.print(f"verdict: {c.verdict}", highlight=False)
 
@@ -494,7 +643,9 @@ def compare(
 @guarded
 def capacity(
     scenario: Annotated[str | None, typer.Argument(help="Scenario YAML or built-in name.")] = None,
-    policy: Annotated[str, typer.Option("--policy", "-p", help="Policy (disaggregated mode).")] = "transfer_per_request",
+    policy: Annotated[
+        str, typer.Option("--policy", "-p", help="Policy (disaggregated mode).")
+    ] = "transfer_per_request",
     target: Annotated[float, typer.Option("--target", help="SLO attainment to hold (0-1).")] = 0.9,
     overrides: Overrides = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
@@ -507,16 +658,41 @@ def capacity(
     from .study.capacity import max_rate
 
     s = load_scenario(scenario, list(overrides or []))
-    rate, probes = max_rate(s, policy, target, on_probe=lambda p: err.print(
-        f"  rate {p.rate:.3g} req/s → attainment {p.attainment:.1%}", highlight=False))
+    rate, probes = max_rate(
+        s,
+        policy,
+        target,
+        on_probe=lambda p: err.print(
+            f"  rate {p.rate:.3g} req/s → attainment {p.attainment:.1%}", highlight=False
+        ),
+    )
     if as_json:
-        out.print_json(json.dumps({"max_rate_rps": rate, "target": target, "probes": [asdict(p) for p in probes]}))
+        out.print_json(
+            json.dumps(
+                {"max_rate_rps": rate, "target": target, "probes": [asdict(p) for p in probes]}
+            )
+        )
         return
-    out.print(kv_table("probes", [{"rate req/s": f"{p.rate:.3g}", "attainment": f"{p.attainment:.1%}",
-                                   "goodput req/s": f"{p.goodput_rps:.2f}", "TTFT p99 ms": f"{p.ttft_p99_ms:.0f}",
-                                   "TPOT p99 ms": f"{p.tpot_p99_ms:.1f}"} for p in sorted(probes, key=lambda p: p.rate)]))
-    out.print(f"{s.name} ({s.cluster.mode}, {policy}): at most {rate:.3g} req/s keep {target:.0%} of requests within "
-              f"TTFT ≤ {s.slo.ttft_ms:g} ms and TPOT ≤ {s.slo.tpot_ms:g} ms", highlight=False)
+    out.print(
+        kv_table(
+            "probes",
+            [
+                {
+                    "rate req/s": f"{p.rate:.3g}",
+                    "attainment": f"{p.attainment:.1%}",
+                    "goodput req/s": f"{p.goodput_rps:.2f}",
+                    "TTFT p99 ms": f"{p.ttft_p99_ms:.0f}",
+                    "TPOT p99 ms": f"{p.tpot_p99_ms:.1f}",
+                }
+                for p in sorted(probes, key=lambda p: p.rate)
+            ],
+        )
+    )
+    out.print(
+        f"{s.name} ({s.cluster.mode}, {policy}): at most {rate:.3g} req/s keep {target:.0%} of requests within "
+        f"TTFT ≤ {s.slo.ttft_ms:g} ms and TPOT ≤ {s.slo.tpot_ms:g} ms",
+        highlight=False,
+    )
 
 
 def main() -> None:

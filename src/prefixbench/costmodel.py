@@ -23,11 +23,19 @@ class Efficiency(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     mfu_prefill: float = Field(
-        0.5, gt=0, le=1, description="Fraction of peak FLOP/s a prefill (or recompute) step reaches."
+        0.5,
+        gt=0,
+        le=1,
+        description="Fraction of peak FLOP/s a prefill (or recompute) step reaches.",
     )
-    mfu_decode: float = Field(0.5, gt=0, le=1, description="Fraction of peak FLOP/s a decode step reaches.")
+    mfu_decode: float = Field(
+        0.5, gt=0, le=1, description="Fraction of peak FLOP/s a decode step reaches."
+    )
     mbu: float = Field(
-        0.7, gt=0, le=1, description="Fraction of HBM bandwidth a step reaches (decode is bound by it)."
+        0.7,
+        gt=0,
+        le=1,
+        description="Fraction of HBM bandwidth a step reaches (decode is bound by it).",
     )
     prefill_overhead_ms: float = Field(
         1.0, ge=0, description="Fixed cost per prefill step (scheduling, kernel launches), ms."
@@ -56,7 +64,11 @@ def _attention_params(m: ModelSpec) -> int:
     h, n = m.hidden_size, m.heads
     if m.is_mla:
         qk = m.qk_nope_head_dim + m.qk_rope_head_dim
-        q = h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * n * qk if m.q_lora_rank else h * n * qk
+        q = (
+            h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * n * qk
+            if m.q_lora_rank
+            else h * n * qk
+        )
         kv_a = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank  # + its layernorm
         kv_b = m.kv_lora_rank * n * (m.qk_nope_head_dim + m.v_head_dim)
         o = n * m.v_head_dim * h
@@ -79,7 +91,11 @@ def _mlp_params(m: ModelSpec) -> tuple[int, int, int]:
     dense = m.first_dense_layers * dense_layer + moe_layers * (
         m.n_shared_experts * expert + h * m.n_routed_experts  # shared experts + router
     )
-    return dense, moe_layers * m.n_routed_experts * expert, moe_layers * m.experts_per_token * expert
+    return (
+        dense,
+        moe_layers * m.n_routed_experts * expert,
+        moe_layers * m.experts_per_token * expert,
+    )
 
 
 def param_counts(m: ModelSpec) -> dict[str, int]:
@@ -128,7 +144,9 @@ def attention_flops_coef(m: ModelSpec) -> float:
 
 def flops_per_token(m: ModelSpec, context=0):
     """FLOPs to produce one token attending to ``context`` earlier tokens (LM head included)."""
-    return linear_flops_per_token(m) + lm_head_flops(m) + attention_flops_coef(m) * np.asarray(context)
+    return (
+        linear_flops_per_token(m) + lm_head_flops(m) + attention_flops_coef(m) * np.asarray(context)
+    )
 
 
 def ridge_point(dev: AcceleratorSpec) -> float:
@@ -158,7 +176,9 @@ class InstanceCost:
     memory_bytes: float  # instance HBM capacity
 
     @classmethod
-    def build(cls, m: ModelSpec, dev: AcceleratorSpec, devices: int, eff: Efficiency) -> InstanceCost:
+    def build(
+        cls, m: ModelSpec, dev: AcceleratorSpec, devices: int, eff: Efficiency
+    ) -> InstanceCost:
         p = param_counts(m)
         expert_bytes = p["experts"] * m.weight_bytes
         return cls(
@@ -192,8 +212,10 @@ class InstanceCost:
         """
         n = np.asarray(new_tokens, dtype=np.float64)
         c = np.asarray(cached_tokens, dtype=np.float64)
-        flops = n * self.linear_flops + requests * self.lm_head_flops + self.attn_coef * (
-            n * c + n * (n + 1.0) / 2.0
+        flops = (
+            n * self.linear_flops
+            + requests * self.lm_head_flops
+            + self.attn_coef * (n * c + n * (n + 1.0) / 2.0)
         )
         kv_io = self.kv_bpt * (n + c)  # write the new KV, read the cached KV
         return flops, kv_io
@@ -216,7 +238,9 @@ def recompute_time(cost: InstanceCost, prefix_tokens):
     """Time for a decode instance to rebuild the KV of ``prefix_tokens`` (a prefill, no logits)."""
     n = np.asarray(prefix_tokens, dtype=np.float64)
     flops = n * cost.linear_flops + cost.attn_coef * n * (n + 1.0) / 2.0
-    t = np.maximum(flops / cost.flops_rate_prefill, (cost.weights_read(n) + cost.kv_bpt * n) / cost.byte_rate)
+    t = np.maximum(
+        flops / cost.flops_rate_prefill, (cost.weights_read(n) + cost.kv_bpt * n) / cost.byte_rate
+    )
     return np.where(n > 0, t + cost.prefill_overhead, 0.0)
 
 

@@ -55,10 +55,14 @@ def _parse(text: str, where: str) -> Any:
         mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
         loc = f"{where}:{mark.line + 1}" if mark is not None else where
         problem = getattr(e, "problem", None) or "invalid YAML"
-        raise ScenarioError(f"YAML syntax error: {problem}", where=loc, fix="fix the YAML") from None
+        raise ScenarioError(
+            f"YAML syntax error: {problem}", where=loc, fix="fix the YAML"
+        ) from None
     except RecursionError:
         raise ScenarioError(
-            "YAML nested too deeply", where=where, fix="a scenario needs only a few levels of nesting"
+            "YAML nested too deeply",
+            where=where,
+            fix="a scenario needs only a few levels of nesting",
         ) from None
 
 
@@ -71,7 +75,10 @@ def scenario_source(ref: str | Path | None) -> tuple[dict, str]:
     if path.suffix in (".yaml", ".yml") or path.exists():
         data, where = read_yaml(path), str(path)
     elif ref_s in preset_names():
-        data, where = _parse(_preset_text(ref_s), f"scenarios/{ref_s}.yaml"), f"scenarios/{ref_s}.yaml"
+        data, where = (
+            _parse(_preset_text(ref_s), f"scenarios/{ref_s}.yaml"),
+            f"scenarios/{ref_s}.yaml",
+        )
     else:
         raise ScenarioError(
             f"unknown scenario '{ref_s}'",
@@ -96,7 +103,9 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     key = key.strip()
     if not sep or not key or any(not part for part in key.split(".")):
         raise ScenarioError(
-            f"bad override '{text}'", where="--set", fix="write it as path.to.field=value, e.g. workload.arrivals.rate=8"
+            f"bad override '{text}'",
+            where="--set",
+            fix="write it as path.to.field=value, e.g. workload.arrivals.rate=8",
         )
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
@@ -196,11 +205,15 @@ def format_validation_error(e: ValidationError, where: str) -> ScenarioError:
     loc = ".".join(str(p) for p in first["loc"]) or "(top level)"
     msg = first["msg"]
     if msg.startswith("Value error, "):
-        msg = msg[len("Value error, "):]
+        msg = msg[len("Value error, ") :]
     if first.get("type") == "union_tag_not_found":
         msg = "has no 'kind' (which variant it is)"
     value = first.get("input")
-    shown = "" if first.get("type") == "missing" or isinstance(value, dict) else f" (got {_short.repr(value)})"
+    shown = (
+        ""
+        if first.get("type") == "missing" or isinstance(value, dict)
+        else f" (got {_short.repr(value)})"
+    )
     fix = _allowed(first) or "see docs/scenarios.md for what the field accepts"
     more = f" (+{len(errs) - 1} more)" if len(errs) > 1 else ""
     return ScenarioError(f"field '{loc}': {msg}{shown}{more}", where=where, fix=fix)
@@ -216,7 +229,12 @@ def validate(data: dict, where: str) -> Scenario:
 def with_trace(data: dict, trace: str, fmt: str | None = None, skip_bad: bool = False) -> dict:
     """Replace a scenario's workload with the replay of ``trace`` (the rest is kept)."""
     out = copy.deepcopy(data)
-    out["workload"] = {"kind": "trace", "path": str(trace), "format": fmt or "auto", "skip_bad": skip_bad}
+    out["workload"] = {
+        "kind": "trace",
+        "path": str(trace),
+        "format": fmt or "auto",
+        "skip_bad": skip_bad,
+    }
     out["name"] = Path(trace).stem
     return out
 

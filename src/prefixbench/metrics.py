@@ -33,7 +33,9 @@ def requests_frame(prep: Prepared, policy: str, res: SimResult) -> pl.DataFrame:
     )
     return df.with_columns(
         pl.col("request_id").lt(prep.scenario.run.warmup_requests).alias("warmup"),
-        pl.col("outcome").replace_strict({o.value: o.name.lower() for o in Outcome}, return_dtype=pl.Utf8),
+        pl.col("outcome").replace_strict(
+            {o.value: o.name.lower() for o in Outcome}, return_dtype=pl.Utf8
+        ),
         pl.col("reject_reason").replace_strict(REASON_NAMES, return_dtype=pl.Utf8),
         (pl.col("transfer_tokens") * prep.kv_bpt).cast(pl.Float64).alias("transfer_bytes"),
         ((pl.col("t_first_token") - pl.col("arrival")) * MS).alias("ttft_ms"),
@@ -78,27 +80,48 @@ def summarize(prep: Prepared, policy: str, df: pl.DataFrame, res: SimResult) -> 
         ((pl.col("t_prefill_end") - pl.col("t_prefill_start")) * MS).mean().alias("prefill_ms"),
         ((pl.col("t_admit") - pl.col("t_prefill_end")) * MS).mean().alias("admission_wait_ms"),
         ((pl.col("t_transfer_start") - pl.col("t_admit")) * MS).mean().alias("link_wait_ms"),
-        ((pl.col("t_recompute_start") - pl.col("t_admit")) * MS).fill_nan(0.0).mean().alias("recompute_wait_ms"),
+        ((pl.col("t_recompute_start") - pl.col("t_admit")) * MS)
+        .fill_nan(0.0)
+        .mean()
+        .alias("recompute_wait_ms"),
         ((pl.col("t_transfer_end") - pl.col("t_transfer_start")) * MS).mean().alias("transfer_ms"),
-        ((pl.col("t_recompute_end") - pl.col("t_recompute_start")) * MS).fill_nan(0.0).mean().alias("recompute_ms"),
-        ((pl.col("t_decode_start") - pl.max_horizontal("t_transfer_end", pl.col("t_recompute_end").fill_nan(0.0))) * MS)
+        ((pl.col("t_recompute_end") - pl.col("t_recompute_start")) * MS)
+        .fill_nan(0.0)
+        .mean()
+        .alias("recompute_ms"),
+        (
+            (
+                pl.col("t_decode_start")
+                - pl.max_horizontal("t_transfer_end", pl.col("t_recompute_end").fill_nan(0.0))
+            )
+            * MS
+        )
         .mean()
         .alias("decode_queue_ms"),
-        ((pl.col("t_first_token") - pl.col("t_decode_start")) * MS).mean().alias("first_iteration_ms"),
+        ((pl.col("t_first_token") - pl.col("t_decode_start")) * MS)
+        .mean()
+        .alias("first_iteration_ms"),
         *(
             [
                 (pl.col("max_token_gap") * MS).quantile(0.5, "linear").alias("itl_max_p50_ms"),
                 (pl.col("max_token_gap") * MS).quantile(0.99, "linear").alias("itl_max_p99_ms"),
             ]
             if "max_token_gap" in df.columns
-            else [pl.lit(None, pl.Float64).alias("itl_max_p50_ms"), pl.lit(None, pl.Float64).alias("itl_max_p99_ms")]
+            else [
+                pl.lit(None, pl.Float64).alias("itl_max_p50_ms"),
+                pl.lit(None, pl.Float64).alias("itl_max_p99_ms"),
+            ]
         ),
     ).row(0, named=True)
     adm = admitted.select(
         pl.len().alias("_n"),
         (pl.col("replica_hit_tokens") > 0).mean().alias("shared_request_fraction"),
-        (pl.col("replica_hit_tokens").sum() / pl.col("prompt_tokens").sum()).alias("replica_hit_rate"),
-        (pl.col("prefill_hit_tokens").sum() / pl.col("prompt_tokens").sum()).alias("prefill_hit_rate"),
+        (pl.col("replica_hit_tokens").sum() / pl.col("prompt_tokens").sum()).alias(
+            "replica_hit_rate"
+        ),
+        (pl.col("prefill_hit_tokens").sum() / pl.col("prompt_tokens").sum()).alias(
+            "prefill_hit_rate"
+        ),
         (pl.col("transfer_bytes").mean() / 1e6).alias("transfer_mb_per_request"),
         pl.col("recompute_tokens").mean().alias("recompute_tokens_per_request"),
         pl.col("recompute_tokens").sum().alias("recompute_tokens_total"),
@@ -135,4 +158,19 @@ def summarize(prep: Prepared, policy: str, df: pl.DataFrame, res: SimResult) -> 
         "link_util": st["link_util"],
         "mean_decode_batch": st["mean_decode_batch"],
     }
-    return {k: (float(v) if isinstance(v, (int, float)) and k not in ("requests", "steady_requests", "completed", "rejected", "recompute_tokens_total") else v) for k, v in row.items()}
+    return {
+        k: (
+            float(v)
+            if isinstance(v, (int, float))
+            and k
+            not in (
+                "requests",
+                "steady_requests",
+                "completed",
+                "rejected",
+                "recompute_tokens_total",
+            )
+            else v
+        )
+        for k, v in row.items()
+    }

@@ -39,8 +39,17 @@ RUN_ROWS: list[tuple[str, str, str]] = [
     ("mean_decode_batch", "Decode batch, mean", "{:.1f}"),
 ]
 
-LOWER_IS_BETTER = {"ttft_mean_ms", "ttft_p50_ms", "ttft_p99_ms", "tpot_mean_ms", "tpot_p99_ms",
-                   "e2e_mean_ms", "reject_rate", "itl_max_p50_ms", "itl_max_p99_ms"}
+LOWER_IS_BETTER = {
+    "ttft_mean_ms",
+    "ttft_p50_ms",
+    "ttft_p99_ms",
+    "tpot_mean_ms",
+    "tpot_p99_ms",
+    "e2e_mean_ms",
+    "reject_rate",
+    "itl_max_p50_ms",
+    "itl_max_p99_ms",
+}
 
 
 def _fmt(fmt: str, v) -> str:
@@ -97,5 +106,11 @@ def recommend_table(rows: list[dict], title: str) -> Table:
             margin = f"{m:.1f}{pm} ms faster than {r['runner_up']}"
         else:
             margin = f"{-m:.1f}{pm} ms slower than {r['runner_up']} (less memory or fewer rejects)"
-        t.add_row(r["workload"], f"[bold]{r['recommended']}[/]", margin, "yes" if r["seeds_agree"] else "no", r["reason"])
+        t.add_row(
+            r["workload"],
+            f"[bold]{r['recommended']}[/]",
+            margin,
+            "yes" if r["seeds_agree"] else "no",
+            r["reason"],
+        )
     return t

@@ -70,7 +70,9 @@ def reference_demand(
     mean_out = float(req.output_len.mean())
     b = 1.0
     for _ in range(100):
-        t_it = float(decode_iteration_time(cost, max(b, 1.0), max(b, 1.0) * (mean_prompt + mean_out / 2)))
+        t_it = float(
+            decode_iteration_time(cost, max(b, 1.0), max(b, 1.0) * (mean_prompt + mean_out / 2))
+        )
         b_new = min(rate * mean_out * t_it, float(max_batch))
         if abs(b_new - b) < 1e-9:
             break
@@ -142,12 +144,16 @@ def prepare(s: Scenario) -> Prepared:
     req, notes = build_requests(s)
     if len(req) == 0:
         raise SimulationError(
-            "the workload produced no requests", where="workload", fix="check the trace and its replay window"
+            "the workload produced no requests",
+            where="workload",
+            fix="check the trace and its replay window",
         )
     if not np.all(np.isfinite(req.arrival)):
         raise SimulationError(
             "arrival times overflow (the arrival rate is too low to represent)",
-            where="workload.rate" if isinstance(s.workload, TraceWorkload) else "workload.arrivals.rate",
+            where="workload.rate"
+            if isinstance(s.workload, TraceWorkload)
+            else "workload.arrivals.rate",
             fix="raise the arrival rate",
         )
     longest = int((req.prompt_len + req.output_len).max())
@@ -191,7 +197,8 @@ def prepare(s: Scenario) -> Prepared:
         n_prefill=c.prefill_instances,
         n_decode=c.decode_instances,
         link_bytes_per_s=(c.link.bandwidth_gbps or link.bandwidth_gbps) * 1e9,
-        link_latency_s=(c.link.latency_us if c.link.latency_us is not None else link.latency_us) / 1e6,
+        link_latency_s=(c.link.latency_us if c.link.latency_us is not None else link.latency_us)
+        / 1e6,
         link_channels=c.link.channels,
         max_batch=c.max_decode_batch,
         prefill_token_budget=c.prefill_token_budget,
@@ -199,7 +206,9 @@ def prepare(s: Scenario) -> Prepared:
         budget_tokens=budget,
         # the hot set is what an operator saw before deploying: the warm-up requests (or, with
         # no warm-up, the first tenth of the run) — never the future
-        hot_blocks=hot_blocks(req, s.run.warmup_requests or max(1, len(req) // 10), m.hotset_share * budget),
+        hot_blocks=hot_blocks(
+            req, s.run.warmup_requests or max(1, len(req) // 10), m.hotset_share * budget
+        ),
         on_full=m.on_full,
         wait_timeout_s=m.wait_timeout_s,
         prefill_router=c.prefill_router,
@@ -236,7 +245,9 @@ def colocated_config(prep: Prepared):
         cost=b.decode_cost,
         instances=n,
         scheduler=c.colocated_scheduler,
-        step_token_budget=c.prefill_token_budget if c.colocated_scheduler == "prefill_priority" else c.chunk_token_budget,
+        step_token_budget=c.prefill_token_budget
+        if c.colocated_scheduler == "prefill_priority"
+        else c.chunk_token_budget,
         max_batch=b.max_batch,
         budget_tokens=colocated_budget(prep, n),
         prefix_cache_tokens=b.prefill_cache_tokens,
@@ -246,7 +257,9 @@ def colocated_config(prep: Prepared):
     )
 
 
-def simulate_policy(prep: Prepared, policy: str, *, track_gaps: bool = False, recorder=None) -> SimResult:
+def simulate_policy(
+    prep: Prepared, policy: str, *, track_gaps: bool = False, recorder=None
+) -> SimResult:
     """One run: the prepared scenario under ``policy`` (colocated mode ignores the policy:
     without a hand-off there is nothing to choose)."""
     from dataclasses import replace
@@ -255,4 +268,6 @@ def simulate_policy(prep: Prepared, policy: str, *, track_gaps: bool = False, re
         from .engine.colocated import ColocatedSimulator
 
         return ColocatedSimulator(prep.requests, colocated_config(prep), recorder).run()
-    return simulate(prep.requests, replace(prep.base, policy=policy, track_gaps=track_gaps), recorder)
+    return simulate(
+        prep.requests, replace(prep.base, policy=policy, track_gaps=track_gaps), recorder
+    )

@@ -14,7 +14,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from .costmodel import Efficiency
 
-
 MAX_TOKENS = 1_000_000_000  # a length beyond any model's context; keeps int64 sums exact
 MAX_INT = 2**63 - 1  # integers are stored in int64 columns
 
@@ -63,11 +62,17 @@ class Uniform(_M):
 
 
 class LogNormal(_M):
-    kind: Literal["lognormal"] = Field(description="Lognormal given by its mean and coefficient of variation.")
+    kind: Literal["lognormal"] = Field(
+        description="Lognormal given by its mean and coefficient of variation."
+    )
     mean: float = Field(gt=0, le=MAX_TOKENS, description="Mean (tokens).")
     cv: float = Field(ge=0, le=100, description="Coefficient of variation (std / mean); 0 = fixed.")
-    min: int = Field(1, ge=0, le=MAX_TOKENS, description="Values are clipped below at this (tokens).")
-    max: int | None = Field(None, ge=1, le=MAX_TOKENS, description="Values are clipped above at this (tokens).")
+    min: int = Field(
+        1, ge=0, le=MAX_TOKENS, description="Values are clipped below at this (tokens)."
+    )
+    max: int | None = Field(
+        None, ge=1, le=MAX_TOKENS, description="Values are clipped above at this (tokens)."
+    )
 
 
 class Empirical(_M):
@@ -99,7 +104,10 @@ class Arrivals(_M):
     )
     rate: float = Field(gt=0, description="Mean arrival rate, requests per second.")
     cv: float = Field(
-        1.0, gt=0, le=100, description="Coefficient of variation of the gaps (gamma only; >1 = bursty)."
+        1.0,
+        gt=0,
+        le=100,
+        description="Coefficient of variation of the gaps (gamma only; >1 = bursty).",
     )
 
     @field_validator("rate")
@@ -119,7 +127,9 @@ class Arrivals(_M):
 
 class PrefixPool(_M):
     count: int = Field(ge=1, le=10_000_000, description="Number of distinct shared prefixes.")
-    zipf_s: float = Field(ge=0, le=20, description="Zipf exponent of prefix popularity (0 = uniform).")
+    zipf_s: float = Field(
+        ge=0, le=20, description="Zipf exponent of prefix popularity (0 = uniform)."
+    )
     length: Dist = Field(description="Prefix length distribution (tokens), drawn once per prefix.")
 
 
@@ -146,10 +156,14 @@ class TraceWorkload(_M):
     format: Literal["mooncake", "azure", "auto"] = Field("auto", description="Trace format.")
     block_size: int = Field(512, ge=1, description="Tokens per hash_ids block (Mooncake: 512).")
     time_unit_s: float = Field(1e-3, gt=0, description="Seconds per timestamp unit (Mooncake: ms).")
-    rate: float | None = Field(None, gt=0, description="Rescale arrivals to this mean rate (req/s).")
+    rate: float | None = Field(
+        None, gt=0, description="Rescale arrivals to this mean rate (req/s)."
+    )
     start_s: float | None = Field(None, ge=0, description="Replay window start (s into the trace).")
     end_s: float | None = Field(None, gt=0, description="Replay window end (s into the trace).")
-    skip_bad: bool = Field(False, description="Skip (and count) malformed records instead of failing.")
+    skip_bad: bool = Field(
+        False, description="Skip (and count) malformed records instead of failing."
+    )
     overlay: SyntheticWorkload | None = Field(
         None,
         description="Azure only: prefix sharing overlaid from this synthetic model's prefix pool.",
@@ -165,7 +179,11 @@ Workload = Annotated[SyntheticWorkload | TraceWorkload, Field(discriminator="kin
 def _check_name(kind: str, value: str) -> str:
     from . import catalog
 
-    getter = {"model": catalog.get_model, "accelerator": catalog.get_accelerator, "link": catalog.get_link}
+    getter = {
+        "model": catalog.get_model,
+        "accelerator": catalog.get_accelerator,
+        "link": catalog.get_link,
+    }
     from .errors import CatalogError
 
     try:
@@ -187,8 +205,12 @@ class InstanceGroup(_M):
 
 class LinkConfig(_M):
     name: str = Field("eth-25g", description="Link name from the catalog.")
-    channels: int = Field(1, ge=1, description="Parallel channels per prefill→decode path (FCFS each).")
-    bandwidth_gbps: float | None = Field(None, gt=0, description="Override bandwidth per channel, GB/s.")
+    channels: int = Field(
+        1, ge=1, description="Parallel channels per prefill→decode path (FCFS each)."
+    )
+    bandwidth_gbps: float | None = Field(
+        None, gt=0, description="Override bandwidth per channel, GB/s."
+    )
     latency_us: float | None = Field(None, ge=0, description="Override one-way latency, µs.")
 
     @field_validator("name")
@@ -213,19 +235,33 @@ class ClusterSpec(_M):
     )
     prefill_instances: int = Field(1, ge=1, description="Number of prefill instances (P).")
     decode_instances: int = Field(1, ge=1, description="Number of decode instances (D).")
-    prefill: InstanceGroup = Field(default_factory=InstanceGroup, description="Prefill instance hardware.")
-    decode: InstanceGroup = Field(default_factory=InstanceGroup, description="Decode instance hardware.")
-    link: LinkConfig = Field(default_factory=LinkConfig, description="KV link per prefill→decode path.")
-    max_decode_batch: int = Field(64, ge=1, description="Continuous-batching limit per decode instance.")
+    prefill: InstanceGroup = Field(
+        default_factory=InstanceGroup, description="Prefill instance hardware."
+    )
+    decode: InstanceGroup = Field(
+        default_factory=InstanceGroup, description="Decode instance hardware."
+    )
+    link: LinkConfig = Field(
+        default_factory=LinkConfig, description="KV link per prefill→decode path."
+    )
+    max_decode_batch: int = Field(
+        64, ge=1, description="Continuous-batching limit per decode instance."
+    )
     prefill_token_budget: int = Field(
         8192, ge=1, description="Most new tokens one prefill step batches (whole prompts only)."
     )
-    block_size: int = Field(16, ge=1, description="KV block size in tokens (prefix-cache granularity).")
+    block_size: int = Field(
+        16, ge=1, description="KV block size in tokens (prefix-cache granularity)."
+    )
     prefill_cache_fraction: float = Field(
         0.9, ge=0, le=1, description="Share of prefill HBM left after weights used as prefix cache."
     )
-    prefill_router: str = Field("least_tokens", description="Prefill routing: least_tokens, round_robin.")
-    decode_router: str = Field("least_load", description="Decode routing: least_load, round_robin, prefix_affinity.")
+    prefill_router: str = Field(
+        "least_tokens", description="Prefill routing: least_tokens, round_robin."
+    )
+    decode_router: str = Field(
+        "least_load", description="Decode routing: least_load, round_robin, prefix_affinity."
+    )
 
 
 class MemorySpec(_M):
@@ -236,20 +272,32 @@ class MemorySpec(_M):
         "1.0 relaxed, ~0.35 at the admission cliff.",
     )
     kv_budget_gb: float | None = Field(
-        None, gt=0, description="Absolute decode KV budget per instance, GB; overrides budget_factor."
+        None,
+        gt=0,
+        description="Absolute decode KV budget per instance, GB; overrides budget_factor.",
     )
     hotset_share: float = Field(
-        0.3, ge=0, le=1, description="replicate_hotset: share of the budget prewarmed with hot prefixes."
+        0.3,
+        ge=0,
+        le=1,
+        description="replicate_hotset: share of the budget prewarmed with hot prefixes.",
     )
     on_full: Literal["reject", "wait"] = Field(
-        "reject", description="When admission finds no room after trimming replicas: reject or wait."
+        "reject",
+        description="When admission finds no room after trimming replicas: reject or wait.",
     )
-    wait_timeout_s: float = Field(2.0, ge=0, description="on_full=wait: reject after waiting this long.")
+    wait_timeout_s: float = Field(
+        2.0, ge=0, description="on_full=wait: reject after waiting this long."
+    )
 
 
 class SLOSpec(_M):
-    ttft_ms: float = Field(2000.0, gt=0, description="TTFT target, ms (arrival → first decode token).")
-    tpot_ms: float = Field(100.0, gt=0, description="TPOT target, ms per output token after the first.")
+    ttft_ms: float = Field(
+        2000.0, gt=0, description="TTFT target, ms (arrival → first decode token)."
+    )
+    tpot_ms: float = Field(
+        100.0, gt=0, description="TPOT target, ms per output token after the first."
+    )
 
 
 class RunSpec(_M):
@@ -268,9 +316,13 @@ class RunSpec(_M):
 class Scenario(_M):
     name: str = Field("scenario", description="Short name used in tables and file names.")
     description: str = Field("", description="What this scenario represents.")
-    model: str = Field("qwen2-1.5b", description="Model name from the catalog, or a config.json path.")
+    model: str = Field(
+        "qwen2-1.5b", description="Model name from the catalog, or a config.json path."
+    )
     policy: Policy = Field(Policy.transfer_per_request, description="Prefix hand-off policy.")
-    cluster: ClusterSpec = Field(default_factory=ClusterSpec, description="Instances, link and batching.")
+    cluster: ClusterSpec = Field(
+        default_factory=ClusterSpec, description="Instances, link and batching."
+    )
     workload: Workload = Field(description="Where requests come from.")
     memory: MemorySpec = Field(default_factory=MemorySpec, description="Decode KV memory budget.")
     slo: SLOSpec = Field(default_factory=SLOSpec, description="Latency targets for goodput.")

@@ -33,7 +33,8 @@ def _lookup(kind: str, name: str, registry: dict):
     if key in registry:
         return registry[key]
     raise CatalogError(
-        f"unknown {kind} '{name}'", fix=did_you_mean(name, registry) + f" (see `prefixbench catalog`)"
+        f"unknown {kind} '{name}'",
+        fix=did_you_mean(name, registry) + " (see `prefixbench catalog`)",
     )
 
 

@@ -34,7 +34,12 @@ def list_entries() -> dict[str, list[dict]]:
             for a in ACCELERATORS.values()
         ],
         "links": [
-            {"name": k.name, "kind": k.kind, "bandwidth_gbps": k.bandwidth_gbps, "latency_us": k.latency_us}
+            {
+                "name": k.name,
+                "kind": k.kind,
+                "bandwidth_gbps": k.bandwidth_gbps,
+                "latency_us": k.latency_us,
+            }
             for k in LINKS.values()
         ],
         "workloads": [{"name": n} for n in preset_names()],
@@ -53,7 +58,9 @@ def show(name: str, accelerator: str = "h100-sxm") -> dict:
         m = get_model(name)
         dev = ACCELERATORS.get(accelerator.lower())
         if dev is None:
-            raise CatalogError(f"unknown accelerator '{accelerator}'", fix=did_you_mean(accelerator, ACCELERATORS))
+            raise CatalogError(
+                f"unknown accelerator '{accelerator}'", fix=did_you_mean(accelerator, ACCELERATORS)
+            )
         p = cm.param_counts(m)
         return {
             "kind": "model",

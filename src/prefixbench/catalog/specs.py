@@ -25,7 +25,9 @@ class ModelSpec(_Spec):
     head_dim: int = Field(gt=0, description="Per-head dimension (head_dim, or hidden_size/heads).")
     intermediate_size: int = Field(gt=0, description="Dense MLP width (gated: 3 matrices).")
     vocab_size: int = Field(gt=0, description="vocab_size.")
-    tied_embeddings: bool = Field(False, description="tie_word_embeddings: LM head shares the embedding.")
+    tied_embeddings: bool = Field(
+        False, description="tie_word_embeddings: LM head shares the embedding."
+    )
     qkv_bias: bool = Field(False, description="Q/K/V projections carry a bias (Qwen2).")
     max_context: int = Field(gt=0, description="max_position_embeddings: longest prompt+output.")
     # Multi-head latent attention (DeepSeek-V2/V3). kv_lora_rank > 0 switches MLA on.

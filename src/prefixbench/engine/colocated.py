@@ -38,7 +38,9 @@ class ColocatedConfig:
     cost: InstanceCost
     instances: int
     scheduler: str = "prefill_priority"  # or "chunked"
-    step_token_budget: int = 8192  # prefill tokens per step (prefill_priority) or all tokens (chunked)
+    step_token_budget: int = (
+        8192  # prefill tokens per step (prefill_priority) or all tokens (chunked)
+    )
     max_batch: int = 64
     budget_tokens: int = 10**9
     prefix_cache_tokens: int = 10**9
@@ -48,8 +50,22 @@ class ColocatedConfig:
 
 
 class _Inst:
-    __slots__ = ("waiting", "b", "ctx", "it", "t_seg", "heap", "next_t", "next_k", "version",
-                 "stepping", "used", "cache", "busy", "partial")
+    __slots__ = (
+        "waiting",
+        "b",
+        "ctx",
+        "it",
+        "t_seg",
+        "heap",
+        "next_t",
+        "next_k",
+        "version",
+        "stepping",
+        "used",
+        "cache",
+        "busy",
+        "partial",
+    )
 
     def __init__(self, cache_tokens: int) -> None:
         self.waiting: deque[int] = deque()
@@ -187,16 +203,25 @@ class ColocatedSimulator:
                     self._reject(rid, t, Reason.NO_MEMORY)
                     continue
                 return None  # wait at the head until memory frees (or the timeout)
-            inst.used += need
-            self.reserved[rid] = need
-            self.t_admit[rid] = t
-            self.peak_used = max(self.peak_used, inst.used)
-            i0, i1 = self.ptr[rid], self.ptr[rid + 1]
-            hit = min(inst.cache.match(self.bh[i0:i1], self.bt[i0:i1]), self.prompt[rid] - 1) if i1 > i0 else 0
-            self.hit[rid] = hit
-            inst.partial[rid] = hit
+            self._reserve(rid, i, t, need)
             return rid
         return None
+
+    def _reserve(self, rid: int, i: int, t: float, need: int) -> None:
+        """Admit ``rid``: reserve its KV and look its prompt up in the prefix cache."""
+        inst = self.inst[i]
+        inst.used += need
+        self.reserved[rid] = need
+        self.t_admit[rid] = t
+        self.peak_used = max(self.peak_used, inst.used)
+        i0, i1 = self.ptr[rid], self.ptr[rid + 1]
+        hit = (
+            min(inst.cache.match(self.bh[i0:i1], self.bt[i0:i1]), self.prompt[rid] - 1)
+            if i1 > i0
+            else 0
+        )
+        self.hit[rid] = hit
+        inst.partial[rid] = hit
 
     # ------------------------------------------------------------------ steps
 
@@ -212,7 +237,14 @@ class ColocatedSimulator:
         if k > 0:
             self._gaps_closed_form(inst, k)
             if self.rec is not None:
-                self.rec.segment("colocated", f"instance {i}", inst.t_seg, decode_series_coeffs(cfg.cost, inst.b, inst.ctx), k, inst.b)
+                self.rec.segment(
+                    "colocated",
+                    f"instance {i}",
+                    inst.t_seg,
+                    decode_series_coeffs(cfg.cost, inst.b, inst.ctx),
+                    k,
+                    inst.b,
+                )
         inst.it += k
         inst.ctx += inst.b * k
         inst.t_seg = t
@@ -221,7 +253,11 @@ class ColocatedSimulator:
         while inst.heap and inst.heap[0][0] == inst.it:
             _, rid = heapq.heappop(inst.heap)
             self._finish(rid, i, t)
-        step = self._prefill_step(i, t) if cfg.scheduler == "prefill_priority" else self._chunked_step(i, t)
+        step = (
+            self._prefill_step(i, t)
+            if cfg.scheduler == "prefill_priority"
+            else self._chunked_step(i, t)
+        )
         if step is not None:
             dur = step
             inst.stepping = True
@@ -272,7 +308,11 @@ class ColocatedSimulator:
             batch.append(rid)
             new_sum += n_new
             hit = self.hit[rid]
-            flops += n_new * c.linear_flops + c.lm_head_flops + c.attn_coef * (n_new * hit + n_new * (n_new + 1) / 2.0)
+            flops += (
+                n_new * c.linear_flops
+                + c.lm_head_flops
+                + c.attn_coef * (n_new * hit + n_new * (n_new + 1) / 2.0)
+            )
             kv_io += c.kv_bpt * self.prompt[rid]
         if not batch:
             return None
@@ -286,7 +326,14 @@ class ColocatedSimulator:
             self.t_prefill_start[rid] = t
             self._prefilled(rid, i, end)
         if self.rec is not None:
-            self.rec.slice("colocated", f"instance {i}", f"prefill x{len(batch)} (decodes stalled)", t, end, {"tokens": new_sum})
+            self.rec.slice(
+                "colocated",
+                f"instance {i}",
+                f"prefill x{len(batch)} (decodes stalled)",
+                t,
+                end,
+                {"tokens": new_sum},
+            )
         return dur
 
     def _chunked_step(self, i: int, t: float) -> float | None:
@@ -308,18 +355,11 @@ class ColocatedSimulator:
                     pos += 1
                     continue
                 if math.isnan(self.t_admit[rid]):
-                    # admit further prompts only in FIFO order: rotate it to the head's logic
+                    # admit further prompts in FIFO order, stopping at the first that does not fit
                     need = self.prompt[rid] + self.output[rid]
                     if need > cfg.budget_tokens or inst.used + need > cfg.budget_tokens:
                         break
-                    inst.used += need
-                    self.reserved[rid] = need
-                    self.t_admit[rid] = t
-                    self.peak_used = max(self.peak_used, inst.used)
-                    i0, i1 = self.ptr[rid], self.ptr[rid + 1]
-                    hit = min(inst.cache.match(self.bh[i0:i1], self.bt[i0:i1]), self.prompt[rid] - 1) if i1 > i0 else 0
-                    self.hit[rid] = hit
-                    inst.partial[rid] = hit
+                    self._reserve(rid, i, t, need)
             done = inst.partial[rid]
             n = min(room, self.prompt[rid] - done)
             chunks.append((rid, n))
@@ -335,7 +375,9 @@ class ColocatedSimulator:
             return None  # plain decode: the closed form handles it
         finishing = [rid for rid, n in chunks if inst.partial[rid] + n == self.prompt[rid]]
         flops += len(finishing) * c.lm_head_flops
-        dur = self._step_time(flops, float(c.weights_read(inst.b + sum(n for _, n in chunks))) + kv_io, False)
+        dur = self._step_time(
+            flops, float(c.weights_read(inst.b + sum(n for _, n in chunks))) + kv_io, False
+        )
         end = t + dur
         # running sequences emit one token in this step
         for _, rid in inst.heap:
@@ -351,7 +393,14 @@ class ColocatedSimulator:
             inst.waiting.remove(rid)
             self._prefilled(rid, i, end)
         if self.rec is not None:
-            self.rec.slice("colocated", f"instance {i}", f"mixed step b={inst.b} +{sum(n for _, n in chunks)} prefill", t, end, {})
+            self.rec.slice(
+                "colocated",
+                f"instance {i}",
+                f"mixed step b={inst.b} +{sum(n for _, n in chunks)} prefill",
+                t,
+                end,
+                {},
+            )
         return dur
 
     def _prefilled(self, rid: int, i: int, end: float) -> None:

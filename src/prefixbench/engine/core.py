@@ -78,15 +78,31 @@ class EngineConfig:
     prefill_router: str = "least_tokens"
     decode_router: str = "least_load"
     warmup_requests: int = 0
-    track_gaps: bool = False  # record each request's largest gap between tokens (costs O(batch)/event)
+    track_gaps: bool = (
+        False  # record each request's largest gap between tokens (costs O(batch)/event)
+    )
 
 
 class _Decode:
     """One decode instance: its batch (in closed form), queues and memory."""
 
     __slots__ = (
-        "b", "ctx", "it", "t_seg", "heap", "joinq", "recq", "waitq", "stall_end", "in_stall",
-        "next_t", "next_k", "version", "private", "store", "busy",
+        "b",
+        "ctx",
+        "it",
+        "t_seg",
+        "heap",
+        "joinq",
+        "recq",
+        "waitq",
+        "stall_end",
+        "in_stall",
+        "next_t",
+        "next_k",
+        "version",
+        "private",
+        "store",
+        "busy",
     )
 
     def __init__(self) -> None:
@@ -167,7 +183,9 @@ class Simulator:
         self.p_cache = [BlockLRU(cfg.prefill_cache_tokens) for _ in range(cfg.n_prefill)]
         self.p_busy = [0.0] * cfg.n_prefill
         self.dec = [_Decode() for _ in range(cfg.n_decode)]
-        self.chan_free = [[[0.0] * cfg.link_channels for _ in range(cfg.n_decode)] for _ in range(cfg.n_prefill)]
+        self.chan_free = [
+            [[0.0] * cfg.link_channels for _ in range(cfg.n_decode)] for _ in range(cfg.n_prefill)
+        ]
         self.link_busy = 0.0
 
         self.events: list[tuple[float, int, int, int, int]] = []
@@ -250,8 +268,10 @@ class Simulator:
             new_sum += n_new
             self.prefill_hit[rid] = hit
             self.t_prefill_start[rid] = t
-            flops += n_new * cost.linear_flops + cost.lm_head_flops + cost.attn_coef * (
-                n_new * hit + n_new * (n_new + 1) / 2.0
+            flops += (
+                n_new * cost.linear_flops
+                + cost.lm_head_flops
+                + cost.attn_coef * (n_new * hit + n_new * (n_new + 1) / 2.0)
             )
             kv_io += cost.kv_bpt * prompt
         bytes_ = float(cost.weights_read(new_sum)) + kv_io
@@ -261,8 +281,14 @@ class Simulator:
         self.p_batch[p] = batch
         self.push(t + dur, Ev.PREFILL, p)
         if self.rec is not None:
-            self.rec.slice("prefill", f"prefill {p}", f"prefill x{len(batch)}", t, t + dur,
-                           {"new_tokens": new_sum, "requests": len(batch)})
+            self.rec.slice(
+                "prefill",
+                f"prefill {p}",
+                f"prefill x{len(batch)}",
+                t,
+                t + dur,
+                {"new_tokens": new_sum, "requests": len(batch)},
+            )
             self.rec.counter("prefill", f"prefill {p}", "queued", t, len(q))
 
     def _prefill_done(self, p: int, t: float) -> None:
@@ -348,8 +374,14 @@ class Simulator:
             land = start + occupy + cfg.link_latency_s
             self.t_xfer_start[rid] = start
             if self.rec is not None:
-                self.rec.slice("link", f"p{self.p_inst[rid]}->d{d} ch{c}", "kv", start, start + occupy,
-                               {"bytes": nbytes, "request": rid})
+                self.rec.slice(
+                    "link",
+                    f"p{self.p_inst[rid]}->d{d} ch{c}",
+                    "kv",
+                    start,
+                    start + occupy,
+                    {"bytes": nbytes, "request": rid},
+                )
         else:
             self.t_xfer_start[rid] = t
         self.push(land, Ev.TRANSFER, rid)
@@ -446,7 +478,14 @@ class Simulator:
         if k > 0 and cfg.track_gaps:
             self._record_gaps(dec, k)
         if k > 0 and self.rec is not None:
-            self.rec.segment("decode", f"decode {d}", dec.t_seg, decode_series_coeffs(cfg.decode_cost, dec.b, dec.ctx), k, dec.b)
+            self.rec.segment(
+                "decode",
+                f"decode {d}",
+                dec.t_seg,
+                decode_series_coeffs(cfg.decode_cost, dec.b, dec.ctx),
+                k,
+                dec.b,
+            )
         dec.it += k
         dec.ctx += dec.b * k
         dec.t_seg = t
@@ -514,7 +553,10 @@ class Simulator:
             flops = n * cost.linear_flops + cost.attn_coef * n * (n + 1) / 2.0
             bytes_ = float(cost.weights_read(n)) + cost.kv_bpt * n
             self.t_rc_start[rid] = end
-            end += max(flops / cost.flops_rate_prefill, bytes_ / cost.byte_rate) + cost.prefill_overhead
+            end += (
+                max(flops / cost.flops_rate_prefill, bytes_ / cost.byte_rate)
+                + cost.prefill_overhead
+            )
             self.t_rc_end[rid] = end
             self.rc_pending[rid] = False
             if self.xfer_done[rid]:
@@ -605,7 +647,9 @@ class Simulator:
             "prefill_util": sum(self.p_busy) / window / cfg.n_prefill,
             "decode_util": sum(d.busy for d in self.dec) / window / cfg.n_decode,
             "mean_decode_batch": self.batch_area / window / cfg.n_decode,
-            "link_util": self.link_busy / window / (cfg.n_prefill * cfg.n_decode * cfg.link_channels),
+            "link_util": self.link_busy
+            / window
+            / (cfg.n_prefill * cfg.n_decode * cfg.link_channels),
         }
         return SimResult(cols, stats)
 

@@ -44,7 +44,9 @@ from . import routing as _routing
 from .core import EngineConfig, SimResult, Simulator
 
 POLICY_CODES = {
-    "transfer_per_request": 0, "recompute_on_decode": 1, "replicate_hotset": 2,
+    "transfer_per_request": 0,
+    "recompute_on_decode": 1,
+    "replicate_hotset": 2,
     "replicate_all_lru": 3,
 }
 _POLICY_CLASSES = {
@@ -81,24 +83,64 @@ R_NONE, R_NO_MEMORY, R_TIMEOUT, R_TOO_LARGE = 0, 1, 2, 3
 # IS (int64): [params | run scalars | layout offsets] [decode instances D×NDI]
 #            [prefill instances P×NPI] [decode batch heaps D×2×capb] [join scratch capb]
 #            [blk_ptr n+1] [integer result columns 9×n]
-(IP_NP, IP_ND, IP_NC, IP_MAXB, IP_TOKB, IP_PCAP, IP_BUDGET, IP_WAIT, IP_POLICY, IP_PROUTE,
- IP_DROUTE, IP_GAPS) = range(12)
+(
+    IP_NP,
+    IP_ND,
+    IP_NC,
+    IP_MAXB,
+    IP_TOKB,
+    IP_PCAP,
+    IP_BUDGET,
+    IP_WAIT,
+    IP_POLICY,
+    IP_PROUTE,
+    IP_DROUTE,
+    IP_GAPS,
+) = range(12)
 NIP = 12  # params given by the caller
 IP_N, IP_U = 12, 13  # requests, block ids
 GI_PEAK_REP, GI_PEAK_USED, GI_RR_P, GI_RR_D, GI_SEQ, GI_HSZ, GI_INSYS = range(14, 21)
 H_PI, H_DH, H_CAPB, H_JN, H_PTR, H_O, H_FPB, H_FCH, H_FT, H_PC, H_PFLAG, H_HOT = range(21, 33)
 DI0 = 33
 # decode instance columns (head/tail pairs adjacent)
-(D_B, D_CTX, D_IT, D_STALL, D_NK, D_VER, D_PRIV, D_JQH, D_JQT, D_RQH, D_RQT, D_WQH, D_WQT,
- D_USED, D_IDLE, D_LRUH, D_LRUT, D_LOAD, D_HSZ, D_LREP, D_LUSED) = range(21)
+(
+    D_B,
+    D_CTX,
+    D_IT,
+    D_STALL,
+    D_NK,
+    D_VER,
+    D_PRIV,
+    D_JQH,
+    D_JQT,
+    D_RQH,
+    D_RQT,
+    D_WQH,
+    D_WQT,
+    D_USED,
+    D_IDLE,
+    D_LRUH,
+    D_LRUT,
+    D_LOAD,
+    D_HSZ,
+    D_LREP,
+    D_LUSED,
+) = range(21)
 NDI = 21
 P_LOAD, P_QH, P_QT, P_BH, P_USED, P_LRUH, P_LRUT = range(7)
 NPI = 7
 # integer result columns: row r of request rid at IS[IS[H_O] + r·n + rid]
 O_PI, O_DI, O_OUT, O_REA, O_PH, O_RH, O_RC, O_XT, O_PT = range(9)
 INT_COLUMNS = (
-    "prefill_instance", "decode_instance", "outcome", "reject_reason", "prefill_hit_tokens",
-    "replica_hit_tokens", "recompute_tokens", "transfer_tokens", "persisted_tokens",
+    "prefill_instance",
+    "decode_instance",
+    "outcome",
+    "reject_reason",
+    "prefill_hit_tokens",
+    "replica_hit_tokens",
+    "recompute_tokens",
+    "transfer_tokens",
+    "persisted_tokens",
 )
 # R (int32): per-request internals, one record of NR fields per request (R[rid·NR + field]):
 # private KV tokens, held replica blocks, flags, queue links, prompt and output lengths
@@ -112,8 +154,17 @@ F_RC, F_XD, F_PERS = 1, 2, 4  # recompute pending, KV landed, has persisted bloc
 FP_LINK_BPS, FP_LINK_LAT, FP_WAIT_TO, FP_TWARM = range(4)
 C_FRP, C_FRD, C_BR, C_POV, C_DOV, C_LF, C_LMH, C_ATT, C_KV, C_W, C_EW, C_EF = range(12)
 _COST_FIELDS = (
-    "flops_rate_prefill", "flops_rate_decode", "byte_rate", "prefill_overhead", "decode_overhead",
-    "linear_flops", "lm_head_flops", "attn_coef", "kv_bpt", "weights", "expert_weights",
+    "flops_rate_prefill",
+    "flops_rate_decode",
+    "byte_rate",
+    "prefill_overhead",
+    "decode_overhead",
+    "linear_flops",
+    "lm_head_flops",
+    "attn_coef",
+    "kv_bpt",
+    "weights",
+    "expert_weights",
     "expert_frac",
 )
 FP_PC = 4  # prefill InstanceCost fields
@@ -125,8 +176,16 @@ DF_TSEG, DF_STALL_END, DF_NEXT_T, DF_BUSY, DF_MEM_T = range(5)
 NDF = 5
 T_PS, T_PE, T_AD, T_XS, T_XE, T_RS, T_RE, T_DS, T_FT, T_DN, T_ARR, T_GAP, T_LAST = range(13)
 TIME_COLUMNS = (
-    "t_prefill_start", "t_prefill_end", "t_admit", "t_transfer_start", "t_transfer_end",
-    "t_recompute_start", "t_recompute_end", "t_decode_start", "t_first_token", "t_done",
+    "t_prefill_start",
+    "t_prefill_end",
+    "t_admit",
+    "t_transfer_start",
+    "t_transfer_end",
+    "t_recompute_start",
+    "t_recompute_end",
+    "t_decode_start",
+    "t_first_token",
+    "t_done",
 )
 
 # B32 (int32): one 4-field record per block id h and instance (fields of a block share a
@@ -1076,8 +1135,15 @@ def _close(IS, F):
     F[G_NOW] = t_end
 
 
-def _layout(req: Requests, bid: np.ndarray, n_ids: int, ip: np.ndarray, fp: np.ndarray,
-            hot_ids: np.ndarray, hot_t: np.ndarray):
+def _layout(
+    req: Requests,
+    bid: np.ndarray,
+    n_ids: int,
+    ip: np.ndarray,
+    fp: np.ndarray,
+    hot_ids: np.ndarray,
+    hot_t: np.ndarray,
+):
     """Allocate and initialise the flat state (layout at the top of the module)."""
     n, nb = len(req), bid.shape[0]
     P, D, C = int(ip[IP_NP]), int(ip[IP_ND]), int(ip[IP_NC])
@@ -1192,12 +1258,29 @@ def dense_block_ids(blk_hash: np.ndarray, hot: np.ndarray) -> tuple[np.ndarray, 
     return inv[: blk_hash.shape[0]], inv[blk_hash.shape[0] :], int(inv.max()) + 1
 
 
-_KNOWN_FIELDS = frozenset({
-    "policy", "prefill_cost", "decode_cost", "n_prefill", "n_decode", "link_bytes_per_s",
-    "link_latency_s", "link_channels", "max_batch", "prefill_token_budget", "prefill_cache_tokens",
-    "budget_tokens", "hot_blocks", "on_full", "wait_timeout_s", "prefill_router", "decode_router",
-    "warmup_requests", "track_gaps",
-})
+_KNOWN_FIELDS = frozenset(
+    {
+        "policy",
+        "prefill_cost",
+        "decode_cost",
+        "n_prefill",
+        "n_decode",
+        "link_bytes_per_s",
+        "link_latency_s",
+        "link_channels",
+        "max_batch",
+        "prefill_token_budget",
+        "prefill_cache_tokens",
+        "budget_tokens",
+        "hot_blocks",
+        "on_full",
+        "wait_timeout_s",
+        "prefill_router",
+        "decode_router",
+        "warmup_requests",
+        "track_gaps",
+    }
+)
 
 
 def _unknown_setting(cfg: EngineConfig) -> bool:
@@ -1224,15 +1307,30 @@ def simulate_fast(req: Requests, cfg: EngineConfig, recorder=None) -> SimResult:
     codes = _codes(cfg)
     if codes is None or _unknown_setting(cfg):
         return Simulator(req, cfg).run()
-    ints = (cfg.n_prefill, cfg.n_decode, cfg.link_channels, cfg.max_batch, cfg.prefill_token_budget,
-            cfg.budget_tokens)
+    ints = (
+        cfg.n_prefill,
+        cfg.n_decode,
+        cfg.link_channels,
+        cfg.max_batch,
+        cfg.prefill_token_budget,
+        cfg.budget_tokens,
+    )
     if not all(_plain_int(v) for v in ints) or not _plain_int(min(cfg.prefill_cache_tokens, 2**61)):
         return Simulator(req, cfg).run()
     n = len(req)
     ip = np.array(
-        [cfg.n_prefill, cfg.n_decode, cfg.link_channels, cfg.max_batch, cfg.prefill_token_budget,
-         min(cfg.prefill_cache_tokens, 2**61), cfg.budget_tokens, cfg.on_full == "wait", *codes,
-         bool(getattr(cfg, "track_gaps", False))],
+        [
+            cfg.n_prefill,
+            cfg.n_decode,
+            cfg.link_channels,
+            cfg.max_batch,
+            cfg.prefill_token_budget,
+            min(cfg.prefill_cache_tokens, 2**61),
+            cfg.budget_tokens,
+            cfg.on_full == "wait",
+            *codes,
+            bool(getattr(cfg, "track_gaps", False)),
+        ],
         dtype=np.int64,
     )
     warm = min(cfg.warmup_requests, n - 1) if n else 0

@@ -26,7 +26,9 @@ class Recorder:
         self.segments: list[tuple[str, str, float, tuple, int, int]] = []
         self.counters: list[tuple[str, str, str, float, float]] = []
 
-    def slice(self, role: str, track: str, name: str, t0: float, t1: float, args: dict | None = None) -> None:
+    def slice(
+        self, role: str, track: str, name: str, t0: float, t1: float, args: dict | None = None
+    ) -> None:
         self.slices.append((role, track, name, t0, t1, args or {}))
 
     def segment(self, role: str, track: str, t0: float, coeffs: tuple, k: int, batch: int) -> None:
@@ -45,17 +47,42 @@ class Recorder:
         def ids(role: str, track: str) -> tuple[int, int]:
             if role not in pids:
                 pids[role] = pid_base + len(pids) + 1
-                out.append({"ph": "M", "name": "process_name", "pid": pids[role], "args": {"name": prefix + role}})
+                out.append(
+                    {
+                        "ph": "M",
+                        "name": "process_name",
+                        "pid": pids[role],
+                        "args": {"name": prefix + role},
+                    }
+                )
             key = (role, track)
             if key not in tids:
                 tids[key] = len(tids) + 1
-                out.append({"ph": "M", "name": "thread_name", "pid": pids[role], "tid": tids[key], "args": {"name": track}})
+                out.append(
+                    {
+                        "ph": "M",
+                        "name": "thread_name",
+                        "pid": pids[role],
+                        "tid": tids[key],
+                        "args": {"name": track},
+                    }
+                )
             return pids[role], tids[key]
 
         us = 1e6
         for role, track, name, t0, t1, args in self.slices:
             pid, tid = ids(role, track)
-            out.append({"ph": "X", "name": name, "pid": pid, "tid": tid, "ts": t0 * us, "dur": (t1 - t0) * us, "args": args})
+            out.append(
+                {
+                    "ph": "X",
+                    "name": name,
+                    "pid": pid,
+                    "tid": tid,
+                    "ts": t0 * us,
+                    "dur": (t1 - t0) * us,
+                    "args": args,
+                }
+            )
         total = sum(k for *_, k, _ in self.segments)
         for role, track, t0, coeffs, k, batch in self.segments:
             pid, tid = ids(role, track)
@@ -63,16 +90,42 @@ class Recorder:
                 prev = t0
                 for j in range(1, k + 1):
                     t = t0 + series_time(coeffs, j)
-                    out.append({"ph": "X", "name": f"decode b={batch}", "pid": pid, "tid": tid,
-                                "ts": prev * us, "dur": (t - prev) * us, "args": {"batch": batch}})
+                    out.append(
+                        {
+                            "ph": "X",
+                            "name": f"decode b={batch}",
+                            "pid": pid,
+                            "tid": tid,
+                            "ts": prev * us,
+                            "dur": (t - prev) * us,
+                            "args": {"batch": batch},
+                        }
+                    )
                     prev = t
             else:
                 t1 = t0 + series_time(coeffs, k)
-                out.append({"ph": "X", "name": f"decode x{k} b={batch}", "pid": pid, "tid": tid,
-                            "ts": t0 * us, "dur": (t1 - t0) * us, "args": {"iterations": k, "batch": batch}})
+                out.append(
+                    {
+                        "ph": "X",
+                        "name": f"decode x{k} b={batch}",
+                        "pid": pid,
+                        "tid": tid,
+                        "ts": t0 * us,
+                        "dur": (t1 - t0) * us,
+                        "args": {"iterations": k, "batch": batch},
+                    }
+                )
         for role, track, name, t, value in self.counters:
             pid, _ = ids(role, track)
-            out.append({"ph": "C", "name": f"{track} {name}", "pid": pid, "ts": t * us, "args": {name: value}})
+            out.append(
+                {
+                    "ph": "C",
+                    "name": f"{track} {name}",
+                    "pid": pid,
+                    "ts": t * us,
+                    "args": {name: value},
+                }
+            )
         return out
 
 

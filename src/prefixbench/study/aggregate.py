@@ -10,18 +10,58 @@ from ..artifacts import register
 
 GROUP = ["model", "workload", "budget_factor", "policy"]
 AGG_METRICS = [
-    "ttft_mean_ms", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "ttft_prefill_mean_ms",
-    "tpot_mean_ms", "tpot_p99_ms", "e2e_mean_ms", "throughput_rps", "throughput_tok_s",
-    "reject_rate", "shared_request_fraction", "replica_hit_rate", "prefill_hit_rate",
-    "mean_replica_kv_gb", "peak_replica_kv_gb", "peak_kv_used_gb", "transfer_mb_per_request",
-    "recompute_tokens_per_request", "link_util", "prefill_util", "decode_util",
-    "slo_attainment", "goodput_rps", "kv_budget_gb",
+    "ttft_mean_ms",
+    "ttft_p50_ms",
+    "ttft_p90_ms",
+    "ttft_p99_ms",
+    "ttft_prefill_mean_ms",
+    "tpot_mean_ms",
+    "tpot_p99_ms",
+    "e2e_mean_ms",
+    "throughput_rps",
+    "throughput_tok_s",
+    "reject_rate",
+    "shared_request_fraction",
+    "replica_hit_rate",
+    "prefill_hit_rate",
+    "mean_replica_kv_gb",
+    "peak_replica_kv_gb",
+    "peak_kv_used_gb",
+    "transfer_mb_per_request",
+    "recompute_tokens_per_request",
+    "link_util",
+    "prefill_util",
+    "decode_util",
+    "slo_attainment",
+    "goodput_rps",
+    "kv_budget_gb",
 ]
 
 # Student-t 0.975 quantiles by degrees of freedom (standard tables); 1.96 beyond 30.
-_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
-         9: 2.262, 10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131,
-         16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086, 25: 2.060, 30: 2.042}
+_T975 = {
+    1: 12.706,
+    2: 4.303,
+    3: 3.182,
+    4: 2.776,
+    5: 2.571,
+    6: 2.447,
+    7: 2.365,
+    8: 2.306,
+    9: 2.262,
+    10: 2.228,
+    11: 2.201,
+    12: 2.179,
+    13: 2.160,
+    14: 2.145,
+    15: 2.131,
+    16: 2.120,
+    17: 2.110,
+    18: 2.101,
+    19: 2.093,
+    20: 2.086,
+    25: 2.060,
+    30: 2.042,
+}
 
 
 def t975(df: int) -> float:
@@ -38,7 +78,10 @@ def t975(df: int) -> float:
 register(
     "agg",
     {
-        "model": pl.Utf8, "workload": pl.Utf8, "budget_factor": pl.Float64, "policy": pl.Utf8,
+        "model": pl.Utf8,
+        "workload": pl.Utf8,
+        "budget_factor": pl.Float64,
+        "policy": pl.Utf8,
         "n_seeds": pl.Int64,
         **{m: pl.Float64 for m in AGG_METRICS},
         **{f"{m}_ci95": pl.Float64 for m in AGG_METRICS},
@@ -56,7 +99,10 @@ def aggregate(runs: pl.DataFrame) -> pl.DataFrame:
     t = g["n_seeds"].map_elements(lambda n: t975(n - 1), return_dtype=pl.Float64)
     g = g.with_columns(t.alias("_t"))
     g = g.with_columns(
-        [(pl.col("_t") * pl.col(f"_sd_{m}") / pl.col("n_seeds").sqrt()).alias(f"{m}_ci95") for m in AGG_METRICS]
+        [
+            (pl.col("_t") * pl.col(f"_sd_{m}") / pl.col("n_seeds").sqrt()).alias(f"{m}_ci95")
+            for m in AGG_METRICS
+        ]
     )
     return g.drop([c for c in g.columns if c.startswith("_")]).sort(GROUP)
 
@@ -72,10 +118,17 @@ def prefix_table(reqs: pl.DataFrame) -> pl.DataFrame:
             admitted.sum().cast(pl.Int64).alias("admitted"),
             pl.col("prompt_tokens").filter(admitted).sum().cast(pl.Int64).alias("prompt_tokens"),
             pl.col("replica_hit_tokens").sum().cast(pl.Int64).alias("replica_hit_tokens"),
-            pl.col("prefill_hit_tokens").filter(admitted).sum().cast(pl.Int64).alias("prefill_hit_tokens"),
+            pl.col("prefill_hit_tokens")
+            .filter(admitted)
+            .sum()
+            .cast(pl.Int64)
+            .alias("prefill_hit_tokens"),
             pl.col("recompute_tokens").sum().cast(pl.Int64).alias("recompute_tokens"),
             pl.col("transfer_bytes").sum().alias("transfer_bytes"),
-            (pl.col("replica_hit_tokens") > 0).filter(admitted).mean().alias("replica_served_fraction"),
+            (pl.col("replica_hit_tokens") > 0)
+            .filter(admitted)
+            .mean()
+            .alias("replica_served_fraction"),
             pl.col("ttft_ms").filter(pl.col("outcome") == "completed").mean().alias("ttft_mean_ms"),
         )
         .sort(["policy", "prefix_id"])

@@ -20,7 +20,9 @@ from typing import Any, Protocol
 class Backend(Protocol):
     name: str
 
-    def map_unordered(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[tuple[Any, Any]]: ...
+    def map_unordered(
+        self, fn: Callable[[Any], Any], items: Iterable[Any]
+    ) -> Iterator[tuple[Any, Any]]: ...
 
 
 class SerialBackend:
@@ -46,10 +48,14 @@ class LocalPoolBackend:
             yield from SerialBackend().map_unordered(fn, items)
             return
         ex = ProcessPoolExecutor(
-            max_workers=self.jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_ignore_sigint
+            max_workers=self.jobs,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_ignore_sigint,
         )
         try:
-            with _sigint_ignored():  # workers start (on submit) with Ctrl-C ignored: it is the parent's
+            with (
+                _sigint_ignored()
+            ):  # workers start (on submit) with Ctrl-C ignored: it is the parent's
                 futures = {ex.submit(fn, it): it for it in items}
             pending = set(futures)
             while pending:
@@ -92,7 +98,9 @@ def _stop(ex: ProcessPoolExecutor) -> None:
             proc.terminate()
 
 
-def make_backend(name: str = "local", *, jobs: int | None = None, address: str | None = None) -> Backend:
+def make_backend(
+    name: str = "local", *, jobs: int | None = None, address: str | None = None
+) -> Backend:
     """The backend users name with ``--backend`` (local or ray)."""
     from ..errors import ScenarioError
     from ..suggest import did_you_mean
@@ -105,4 +113,6 @@ def make_backend(name: str = "local", *, jobs: int | None = None, address: str |
         from .ray_backend import RayBackend
 
         return RayBackend(address=address, jobs=jobs)
-    raise ScenarioError(f"unknown backend '{name}'", where="--backend", fix=did_you_mean(name, ["local", "ray"]))
+    raise ScenarioError(
+        f"unknown backend '{name}'", where="--backend", fix=did_you_mean(name, ["local", "ray"])
+    )

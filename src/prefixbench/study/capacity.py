@@ -36,7 +36,9 @@ def probe(s: Scenario, policy: str, rate: float) -> Probe:
     from .runs import run_scenario
 
     row = run_scenario(_with_rate(s, rate), [policy], keep_requests=False).summary.to_dicts()[0]
-    return Probe(rate, row["slo_attainment"], row["goodput_rps"], row["ttft_p99_ms"], row["tpot_p99_ms"])
+    return Probe(
+        rate, row["slo_attainment"], row["goodput_rps"], row["ttft_p99_ms"], row["tpot_p99_ms"]
+    )
 
 
 def max_rate(

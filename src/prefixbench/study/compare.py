@@ -39,14 +39,20 @@ def systems(s: Scenario) -> list[tuple[str, Scenario]]:
 
     return [
         ("disaggregated", cluster(mode="disaggregated")),
-        ("colocated prefill-priority", cluster(mode="colocated", colocated_scheduler="prefill_priority")),
+        (
+            "colocated prefill-priority",
+            cluster(mode="colocated", colocated_scheduler="prefill_priority"),
+        ),
         ("colocated chunked", cluster(mode="colocated", colocated_scheduler="chunked")),
     ]
 
 
 def bottleneck(row: dict) -> tuple[list[dict], str]:
     """TTFT components of a disaggregated run and the stage that dominates, in words."""
-    parts = [{"stage": label, "resource": res, "ms": float(row.get(col) or 0.0)} for col, label, res in STAGES]
+    parts = [
+        {"stage": label, "resource": res, "ms": float(row.get(col) or 0.0)}
+        for col, label, res in STAGES
+    ]
     total = sum(p["ms"] for p in parts) or 1e-12
     for p in parts:
         p["share"] = p["ms"] / total

@@ -22,17 +22,27 @@ REFERENCE_PREFIX = 2048  # tokens: the prefix length the tie bandwidth is quoted
 register(
     "crossover",
     {
-        "model": pl.Utf8, "accelerator": pl.Utf8, "link": pl.Utf8, "kv_bytes_per_token": pl.Int64,
-        "transfer_us_per_token": pl.Float64, "recompute_us_per_token": pl.Float64,
-        "transfer_ms_at_ref": pl.Float64, "recompute_ms_at_ref": pl.Float64,
-        "tie_bandwidth_gbps": pl.Float64, "breakeven_prefix_tokens": pl.Float64,
-        "recompute_wins_from": pl.Float64, "recompute_wins_until": pl.Float64,
-        "winner_at_ref": pl.Utf8, "sim_ttft_transfer_minus_recompute_ms": pl.Float64,
+        "model": pl.Utf8,
+        "accelerator": pl.Utf8,
+        "link": pl.Utf8,
+        "kv_bytes_per_token": pl.Int64,
+        "transfer_us_per_token": pl.Float64,
+        "recompute_us_per_token": pl.Float64,
+        "transfer_ms_at_ref": pl.Float64,
+        "recompute_ms_at_ref": pl.Float64,
+        "tie_bandwidth_gbps": pl.Float64,
+        "breakeven_prefix_tokens": pl.Float64,
+        "recompute_wins_from": pl.Float64,
+        "recompute_wins_until": pl.Float64,
+        "winner_at_ref": pl.Utf8,
+        "sim_ttft_transfer_minus_recompute_ms": pl.Float64,
     },
 )
 
 
-def analytic_row(model: str, accelerator: str, link: str, devices: int = 1, eff: Efficiency | None = None) -> dict:
+def analytic_row(
+    model: str, accelerator: str, link: str, devices: int = 1, eff: Efficiency | None = None
+) -> dict:
     """Break-even figures of one (model, decode accelerator, link)."""
     m = catalog.get_model(model)
     dev = catalog.get_accelerator(accelerator)
@@ -91,7 +101,9 @@ def crossover_table(
                 ),
             )
             return df.join(piv, on="model", how="left").sort(["model", "accelerator", "link"])
-    return df.with_columns(sim.alias("sim_ttft_transfer_minus_recompute_ms")).sort(["model", "accelerator", "link"])
+    return df.with_columns(sim.alias("sim_ttft_transfer_minus_recompute_ms")).sort(
+        ["model", "accelerator", "link"]
+    )
 
 
 def verdicts(table: pl.DataFrame, accelerator: str, link: str) -> list[str]:
@@ -121,10 +133,10 @@ def verdicts(table: pl.DataFrame, accelerator: str, link: str) -> list[str]:
         simtxt = ""
         if sim.len():
             d = float(sim[0])
-            simtxt = (
-                f"; simulated mean TTFT: transfer {'faster' if d < 0 else 'slower'} by {abs(d):.1f} ms"
-            )
-        lines.append(f"{head}{simtxt} (recompute wins in {wins} of {sub.height} accelerator×link pairs)")
+            simtxt = f"; simulated mean TTFT: transfer {'faster' if d < 0 else 'slower'} by {abs(d):.1f} ms"
+        lines.append(
+            f"{head}{simtxt} (recompute wins in {wins} of {sub.height} accelerator×link pairs)"
+        )
     return lines
 
 
@@ -143,7 +155,13 @@ def run_crossover(
     agg_path = Path(results) / "agg.parquet"
     agg = read_artifact(agg_path, "agg") if agg_path.exists() else None
     if not models:
-        models = sorted(agg["model"].unique().to_list()) if agg is not None else ["qwen2-0.5b", "qwen2-1.5b"]
-    table = crossover_table(models, accelerators or DEFAULT_ACCELERATORS, links or list(catalog.LINKS), agg)
+        models = (
+            sorted(agg["model"].unique().to_list())
+            if agg is not None
+            else ["qwen2-0.5b", "qwen2-1.5b"]
+        )
+    table = crossover_table(
+        models, accelerators or DEFAULT_ACCELERATORS, links or list(catalog.LINKS), agg
+    )
     path = write_atomic(table, Path(results) / "crossover.parquet", "crossover")
     return table, path

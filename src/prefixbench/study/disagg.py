@@ -26,14 +26,27 @@ OUTPUTS = [64, 128, 256]
 LINKS = ["pcie3-x16", "pcie4-x16", "nvlink3", "nvlink4"]
 MODELS = ["llama-2-7b", "llama-2-13b", "llama-2-70b"]
 KEYS = ["model", "link", "rate", "prompt", "output"]
-METRICS = ["throughput_rps", "ttft_mean_ms", "ttft_p99_ms", "tpot_mean_ms", "e2e_mean_ms", "reject_rate", "transfer_ms"]
+METRICS = [
+    "throughput_rps",
+    "ttft_mean_ms",
+    "ttft_p99_ms",
+    "tpot_mean_ms",
+    "e2e_mean_ms",
+    "reject_rate",
+    "transfer_ms",
+]
 
 register(
     "disagg",
     {
-        "model": pl.Utf8, "link": pl.Utf8, "rate": pl.Float64, "prompt": pl.Int64, "output": pl.Int64,
+        "model": pl.Utf8,
+        "link": pl.Utf8,
+        "rate": pl.Float64,
+        "prompt": pl.Int64,
+        "output": pl.Int64,
         **{f"{m}_{sys}": pl.Float64 for m in METRICS for sys in ("disagg", "coupled")},
-        "throughput_gain": pl.Float64, "ttft_speedup": pl.Float64,
+        "throughput_gain": pl.Float64,
+        "ttft_speedup": pl.Float64,
         "transfer_share_of_e2e": pl.Float64,
     },
 )
@@ -41,7 +54,8 @@ register(
 
 def configs() -> list[dict]:
     return [
-        dict(zip(KEYS, c, strict=True)) for c in itertools.product(MODELS, LINKS, RATES, PROMPTS, OUTPUTS)
+        dict(zip(KEYS, c, strict=True))
+        for c in itertools.product(MODELS, LINKS, RATES, PROMPTS, OUTPUTS)
     ]
 
 
@@ -81,7 +95,9 @@ def run_config(c: dict, requests: int) -> dict:
         r = run_scenario(sc, ["transfer_per_request"], keep_requests=False).summary.to_dicts()[0]
         for m in METRICS:
             row[f"{m}_{label}"] = r[m]
-    row["throughput_gain"] = row["throughput_rps_disagg"] / max(row["throughput_rps_coupled"], 1e-12)
+    row["throughput_gain"] = row["throughput_rps_disagg"] / max(
+        row["throughput_rps_coupled"], 1e-12
+    )
     row["ttft_speedup"] = row["ttft_mean_ms_coupled"] / max(row["ttft_mean_ms_disagg"], 1e-12)
     row["transfer_share_of_e2e"] = row["transfer_ms_disagg"] / max(row["e2e_mean_ms_disagg"], 1e-12)
     return row
@@ -136,7 +152,15 @@ def heatmaps(df: pl.DataFrame, out: Path) -> list[Path]:
     import tempfile
 
     from plotnine import (
-        aes, element_text, facet_grid, geom_text, geom_tile, ggplot, labs, scale_fill_gradient2, theme,
+        aes,
+        element_text,
+        facet_grid,
+        geom_text,
+        geom_tile,
+        ggplot,
+        labs,
+        scale_fill_gradient2,
+        theme,
         theme_bw,
     )
 
@@ -148,11 +172,23 @@ def heatmaps(df: pl.DataFrame, out: Path) -> list[Path]:
     )
     import pandas as pd  # plotnine's data frame (pyarrow-free conversion)
 
-    pdf = pd.DataFrame(g.with_columns(pl.col("rate").cast(pl.Utf8), pl.col("prompt").cast(pl.Utf8)).to_dict(as_series=False))
+    pdf = pd.DataFrame(
+        g.with_columns(pl.col("rate").cast(pl.Utf8), pl.col("prompt").cast(pl.Utf8)).to_dict(
+            as_series=False
+        )
+    )
     pdf["rate"] = pd.Categorical(pdf["rate"], categories=[str(r) for r in RATES])
     for col, title, name in (
-        ("throughput_gain", "Throughput of 1P1D disaggregated ÷ 2 colocated instances", "disagg_throughput_gain.png"),
-        ("ttft_speedup", "Mean TTFT of 2 colocated instances ÷ 1P1D disaggregated (>1: disaggregation faster)", "disagg_ttft_speedup.png"),
+        (
+            "throughput_gain",
+            "Throughput of 1P1D disaggregated ÷ 2 colocated instances",
+            "disagg_throughput_gain.png",
+        ),
+        (
+            "ttft_speedup",
+            "Mean TTFT of 2 colocated instances ÷ 1P1D disaggregated (>1: disaggregation faster)",
+            "disagg_ttft_speedup.png",
+        ),
     ):
         p = (
             ggplot(pdf, aes("rate", "prompt", fill=col))

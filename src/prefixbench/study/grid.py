@@ -22,13 +22,17 @@ class SweepSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    models: list[str] = Field(["qwen2-0.5b", "qwen2-1.5b"], min_length=1, description="Catalog models.")
+    models: list[str] = Field(
+        ["qwen2-0.5b", "qwen2-1.5b"], min_length=1, description="Catalog models."
+    )
     workloads: list[str] = Field(
         ["enterprise_hotset", "long_context_support", "medium_chat", "tool_call"],
         min_length=1,
         description="Built-in scenario names or YAML paths.",
     )
-    budgets: list[float] = Field([0.35, 0.5, 0.75, 1.0], min_length=1, description="budget_factor values.")
+    budgets: list[float] = Field(
+        [0.35, 0.5, 0.75, 1.0], min_length=1, description="budget_factor values."
+    )
     policies: list[str] = Field(list(POLICIES), min_length=1, description="Policies to compare.")
     seeds: list[int] = Field([0, 1, 2], min_length=1, description="Random seeds per point.")
     set: list[str] = Field([], description="--set overrides applied to every scenario.")
@@ -93,7 +97,9 @@ class Point:
         return stable_id(self.model, self.workload, self.budget_factor, self.seed, self.overrides)
 
     def run_id(self, policy: str) -> str:
-        return stable_id(self.model, self.workload, self.budget_factor, self.seed, self.overrides, policy)
+        return stable_id(
+            self.model, self.workload, self.budget_factor, self.seed, self.overrides, policy
+        )
 
 
 def stable_id(*parts) -> str:

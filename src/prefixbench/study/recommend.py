@@ -32,10 +32,19 @@ SCENARIO = ["model", "workload", "budget_factor"]
 register(
     "recommendations",
     {
-        "model": pl.Utf8, "workload": pl.Utf8, "budget_factor": pl.Float64, "objective": pl.Utf8,
-        "recommended": pl.Utf8, "runner_up": pl.Utf8, "ttft_ms": pl.Float64,
-        "runner_up_ttft_ms": pl.Float64, "margin_ms": pl.Float64, "margin_ci95_ms": pl.Float64,
-        "seeds_agree": pl.Boolean, "n_seeds": pl.Int64, "reason": pl.Utf8,
+        "model": pl.Utf8,
+        "workload": pl.Utf8,
+        "budget_factor": pl.Float64,
+        "objective": pl.Utf8,
+        "recommended": pl.Utf8,
+        "runner_up": pl.Utf8,
+        "ttft_ms": pl.Float64,
+        "runner_up_ttft_ms": pl.Float64,
+        "margin_ms": pl.Float64,
+        "margin_ci95_ms": pl.Float64,
+        "seeds_agree": pl.Boolean,
+        "n_seeds": pl.Int64,
+        "reason": pl.Utf8,
     },
 )
 
@@ -108,7 +117,9 @@ def recommend(agg: pl.DataFrame, runs: pl.DataFrame, objective: str = "balanced"
         order = rank(rows, objective)
         win, up = order[0], (order[1] if len(order) > 1 else None)
         sel = runs.filter(
-            (pl.col("model") == key[0]) & (pl.col("workload") == key[1]) & (pl.col("budget_factor") == key[2])
+            (pl.col("model") == key[0])
+            & (pl.col("workload") == key[1])
+            & (pl.col("budget_factor") == key[2])
         )
         per_seed = []
         diffs = []
@@ -171,12 +182,16 @@ def run_recommend(
     wanted = workloads or ["enterprise_hotset", "long_context_support", "medium_chat", "tool_call"]
 
     def covered(agg: pl.DataFrame) -> bool:
-        have = agg.filter((pl.col("model") == name) & ((pl.col("budget_factor") - budget).abs() < 1e-9))
+        have = agg.filter(
+            (pl.col("model") == name) & ((pl.col("budget_factor") - budget).abs() < 1e-9)
+        )
         return set(wanted) <= set(have["workload"].to_list())
 
     folder = Path(results) if results else None
-    if folder is None or not (folder / "agg.parquet").exists() or not covered(
-        read_artifact(folder / "agg.parquet", "agg")
+    if (
+        folder is None
+        or not (folder / "agg.parquet").exists()
+        or not covered(read_artifact(folder / "agg.parquet", "agg"))
     ):
         folder = Path(results or "results") / "recommend" / f"{name}-{budget:g}"
         spec = build_spec({"models": [name], "budgets": [budget], "workloads": wanted})

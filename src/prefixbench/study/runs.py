@@ -27,7 +27,9 @@ def scenario_keys(s: Scenario) -> dict:
         "scenario": s.name,
         "model": s.model,
         "workload": workload,
-        "budget_factor": float(s.memory.budget_factor) if s.memory.kv_budget_gb is None else float("nan"),
+        "budget_factor": float(s.memory.budget_factor)
+        if s.memory.kv_budget_gb is None
+        else float("nan"),
         "seed": s.seed,
     }
 

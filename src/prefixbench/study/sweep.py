@@ -30,11 +30,22 @@ register("runs", {"run_id": pl.Utf8, "point_id": pl.Utf8, **SCHEMAS["summary"]})
 register(
     "prefixes",
     {
-        "run_id": pl.Utf8, "model": pl.Utf8, "workload": pl.Utf8, "budget_factor": pl.Float64,
-        "seed": pl.Int64, "policy": pl.Utf8, "prefix_id": pl.Int64, "requests": pl.Int64,
-        "admitted": pl.Int64, "prompt_tokens": pl.Int64, "replica_hit_tokens": pl.Int64,
-        "prefill_hit_tokens": pl.Int64, "recompute_tokens": pl.Int64, "transfer_bytes": pl.Float64,
-        "replica_served_fraction": pl.Float64, "ttft_mean_ms": pl.Float64,
+        "run_id": pl.Utf8,
+        "model": pl.Utf8,
+        "workload": pl.Utf8,
+        "budget_factor": pl.Float64,
+        "seed": pl.Int64,
+        "policy": pl.Utf8,
+        "prefix_id": pl.Int64,
+        "requests": pl.Int64,
+        "admitted": pl.Int64,
+        "prompt_tokens": pl.Int64,
+        "replica_hit_tokens": pl.Int64,
+        "prefill_hit_tokens": pl.Int64,
+        "recompute_tokens": pl.Int64,
+        "transfer_bytes": pl.Float64,
+        "replica_served_fraction": pl.Float64,
+        "ttft_mean_ms": pl.Float64,
     },
 )
 
@@ -74,7 +85,11 @@ def run_point(point: Point, policies: list[str], keep_requests: bool) -> PointRe
 
 def _part_paths(out: Path, point: Point) -> tuple[Path, Path, Path]:
     pid = point.point_id
-    return out / "parts" / f"{pid}.runs.parquet", out / "parts" / f"{pid}.prefixes.parquet", out / "events" / f"{pid}.parquet"
+    return (
+        out / "parts" / f"{pid}.runs.parquet",
+        out / "parts" / f"{pid}.prefixes.parquet",
+        out / "events" / f"{pid}.parquet",
+    )
 
 
 def _finished(out: Path, point: Point, events: bool) -> bool:
@@ -182,7 +197,9 @@ def _naming(p: Point):
         yield
     except PrefixbenchError as e:
         label = f"sweep point {p.model}/{p.workload}/budget {p.budget_factor:g}/seed {p.seed}"
-        raise type(e)(e.what, where=f"{label}: {e.where}" if e.where else label, fix=e.fix) from None
+        raise type(e)(
+            e.what, where=f"{label}: {e.where}" if e.where else label, fix=e.fix
+        ) from None
 
 
 def combine(out: Path, points: list[Point]) -> dict[str, Path]:

@@ -58,10 +58,14 @@ def _at(field: str):
         raise ScenarioError(e.what, where=field, fix=e.fix) from None
 
 
-def trace_requests(w: TraceWorkload, n: int | None, block_size: int, seed: int) -> tuple[Requests, list[str]]:
+def trace_requests(
+    w: TraceWorkload, n: int | None, block_size: int, seed: int
+) -> tuple[Requests, list[str]]:
     """The requests a trace workload replays, and notes for the user (skips, overlay)."""
     fmt = None if w.format == "auto" else w.format
-    load = read_trace(w.path, fmt, block_size=w.block_size, time_unit_s=w.time_unit_s, skip_bad=w.skip_bad)
+    load = read_trace(
+        w.path, fmt, block_size=w.block_size, time_unit_s=w.time_unit_s, skip_bad=w.skip_bad
+    )
     notes: list[str] = []
     if load.skipped:
         detail = ", ".join(f"{k}: {v}" for k, v in sorted(load.skip_reasons.items()))
@@ -69,7 +73,11 @@ def trace_requests(w: TraceWorkload, n: int | None, block_size: int, seed: int) 
     req = load.requests
     if w.start_s is not None or w.end_s is not None:
         with _at("workload.start_s/end_s"):
-            req = window(req, w.start_s or 0.0, w.end_s if w.end_s is not None else float(req.arrival[-1]) + 1.0)
+            req = window(
+                req,
+                w.start_s or 0.0,
+                w.end_s if w.end_s is not None else float(req.arrival[-1]) + 1.0,
+            )
     if n is not None:
         req = limit(req, n)
     if w.rate is not None:
@@ -85,5 +93,7 @@ def trace_requests(w: TraceWorkload, n: int | None, block_size: int, seed: int) 
         req = overlay_prefixes(req, w, block_size, seed)
         notes.append("prefix sharing is overlaid synthetically (the Azure trace has none)")
     elif load.format == "azure":
-        notes.append("the Azure trace has no prefix information and no overlay is set: nothing is shared")
+        notes.append(
+            "the Azure trace has no prefix information and no overlay is set: nothing is shared"
+        )
     return req, notes

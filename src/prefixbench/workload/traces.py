@@ -632,7 +632,8 @@ def rescale_rate(requests: Requests, rate: float) -> Requests:
         )
     if not math.isfinite((n - 1) / rate):
         raise ScenarioError(
-            f"rate {rate:g} req/s is too low: arrival times would overflow", fix="pass a larger rate"
+            f"rate {rate:g} req/s is too low: arrival times would overflow",
+            fix="pass a larger rate",
         )
     # normalise by the span first: (n - 1) / rate / span overflows for a subnormal span
     return Requests(

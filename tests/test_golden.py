@@ -1,0 +1,67 @@
+"""Golden runs: every file in scenarios/ at a short horizon, against stored summaries.
+
+A change to the model that moves any of these numbers fails here and must be deliberate:
+regenerate with ``PREFIXBENCH_UPDATE_GOLDEN=1 pytest tests/test_golden.py`` and say why in
+the CHANGELOG. Values are compared at 1e-9 relative (the engine is deterministic).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+
+from prefixbench.loader import preset_names
+from prefixbench.scenario import POLICIES
+from prefixbench.study.runs import run_scenario
+
+GOLDEN = Path(__file__).parent / "golden"
+DATA = Path(__file__).parent / "data"
+KEYS = [
+    "completed",
+    "rejected",
+    "ttft_mean_ms",
+    "ttft_p99_ms",
+    "tpot_mean_ms",
+    "e2e_mean_ms",
+    "throughput_rps",
+    "reject_rate",
+    "shared_request_fraction",
+    "replica_hit_rate",
+    "mean_replica_kv_gb",
+    "transfer_mb_per_request",
+    "kv_budget_gb",
+]
+
+
+def _overrides(name: str) -> tuple[list[str], str | None]:
+    if name == "trace_replay":
+        return ["run.warmup_requests=50"], str(DATA / "conversation_trace_head300.jsonl")
+    return ["run.requests=1000", "run.warmup_requests=100"], None
+
+
+@pytest.mark.parametrize("name", preset_names())
+def test_preset_matches_golden(name):
+    from prefixbench.loader import load_scenario
+
+    sets, trace = _overrides(name)
+    s = load_scenario(name, sets, trace=trace)
+    rows = run_scenario(s, list(POLICIES), keep_requests=False).summary.to_dicts()
+    got = {r["policy"]: {k: r[k] for k in KEYS} for r in rows}
+    path = GOLDEN / f"{name}.json"
+    if os.environ.get("PREFIXBENCH_UPDATE_GOLDEN") or not path.exists():
+        path.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
+        if not os.environ.get("PREFIXBENCH_UPDATE_GOLDEN"):
+            pytest.fail(f"{path} did not exist and was written; check it in")
+    want = json.loads(path.read_text())
+    assert set(got) == set(want)
+    for policy, metrics in want.items():
+        for key, value in metrics.items():
+            g = got[policy][key]
+            if isinstance(value, float) and math.isnan(value):
+                assert isinstance(g, float) and math.isnan(g), (policy, key)
+            else:
+                assert g == pytest.approx(value, rel=1e-9, abs=1e-12), (name, policy, key)
