@@ -75,3 +75,25 @@ def test_crossover_breakeven_is_where_the_winner_flips():
         before = recompute_time(cost, L - 1) < transfer_time(link, (L - 1) * kv_bytes_per_token(m))
         after = recompute_time(cost, L) < transfer_time(link, L * kv_bytes_per_token(m))
         assert bool(before) != bool(after)
+
+
+def test_cli_recommend_runs_only_what_it_needs(tmp_path, monkeypatch):
+    import json
+
+    from typer.testing import CliRunner
+
+    from prefixbench.cli import app
+    from prefixbench.scenario import POLICIES
+
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner(env={"COLUMNS": "120"})
+    args = ["recommend", "--model", "qwen2-0.5b", "--budget", "0.5", "--workload", "tool_call", "--json"]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.stderr
+    (row,) = json.loads(r.stdout)
+    assert row["workload"] == "tool_call" and row["recommended"] in POLICIES
+    assert row["n_seeds"] == 3 and row["runner_up"] in POLICIES and row["reason"]
+    assert (tmp_path / "results" / "recommend" / "qwen2-0.5b-0.5" / "recommendations.parquet").is_file()
+    # a second question on the same scenarios reuses the finished runs
+    again = runner.invoke(app, [*args[:-1], "--objective", "latency", "--json"])
+    assert again.exit_code == 0 and "resuming: 3 of 3" in again.stderr

@@ -100,3 +100,31 @@ def test_cli_bad_trace_is_one_line(tmp_path):
     )
     assert r.exit_code == 2
     assert f"{bad}:2" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_cli_sweep_trace(tmp_path):
+    r = CliRunner(env={"COLUMNS": "120"}).invoke(
+        app,
+        [
+            "sweep",
+            "--trace",
+            str(DATA / "conversation_trace_head300.jsonl"),
+            "--models",
+            "qwen2-1.5b",
+            "--budgets",
+            "0.5,1.0",
+            "--seeds",
+            "0",
+            "--set",
+            "run.warmup_requests=30",
+            "--jobs",
+            "1",
+            "--out",
+            str(tmp_path),
+        ],
+    )
+    assert r.exit_code == 0, r.stderr
+    import polars as pl
+
+    runs = pl.read_parquet(tmp_path / "runs.parquet")
+    assert runs.height == 8 and set(runs["scenario"]) == {"conversation_trace_head300"}

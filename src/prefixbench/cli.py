@@ -380,6 +380,15 @@ def sweep(
             help="With --backend ray: an existing cluster (HOST:6379, ray://HOST:10001 or auto); default: a private local Ray instance of --jobs CPUs.",
         ),
     ] = None,
+    trace: Annotated[
+        str | None,
+        typer.Option(
+            "--trace", help="Replay this trace (Mooncake .jsonl / Azure .csv) at every grid point."
+        ),
+    ] = None,
+    trace_format: Annotated[
+        TraceFormat, typer.Option("--trace-format", help="Trace format.")
+    ] = None,
 ) -> None:
     """Run a grid (default: the 384-run reference study), resumably, on a process pool or Ray."""
     from .study.backends import make_backend
@@ -399,11 +408,14 @@ def sweep(
     spec = build_spec(
         base,
         models=_csv(models),
-        workloads=_csv(workloads),
+        # a trace replays on the trace_replay system unless other scenarios are named
+        workloads=_csv(workloads) or (["trace_replay"] if trace else None),
         budgets=num_budgets,
         policies=_csv(policies),
         seeds=num_seeds,
         set=list(base.get("set", [])) + list(overrides or []),
+        trace=trace,
+        trace_format=trace_format.value if trace_format else None,
     )
     runner = make_backend(
         backend.value, jobs=jobs, address=address if backend == SweepBackend.ray else None

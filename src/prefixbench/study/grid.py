@@ -10,6 +10,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -36,6 +37,8 @@ class SweepSpec(BaseModel):
     policies: list[str] = Field(list(POLICIES), min_length=1, description="Policies to compare.")
     seeds: list[int] = Field([0, 1, 2], min_length=1, description="Random seeds per point.")
     set: list[str] = Field([], description="--set overrides applied to every scenario.")
+    trace: str | None = Field(None, description="Replay this trace as every point's workload.")
+    trace_format: Literal["mooncake", "azure", "auto"] = Field("auto", description="Trace format.")
 
     @field_validator("policies")
     @classmethod
@@ -56,7 +59,7 @@ class SweepSpec(BaseModel):
 
     def points(self) -> list[Point]:
         return [
-            Point(m, w, float(b), s, tuple(self.set))
+            Point(m, w, float(b), s, tuple(self.set), self.trace, self.trace_format)
             for m in self.models
             for w in self.workloads
             for b in self.budgets
@@ -83,6 +86,8 @@ class Point:
     budget_factor: float
     seed: int
     overrides: tuple[str, ...] = ()
+    trace: str | None = None  # replay this trace in place of the workload's own requests
+    trace_format: str = "auto"
 
     def scenario_overrides(self) -> list[str]:
         return [
@@ -92,14 +97,25 @@ class Point:
             f"seed={self.seed}",
         ]
 
+    def load(self):
+        """This point's validated scenario."""
+        from ..loader import load_scenario
+
+        fmt = None if self.trace_format == "auto" else self.trace_format
+        return load_scenario(
+            self.workload, self.scenario_overrides(), trace=self.trace, trace_format=fmt
+        )
+
+    def _key(self) -> tuple:
+        base = (self.model, self.workload, self.budget_factor, self.seed, self.overrides)
+        return base if self.trace is None else (*base, self.trace, self.trace_format)
+
     @property
     def point_id(self) -> str:
-        return stable_id(self.model, self.workload, self.budget_factor, self.seed, self.overrides)
+        return stable_id(*self._key())
 
     def run_id(self, policy: str) -> str:
-        return stable_id(
-            self.model, self.workload, self.budget_factor, self.seed, self.overrides, policy
-        )
+        return stable_id(*self._key(), policy)
 
 
 def stable_id(*parts) -> str:

@@ -168,8 +168,9 @@ def run_recommend(
     on_start=None,
     on_point=None,
 ) -> tuple[pl.DataFrame, Path]:
-    """Recommendations for ``model`` at ``budget``: from existing results when they cover it,
-    else by running just the scenarios needed (3 seeds, all policies) into a cache folder.
+    """Recommendations for ``model`` at ``budget``: from existing results (``results``, by
+    default the ``results/`` folder `prefixbench sweep` writes) when they cover it, else by
+    running just the scenarios needed (3 seeds, all policies) into ``results/recommend/``.
     Writes recommendations.parquet for the whole grid of the results used."""
     from ..artifacts import read_artifact, write_atomic
     from ..catalog import get_model
@@ -187,11 +188,9 @@ def run_recommend(
         )
         return set(wanted) <= set(have["workload"].to_list())
 
-    folder = Path(results) if results else None
-    if (
-        folder is None
-        or not (folder / "agg.parquet").exists()
-        or not covered(read_artifact(folder / "agg.parquet", "agg"))
+    folder = Path(results) if results else Path("results")  # `prefixbench sweep`'s default
+    if not (folder / "agg.parquet").exists() or not covered(
+        read_artifact(folder / "agg.parquet", "agg")
     ):
         folder = Path(results or "results") / "recommend" / f"{name}-{budget:g}"
         spec = build_spec({"models": [name], "budgets": [budget], "workloads": wanted})

@@ -60,11 +60,10 @@ class PointResult:
 
 def run_point(point: Point, policies: list[str], keep_requests: bool) -> PointResult:
     """Simulate one grid point under every policy (runs in a worker process)."""
-    from ..loader import load_scenario
     from .runs import run_scenario
 
     with _naming(point):
-        s = load_scenario(point.workload, point.scenario_overrides())
+        s = point.load()
         t = run_scenario(s, policies, keep_requests=True)
     runs = t.summary.with_columns(
         pl.col("policy").map_elements(point.run_id, return_dtype=pl.Utf8).alias("run_id"),
@@ -179,15 +178,14 @@ def run_sweep(
 def _validate_first(todo: list[Point]) -> None:
     """Load and prepare every scenario (first seed of each) before any simulation, so a bad
     or impossible grid (weights that do not fit, a budget below a request) fails at once."""
-    from ..loader import load_scenario
     from ..runner import prepare
 
     first: dict[tuple, Point] = {}
     for q in todo:
-        first.setdefault((q.workload, q.model, q.budget_factor, q.overrides), q)
+        first.setdefault((q.workload, q.model, q.budget_factor, q.overrides, q.trace), q)
     for p in first.values():
         with _naming(p):
-            prepare(load_scenario(p.workload, p.scenario_overrides()))
+            prepare(p.load())
 
 
 @contextlib.contextmanager
