@@ -1,0 +1,67 @@
+"""`prefixbench catalog`: what prefixbench knows."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+from .app import (
+    catalog_app,
+    guarded,
+    out,
+)
+
+# ------------------------------------------------------------------ catalog
+
+
+@catalog_app.callback(invoke_without_command=True)
+@guarded
+def catalog_list(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+) -> None:
+    """List models, accelerators, links and workloads."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from ..catalog.describe import list_entries
+    from ..render import print_rows
+
+    entries = list_entries()
+    if as_json:
+        out.print_json(json.dumps(entries))
+        return
+    for kind, rows in entries.items():
+        print_rows(out, rows, kind)
+
+
+@catalog_app.command("show")
+@guarded
+def catalog_show(
+    name: Annotated[
+        str, typer.Argument(help="A model, accelerator or link name, or a config.json path.")
+    ],
+    accelerator: Annotated[
+        str, typer.Option("--accelerator", "-a", help="Accelerator for a model's ridge point.")
+    ] = "h100-sxm",
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Derived figures of one entry: KV bytes/token, parameters, FLOPs/token, ridge point…"""
+    from ..catalog.describe import show
+    from ..render import kv_table
+
+    info = show(name, accelerator)
+    if as_json:
+        out.print_json(json.dumps(info))
+        return
+    rows = [
+        {
+            "field": k,
+            "value": f"{v:,}"
+            if isinstance(v, int) and not isinstance(v, bool)
+            else (f"{v:,.4g}" if isinstance(v, float) else str(v)),
+        }
+        for k, v in info.items()
+    ]
+    out.print(kv_table(f"{info['kind']}: {info.get('name', name)}", rows))

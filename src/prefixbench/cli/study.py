@@ -1,0 +1,310 @@
+"""The study pipeline: `sweep`, `crossover`, `recommend`, `plot`, `report`."""
+
+from __future__ import annotations
+
+import json
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..errors import PrefixbenchError
+from .app import (
+    Overrides,
+    Study,
+    TraceFormat,
+    _csv,
+    _Progress,
+    app,
+    err,
+    guarded,
+    out,
+)
+
+# ------------------------------------------------------------------ study pipeline
+
+
+class SweepBackend(str, Enum):
+    local = "local"
+    ray = "ray"
+
+
+@app.command()
+@guarded
+def sweep(
+    grid: Annotated[
+        Path | None,
+        typer.Argument(
+            help="A sweep YAML file (models, workloads, budgets, policies, seeds, set)."
+        ),
+    ] = None,
+    models: Annotated[
+        list[str] | None, typer.Option("--models", help="Models (comma-separated or repeated).")
+    ] = None,
+    workloads: Annotated[
+        list[str] | None, typer.Option("--workloads", help="Workload presets or YAML paths.")
+    ] = None,
+    budgets: Annotated[
+        list[str] | None, typer.Option("--budgets", help="Budget factors, e.g. 0.35,0.5,1.0.")
+    ] = None,
+    policies: Annotated[
+        list[str] | None, typer.Option("--policies", help="Policies to compare.")
+    ] = None,
+    seeds: Annotated[list[str] | None, typer.Option("--seeds", help="Seeds, e.g. 0,1,2.")] = None,
+    overrides: Overrides = None,
+    quick: Annotated[bool, typer.Option("--quick", help="A seconds-long smoke grid (CI).")] = False,
+    jobs: Annotated[
+        int | None, typer.Option("--jobs", "-j", help="Worker processes (default: all cores).")
+    ] = None,
+    events: Annotated[
+        bool, typer.Option("--events", help="Also keep per-request tables (events/).")
+    ] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Add to a results folder holding another grid.")
+    ] = False,
+    out_dir: Annotated[Path, typer.Option("--out", help="Results folder.")] = Path("results"),
+    study: Annotated[
+        Study,
+        typer.Option(
+            "--study",
+            help="reference: the 384-run prefix study; disagg: seed 001's 540 coupled-vs-disaggregated configurations.",
+        ),
+    ] = None,
+    backend: Annotated[
+        SweepBackend,
+        typer.Option(
+            "--backend",
+            help="Where points run: a local process pool, or Ray (needs the ray extra; see docs/scaling.md).",
+        ),
+    ] = SweepBackend.local,
+    address: Annotated[
+        str | None,
+        typer.Option(
+            "--address",
+            envvar="RAY_ADDRESS",
+            help="With --backend ray: an existing cluster (HOST:6379, ray://HOST:10001 or auto); default: a private local Ray instance of --jobs CPUs.",
+        ),
+    ] = None,
+    trace: Annotated[
+        str | None,
+        typer.Option(
+            "--trace", help="Replay this trace (Mooncake .jsonl / Azure .csv) at every grid point."
+        ),
+    ] = None,
+    trace_format: Annotated[
+        TraceFormat, typer.Option("--trace-format", help="Trace format.")
+    ] = None,
+) -> None:
+    """Run a grid (default: the 384-run reference study), resumably, on a process pool or Ray."""
+    from ..study.backends import make_backend
+    from ..study.grid import QUICK, build_spec, load_sweep_file
+    from ..study.sweep import run_sweep
+
+    if study is not None and study.value == "disagg":
+        _disagg_study(out_dir, jobs, quick)
+        return
+
+    base = load_sweep_file(grid) if grid else (dict(QUICK) if quick else {})
+    try:
+        num_budgets = [float(b) for b in _csv(budgets) or []]
+        num_seeds = [int(x) for x in _csv(seeds) or []]
+    except ValueError as e:
+        raise PrefixbenchError(f"not a number: {e}", where="--budgets/--seeds") from None
+    spec = build_spec(
+        base,
+        models=_csv(models),
+        # a trace replays on the trace_replay system unless other scenarios are named
+        workloads=_csv(workloads) or (["trace_replay"] if trace else None),
+        budgets=num_budgets,
+        policies=_csv(policies),
+        seeds=num_seeds,
+        set=list(base.get("set", [])) + list(overrides or []),
+        trace=trace,
+        trace_format=trace_format.value if trace_format else None,
+    )
+    runner = make_backend(
+        backend.value, jobs=jobs, address=address if backend == SweepBackend.ray else None
+    )
+    bar = _Progress("sweep")
+    try:
+        paths = run_sweep(
+            spec,
+            out_dir,
+            jobs=jobs,
+            events=events,
+            force=force,
+            backend=runner,
+            on_start=bar.start,
+            on_point=bar.point,
+        )
+    except KeyboardInterrupt:
+        bar.stop()
+        err.print(
+            f"interrupted: every finished point is kept in {out_dir}/parts; run the same command again to resume",
+            highlight=False,
+            soft_wrap=True,  # one line, however long the path
+        )
+        raise typer.Exit(130) from None
+    finally:
+        bar.stop()
+    n = len(spec.points()) * len(spec.policies)
+    out.print(f"{n} runs → " + ", ".join(str(p) for p in paths.values()), highlight=False)
+
+
+@app.command()
+@guarded
+def crossover(
+    results: Annotated[
+        Path, typer.Argument(help="Results folder (reads agg.parquet if present).")
+    ] = Path("results"),
+    models: Annotated[
+        list[str] | None, typer.Option("--models", help="Models (default: those in the results).")
+    ] = None,
+    accelerators: Annotated[
+        list[str] | None, typer.Option("--accelerators", help="Decode accelerators.")
+    ] = None,
+    links: Annotated[
+        list[str] | None, typer.Option("--links", help="Links (default: all).")
+    ] = None,
+    accelerator: Annotated[
+        str, typer.Option("--accelerator", help="Accelerator the verdict is for.")
+    ] = "l4",
+    link: Annotated[str, typer.Option("--link", help="Link the verdict is for.")] = "eth-25g",
+    as_json: Annotated[bool, typer.Option("--json", help="Print the table as JSON.")] = False,
+) -> None:
+    """Transfer vs recompute: analytic break-even per model × accelerator × link."""
+    from ..study.crossover import run_crossover, verdicts
+
+    table, path = run_crossover(results, _csv(models), _csv(accelerators), _csv(links))
+    if as_json:
+        out.print_json(json.dumps(table.to_dicts()))
+        return
+    for line in verdicts(table, accelerator, link):
+        out.print(f"• {line}", highlight=False)
+    err.print(f"wrote {path}", highlight=False)
+
+
+def _disagg_study(out_dir: Path, jobs: int | None, quick: bool) -> None:
+    import polars as pl
+
+    from ..study.disagg import headline, heatmaps, run_study
+
+    bar = _Progress("disagg study")
+    try:
+        path = run_study(
+            out_dir,
+            jobs=jobs,
+            limit=12 if quick else None,
+            requests=600 if quick else 2000,
+            on_start=bar.start,
+            on_point=bar.point,
+        )
+    finally:
+        bar.stop()
+    df = pl.read_parquet(path)
+    h = headline(df)
+    pngs = heatmaps(df, out_dir / "plots")
+    for key, label in (("throughput_gain", "throughput gain"), ("ttft_speedup", "TTFT speedup")):
+        v = h[key]
+        out.print(
+            f"{label} (disaggregated over coupled): mean {v['mean']:.2f}x, median {v['median']:.2f}x, max {v['max']:.2f}x",
+            highlight=False,
+        )
+    out.print(
+        f"mean transfer {h['transfer_ms_mean']:.2f} ms = {h['transfer_share_of_e2e_mean']:.2%} of E2E",
+        highlight=False,
+    )
+    err.print(f"wrote {path}, " + ", ".join(str(p) for p in pngs), highlight=False)
+
+
+class Objective(str, Enum):
+    balanced = "balanced"
+    latency = "latency"
+    memory = "memory"
+
+
+@app.command()
+@guarded
+def recommend(
+    model: Annotated[str, typer.Option("--model", "-m", help="Catalog model.")] = "qwen2-1.5b",
+    budget: Annotated[float, typer.Option("--budget", "-b", help="Decode KV budget factor.")] = 0.5,
+    workload: Annotated[
+        list[str] | None,
+        typer.Option("--workload", "-w", help="Workload(s) (default: the four presets)."),
+    ] = None,
+    objective: Annotated[
+        Objective, typer.Option("--objective", help="What to optimise (rule in docs/study.md).")
+    ] = Objective.balanced,
+    results: Annotated[
+        Path | None,
+        typer.Option("--results", help="Use this results folder if it covers the question."),
+    ] = None,
+    jobs: Annotated[
+        int | None, typer.Option("--jobs", "-j", help="Worker processes when runs are needed.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Recommend a policy per workload for a model and budget, with its margin."""
+    from ..render import recommend_table
+    from ..study.recommend import run_recommend
+
+    if budget <= 0:
+        raise PrefixbenchError(f"budget must be > 0 (got {budget})", where="--budget")
+    bar = _Progress("simulating")
+    try:
+        sel, path = run_recommend(
+            model,
+            budget,
+            workloads=_csv(workload),
+            objective=objective.value,
+            results=results,
+            jobs=jobs,
+            on_start=bar.start,
+            on_point=bar.point,
+        )
+    finally:
+        bar.stop()
+    rows = sel.to_dicts()
+    if as_json:
+        out.print_json(json.dumps(rows))
+        return
+    out.print(recommend_table(rows, f"{model} at budget {budget:g} ({objective.value})"))
+    err.print(f"wrote {path}", highlight=False)
+
+
+# ------------------------------------------------------------------ plots and report
+
+
+@app.command()
+@guarded
+def plot(
+    results: Annotated[
+        Path, typer.Argument(help="Results folder (agg, runs and crossover Parquet).")
+    ] = Path("results"),
+    out_dir: Annotated[Path, typer.Option("--out", help="Folder for the PNGs.")] = Path("plots"),
+) -> None:
+    """Draw the study's figures (PNG, 150 dpi) from a results folder."""
+    from ..study.plots import render_plots
+
+    for path in render_plots(results, out_dir):
+        out.print(str(path), highlight=False, soft_wrap=True)
+
+
+@app.command()
+@guarded
+def report(
+    results: Annotated[
+        Path, typer.Argument(help="Results folder (agg, runs and crossover Parquet).")
+    ] = Path("results"),
+    out_file: Annotated[
+        Path | None, typer.Option("--out", help="Report file (default: RESULTS/report.md).")
+    ] = None,
+    plots: Annotated[
+        Path | None, typer.Option("--plots", help="Embed the PNGs in this folder (from `plot`).")
+    ] = None,
+) -> None:
+    """Write the study's findings as Markdown; every number comes from the Parquet files."""
+    from ..study.report import write_report
+
+    out.print(str(write_report(results, out_file, plots)), highlight=False, soft_wrap=True)
