@@ -206,7 +206,7 @@ def mode_million(kind: str, policy: str, trace: str) -> None:
     if kind == "synthetic":
         s = load_scenario("enterprise_hotset", ["run.requests=1000000"])
     else:
-        from prefixbench.workload.traces import tile
+        from prefixbench.workload.controls import tile
 
         s = load_scenario("trace_replay", [], trace=trace)
         orig = runner.build_requests

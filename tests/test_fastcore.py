@@ -27,8 +27,8 @@ from prefixbench.engine.core import EngineConfig, SimResult, Simulator  # noqa: 
 from prefixbench.engine.policies import POLICIES, ReplicateAllLRU  # noqa: E402
 from prefixbench.loader import load_scenario  # noqa: E402
 from prefixbench.runner import prepare  # noqa: E402
+from prefixbench.workload.controls import tile  # noqa: E402
 from prefixbench.workload.requests import Requests  # noqa: E402
-from prefixbench.workload.traces import tile  # noqa: E402
 
 POLICY_NAMES = (
     "transfer_per_request",

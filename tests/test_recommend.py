@@ -87,13 +87,24 @@ def test_cli_recommend_runs_only_what_it_needs(tmp_path, monkeypatch):
 
     monkeypatch.chdir(tmp_path)
     runner = CliRunner(env={"COLUMNS": "120"})
-    args = ["recommend", "--model", "qwen2-0.5b", "--budget", "0.5", "--workload", "tool_call", "--json"]
+    args = [
+        "recommend",
+        "--model",
+        "qwen2-0.5b",
+        "--budget",
+        "0.5",
+        "--workload",
+        "tool_call",
+        "--json",
+    ]
     r = runner.invoke(app, args)
     assert r.exit_code == 0, r.stderr
     (row,) = json.loads(r.stdout)
     assert row["workload"] == "tool_call" and row["recommended"] in POLICIES
     assert row["n_seeds"] == 3 and row["runner_up"] in POLICIES and row["reason"]
-    assert (tmp_path / "results" / "recommend" / "qwen2-0.5b-0.5" / "recommendations.parquet").is_file()
+    assert (
+        tmp_path / "results" / "recommend" / "qwen2-0.5b-0.5" / "recommendations.parquet"
+    ).is_file()
     # a second question on the same scenarios reuses the finished runs
     again = runner.invoke(app, [*args[:-1], "--objective", "latency", "--json"])
     assert again.exit_code == 0 and "resuming: 3 of 3" in again.stderr

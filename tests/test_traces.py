@@ -17,16 +17,9 @@ from tracestats import infinite_cache_hit_ratio
 
 from prefixbench.errors import ScenarioError, TraceFormatError
 from prefixbench.workload import traces
+from prefixbench.workload.controls import limit, rescale_rate, tile, window
 from prefixbench.workload.requests import Requests
-from prefixbench.workload.traces import (
-    limit,
-    read_azure,
-    read_mooncake,
-    read_trace,
-    rescale_rate,
-    tile,
-    window,
-)
+from prefixbench.workload.traces import read_azure, read_mooncake, read_trace
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 DATA = Path(__file__).resolve().parent / "data"

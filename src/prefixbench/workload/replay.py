@@ -8,10 +8,11 @@ import numpy as np
 
 from ..errors import ScenarioError
 from ..scenario import TraceWorkload
+from .controls import limit, rescale_rate, window
 from .distributions import sample
 from .requests import Requests
 from .synthetic import streams, zipf_weights
-from .traces import limit, read_trace, rescale_rate, window
+from .traces import read_trace
 
 
 def overlay_prefixes(req: Requests, w: TraceWorkload, block_size: int, seed: int) -> Requests:
