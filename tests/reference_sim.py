@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from prefixbench.costmodel import decode_iteration_time
+from prefixbench.engine.core import TIME_COLUMNS
 
 DECODE, TRANSFER, PREFILL, TIMEOUT, ARRIVAL = range(5)
 PENDING, COMPLETED, REJECTED = 0, 1, 2
@@ -470,18 +471,7 @@ class ReferenceSim:
     # ------------------------------------------------------------------ output
 
     def columns(self) -> dict[str, np.ndarray]:
-        f = [
-            "t_prefill_start",
-            "t_prefill_end",
-            "t_admit",
-            "t_transfer_start",
-            "t_transfer_end",
-            "t_recompute_start",
-            "t_recompute_end",
-            "t_decode_start",
-            "t_first_token",
-            "t_done",
-        ]
+        f = list(TIME_COLUMNS)  # the output contract; the semantics here are independent
         i = [
             "prefill_instance",
             "decode_instance",

@@ -100,3 +100,9 @@ def test_debug_shows_traceback(tmp_path):
     r = invoke("--debug", "run", "nope_nothing", "--out", str(tmp_path))
     assert r.exit_code != 0
     assert r.exception is not None
+
+
+def test_capacity_unknown_policy_is_one_line():
+    r = invoke("capacity", "--policy", "replicate_al_lru")
+    assert r.exit_code == 2
+    assert "did you mean 'replicate_all_lru'?" in r.stderr and "Traceback" not in r.stderr

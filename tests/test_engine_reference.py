@@ -27,22 +27,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from reference_sim import ReferenceSim, reference_simulate
 
-from prefixbench.engine.core import EngineConfig, Simulator, simulate
+from prefixbench.engine.core import TIME_COLUMNS, EngineConfig, Simulator, simulate
 from prefixbench.workload.requests import Requests
 
 POLICIES = ("transfer_per_request", "recompute_on_decode", "replicate_hotset", "replicate_all_lru")
-TIME_COLS = (
-    "t_prefill_start",
-    "t_prefill_end",
-    "t_admit",
-    "t_transfer_start",
-    "t_transfer_end",
-    "t_recompute_start",
-    "t_recompute_end",
-    "t_decode_start",
-    "t_first_token",
-    "t_done",
-)
+TIME_COLS = TIME_COLUMNS
 INT_COLS = (
     "prefill_instance",
     "decode_instance",

@@ -133,6 +133,13 @@ def _main(
     _state["debug"] = debug
 
 
+TraceOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--trace", help="Replay this trace (Mooncake .jsonl or Azure .csv) as the workload."
+    ),
+]
+TraceFormatOpt = Annotated[TraceFormat, typer.Option("--trace-format", help="Trace format.")]
 Overrides = Annotated[
     list[str] | None,
     typer.Option("--set", help="Override a scenario field: path.to.field=value (repeatable)."),
@@ -180,6 +187,18 @@ class _Progress:
 
     def stop(self) -> None:
         self.bar.stop()
+
+
+def check_policy(policy: str) -> str:
+    """A hand-off policy name typed by the user, or a one-line error with a suggestion."""
+    from ..scenario import POLICIES
+    from ..suggest import did_you_mean
+
+    if policy not in POLICIES:
+        raise PrefixbenchError(
+            f"unknown policy '{policy}'", where="--policy", fix=did_you_mean(policy, POLICIES)
+        )
+    return policy
 
 
 def main() -> None:

@@ -8,12 +8,13 @@ from typing import Annotated
 
 import typer
 
-from ..errors import PrefixbenchError
 from .app import (
     Overrides,
     PolicyChoice,
-    TraceFormat,
+    TraceFormatOpt,
+    TraceOpt,
     app,
+    check_policy,
     err,
     guarded,
     out,
@@ -42,15 +43,8 @@ def run(
         Path, typer.Option("--out", help="Directory for requests/summary Parquet.")
     ] = Path("results/run"),
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
-    trace: Annotated[
-        str | None,
-        typer.Option(
-            "--trace", help="Replay this trace (Mooncake .jsonl or Azure .csv) as the workload."
-        ),
-    ] = None,
-    trace_format: Annotated[
-        TraceFormat, typer.Option("--trace-format", help="Trace format.")
-    ] = None,
+    trace: TraceOpt = None,
+    trace_format: TraceFormatOpt = None,
     skip_bad: Annotated[
         bool, typer.Option("--skip-bad", help="Skip and count malformed trace records.")
     ] = False,
@@ -113,16 +107,10 @@ def compare(
     """Coupled (colocated) vs disaggregated on the same instance count, and where time goes."""
     from ..loader import load_scenario
     from ..render import kv_table, run_table
-    from ..scenario import POLICIES
     from ..study.compare import compare as run_compare
-    from ..suggest import did_you_mean
 
-    if policy not in POLICIES:
-        raise PrefixbenchError(
-            f"unknown policy '{policy}'", where="--policy", fix=did_you_mean(policy, POLICIES)
-        )
     s = load_scenario(scenario, list(overrides or []))
-    c = run_compare(s, policy)
+    c = run_compare(s, check_policy(policy))
     if as_json:
         out.print_json(
             json.dumps({"systems": c.rows, "ttft_breakdown": c.breakdown, "verdict": c.verdict})
@@ -162,6 +150,7 @@ def capacity(
     from ..render import kv_table
     from ..study.capacity import max_rate
 
+    check_policy(policy)
     s = load_scenario(scenario, list(overrides or []))
     rate, probes = max_rate(
         s,

@@ -13,7 +13,8 @@ from ..errors import PrefixbenchError
 from .app import (
     Overrides,
     Study,
-    TraceFormat,
+    TraceFormatOpt,
+    TraceOpt,
     _csv,
     _Progress,
     app,
@@ -86,15 +87,8 @@ def sweep(
             help="With --backend ray: an existing cluster (HOST:6379, ray://HOST:10001 or auto); default: a private local Ray instance of --jobs CPUs.",
         ),
     ] = None,
-    trace: Annotated[
-        str | None,
-        typer.Option(
-            "--trace", help="Replay this trace (Mooncake .jsonl / Azure .csv) at every grid point."
-        ),
-    ] = None,
-    trace_format: Annotated[
-        TraceFormat, typer.Option("--trace-format", help="Trace format.")
-    ] = None,
+    trace: TraceOpt = None,
+    trace_format: TraceFormatOpt = None,
 ) -> None:
     """Run a grid (default: the 384-run reference study), resumably, on a process pool or Ray."""
     from ..study.backends import make_backend

@@ -55,6 +55,20 @@ class Reason(IntEnum):
 
 REASON_NAMES = {r.value: r.name.lower() for r in Reason}
 
+# The per-request timestamp columns every engine returns (SimResult.columns), in order.
+TIME_COLUMNS = (
+    "t_prefill_start",
+    "t_prefill_end",
+    "t_admit",
+    "t_transfer_start",
+    "t_transfer_end",
+    "t_recompute_start",
+    "t_recompute_end",
+    "t_decode_start",
+    "t_first_token",
+    "t_done",
+)
+
 
 @dataclass
 class EngineConfig:

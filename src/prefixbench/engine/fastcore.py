@@ -41,7 +41,7 @@ from numba import njit
 from ..workload.requests import Requests
 from . import policies as _policies
 from . import routing as _routing
-from .core import EngineConfig, SimResult, Simulator
+from .core import TIME_COLUMNS, EngineConfig, SimResult, Simulator
 
 POLICY_CODES = {
     "transfer_per_request": 0,
@@ -175,18 +175,6 @@ DF0 = NFP + 5
 DF_TSEG, DF_STALL_END, DF_NEXT_T, DF_BUSY, DF_MEM_T = range(5)
 NDF = 5
 T_PS, T_PE, T_AD, T_XS, T_XE, T_RS, T_RE, T_DS, T_FT, T_DN, T_ARR, T_GAP, T_LAST = range(13)
-TIME_COLUMNS = (
-    "t_prefill_start",
-    "t_prefill_end",
-    "t_admit",
-    "t_transfer_start",
-    "t_transfer_end",
-    "t_recompute_start",
-    "t_recompute_end",
-    "t_decode_start",
-    "t_first_token",
-    "t_done",
-)
 
 # B32 (int32): one 4-field record per block id h and instance (fields of a block share a
 # cache line). Replica store of decode d at 4·U·d + 4·h: tokens, refs, LRU prev, LRU next.

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import polars as pl
-
 from ..scenario import Scenario
 
 # TTFT components of the disaggregated path, in the order a request meets them
@@ -80,7 +78,3 @@ def compare(s: Scenario, policy: str) -> Comparison:
         rows.append(row)
     parts, verdict = bottleneck(rows[0])
     return Comparison(rows, parts, verdict)
-
-
-def comparison_frame(c: Comparison) -> pl.DataFrame:
-    return pl.DataFrame(c.rows)
