@@ -66,11 +66,12 @@ class Stability:
     def columns(self) -> dict:
         """The summary-row columns (JSON-safe: None, never NaN)."""
         grow = max(self.trends.items(), key=lambda kv: kv[1].z, default=(None, None))
+        stage = self.saturated or self.bottleneck
         row = {
             "stable": self.stable,
             "saturated_stage": self.saturated,
-            "bottleneck_stage": self.bottleneck,
-            "rho_bottleneck": self.rho_effective.get(self.bottleneck) if self.bottleneck else None,
+            "bottleneck_stage": stage,
+            "rho_bottleneck": _safe(self.rho.get(stage)) if stage else None,
             "capacity_rps": self.capacity_rps,
             "offered_rps": self.offered_rps,
             **{f"rho_{k}": _safe(self.rho.get(k)) for k in STAGES},
@@ -89,6 +90,26 @@ class Stability:
         return unstable_line(name, self.columns())
 
 
+def warnings(rows: list[dict], label: str = "policy") -> list[str]:
+    """The stderr warning of every unstable row (summary or aggregated rows)."""
+    return [unstable_line(str(r[label]), r) for r in rows if r.get("stable") is False]
+
+
+def sweep_warning(agg: pl.DataFrame) -> str | None:
+    """One stderr line for a sweep whose aggregated points include unstable ones."""
+    bad = agg.filter(~pl.col("stable"))
+    if bad.height == 0:
+        return None
+    counts = bad.group_by("saturated_stage").len().sort(["len", "saturated_stage"], descending=True)
+    parts = ", ".join(
+        f"{LABELS.get(st, st or 'a queue')}: {n}" for st, n in counts.iter_rows()
+    )
+    return (
+        f"warning: {bad.height} of {agg.height} points are unstable ({parts}); they are "
+        "marked stable=false and not ranked by recommend"
+    )
+
+
 def _safe(v):
     if v is None:
         return None
@@ -103,7 +124,8 @@ def unstable_line(name: str, row: dict) -> str:
     cap = row.get("capacity_rps")
     rho = row.get(f"rho_{stage}") if stage else None
     if rho is not None and rho >= RHO_LIMIT:
-        what = f"the {label} saturate (ρ={rho:.2f})"
+        verb = "saturate" if label.endswith("s") else "saturates"
+        what = f"the {label} {verb} (ρ={rho:.2f})"
     else:
         what = f"the {label} queue grows through the run"
     tail = f"; it would be stable below about {cap:.3g} req/s" if cap else ""
