@@ -490,6 +490,22 @@ HOW_TO_READ = (
 )
 
 
+_NO_STABLE = ["## Policies", "", "No point of this study is stable: there is no steady state to report.", ""]
+
+
+def _results_md(agg: pl.DataFrame, crossover: pl.DataFrame) -> list[str]:
+    return [
+        "## Policies by memory regime",
+        "",
+        *_regime_section(agg, "relaxed", f"≥ {RELAXED_MIN:g}"),
+        *_regime_section(agg, "tight", f"≤ {TIGHT_MAX:g}"),
+        *_best_md(best_relaxed_case(agg)),
+        *_cliff_md(cliff_case(agg)),
+        *_by_workload_md(agg),
+        *_crossover_md(crossover, agg),
+    ]
+
+
 def build_report(results: Path, report_dir: Path, plots: Path | None = None) -> str:
     results = Path(results)
     agg = load(results, "agg")
@@ -518,14 +534,7 @@ def build_report(results: Path, report_dir: Path, plots: Path | None = None) -> 
         _scope_md(scope(runs, every), meta),
         "",
         *_stability_md(every),
-        "## Policies by memory regime",
-        "",
-        *_regime_section(agg, "relaxed", f"≥ {RELAXED_MIN:g}"),
-        *_regime_section(agg, "tight", f"≤ {TIGHT_MAX:g}"),
-        *_best_md(best_relaxed_case(agg)),
-        *_cliff_md(cliff_case(agg)),
-        *_by_workload_md(agg),
-        *_crossover_md(crossover, agg),
+        *(_results_md(agg, crossover) if agg.height else _NO_STABLE),
         *_recommend_md(rec),
     ]
     if plots is not None:
