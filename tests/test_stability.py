@@ -144,9 +144,20 @@ OVERLOADED = ["--set", "model=qwen2-7b", "--set", "memory.kv_budget_gb=8"]
 def test_overloaded_example_is_flagged_with_the_decode_slots(tmp_path):
     r = runner.invoke(
         app,
-        ["run", "medium_chat", "-p", "transfer_per_request", *OVERLOADED,
-         "--set", "run.requests=3000", "--set", "run.warmup_requests=300",
-         "--out", str(tmp_path), "--json"],
+        [
+            "run",
+            "medium_chat",
+            "-p",
+            "transfer_per_request",
+            *OVERLOADED,
+            "--set",
+            "run.requests=3000",
+            "--set",
+            "run.warmup_requests=300",
+            "--out",
+            str(tmp_path),
+            "--json",
+        ],
     )
     assert r.exit_code == 0, r.stderr
     (row,) = json.loads(r.stdout)
@@ -171,9 +182,25 @@ def test_recommend_refuses_to_rank_the_overloaded_example(tmp_path):
 
     sweep = runner.invoke(
         app,
-        ["sweep", "--models", "qwen2-7b", "--workloads", "medium_chat", "--budgets", "1.0",
-         "--seeds", "0", "--set", "run.requests=1500", "--set", "run.warmup_requests=300",
-         "--out", str(tmp_path), "-j", "1"],
+        [
+            "sweep",
+            "--models",
+            "qwen2-7b",
+            "--workloads",
+            "medium_chat",
+            "--budgets",
+            "1.0",
+            "--seeds",
+            "0",
+            "--set",
+            "run.requests=1500",
+            "--set",
+            "run.warmup_requests=300",
+            "--out",
+            str(tmp_path),
+            "-j",
+            "1",
+        ],
     )
     assert sweep.exit_code == 0, sweep.stderr
     assert "warning: 4 of 4 points are unstable (decode batch slots: 4)" in sweep.stderr
@@ -184,8 +211,17 @@ def test_recommend_refuses_to_rank_the_overloaded_example(tmp_path):
     runs = read_artifact(tmp_path / "runs.parquet", "runs")
     assert runs.filter(pl.col("stable")).height == 0
 
-    base = ["recommend", "--results", str(tmp_path), "--model", "qwen2-7b", "--budget", "1",
-            "--workload", "medium_chat"]
+    base = [
+        "recommend",
+        "--results",
+        str(tmp_path),
+        "--model",
+        "qwen2-7b",
+        "--budget",
+        "1",
+        "--workload",
+        "medium_chat",
+    ]
     r = runner.invoke(app, [*base, "--json"])
     assert r.exit_code == 0, r.stderr
     (row,) = json.loads(r.stdout)

@@ -101,9 +101,7 @@ def sweep_warning(agg: pl.DataFrame) -> str | None:
     if bad.height == 0:
         return None
     counts = bad.group_by("saturated_stage").len().sort(["len", "saturated_stage"], descending=True)
-    parts = ", ".join(
-        f"{LABELS.get(st, st or 'a queue')}: {n}" for st, n in counts.iter_rows()
-    )
+    parts = ", ".join(f"{LABELS.get(st, st or 'a queue')}: {n}" for st, n in counts.iter_rows())
     return (
         f"warning: {bad.height} of {agg.height} points are unstable ({parts}); they are "
         "marked stable=false and not ranked by recommend"
@@ -248,14 +246,28 @@ def stage_waits(df: pl.DataFrame) -> dict[str, tuple[np.ndarray, np.ndarray, flo
     ready = np.fmax(c["t_transfer_end"], c["t_recompute_end"])
     hold = c["t_done"] - c["t_decode_start"]
     return {
-        "prefill": (c["arrival"], c["t_prefill_start"], _mean_finite(c["t_prefill_end"] - c["t_prefill_start"])),
+        "prefill": (
+            c["arrival"],
+            c["t_prefill_start"],
+            _mean_finite(c["t_prefill_end"] - c["t_prefill_start"]),
+        ),
         "decode_memory": (c["t_prefill_end"], c["t_admit"], _mean_finite(hold)),
-        "link": (c["t_admit"], c["t_transfer_start"], _mean_finite(c["t_transfer_end"] - c["t_transfer_start"])),
-        "decode_slots": (ready, c["t_decode_start"], _mean_finite(c["t_first_token"] - c["t_decode_start"])),
+        "link": (
+            c["t_admit"],
+            c["t_transfer_start"],
+            _mean_finite(c["t_transfer_end"] - c["t_transfer_start"]),
+        ),
+        "decode_slots": (
+            ready,
+            c["t_decode_start"],
+            _mean_finite(c["t_first_token"] - c["t_decode_start"]),
+        ),
     }
 
 
-def queue_lengths(enter: np.ndarray, leave: np.ndarray, t0: float, t1: float) -> tuple[float, float]:
+def queue_lengths(
+    enter: np.ndarray, leave: np.ndarray, t0: float, t1: float
+) -> tuple[float, float]:
     """Time-average and maximum number waiting over [t0, t1] (a sweep line over the waits)."""
     ok = np.isfinite(enter) & np.isfinite(leave) & (leave > enter)
     a, z = enter[ok], leave[ok]
@@ -299,7 +311,9 @@ def assess(prep, df: pl.DataFrame, stats: dict) -> Stability:
             trends[k] = t
     growing = [k for k, t in trends.items() if t.growing]
     ttft = trend(_col(steady, "t_first_token") - _col(steady, "arrival"), 0.0)
-    ttft_growth = (ttft.first_s + ttft.growth_s) / ttft.first_s if ttft and ttft.first_s > 0 else None
+    ttft_growth = (
+        (ttft.first_s + ttft.growth_s) / ttft.first_s if ttft and ttft.first_s > 0 else None
+    )
 
     known = {k: v for k, v in eff.items() if v is not None}
     bottleneck = max(known, key=known.get) if known else None
@@ -319,12 +333,19 @@ def assess(prep, df: pl.DataFrame, stats: dict) -> Stability:
     t0, t1 = stats.get("t_warm", 0.0), stats.get("t_end", 0.0)
     queues = {}
     full = stage_waits(df)
-    names = {"prefill": "prefill", "decode_memory": "admission", "link": "link", "decode_slots": "decode"}
+    names = {
+        "prefill": "prefill",
+        "decode_memory": "admission",
+        "link": "link",
+        "decode_slots": "decode",
+    }
     for k, (a, z, _) in full.items():
         mean, peak = queue_lengths(a, z, t0, t1)
         queues[f"queue_{names[k]}_mean"] = mean
         queues[f"queue_{names[k]}_max"] = peak
-    return Stability(stable, lam, rho, eff, sheds, bottleneck, saturated, cap, trends, ttft_growth, queues)
+    return Stability(
+        stable, lam, rho, eff, sheds, bottleneck, saturated, cap, trends, ttft_growth, queues
+    )
 
 
 def _span(df: pl.DataFrame) -> float:

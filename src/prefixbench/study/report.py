@@ -446,9 +446,7 @@ def _stability_md(agg: pl.DataFrame) -> list[str]:
         "least one seed). They are not steady states: the tables, plots and recommendations "
         "below leave them out.",
         "",
-        md_table(
-            ["Model", "Workload", "Budget", "Policy", "Saturates", "ρ", "Stable below"], rows
-        ),
+        md_table(["Model", "Workload", "Budget", "Policy", "Saturates", "ρ", "Stable below"], rows),
         "",
     ]
 
@@ -490,7 +488,12 @@ HOW_TO_READ = (
 )
 
 
-_NO_STABLE = ["## Policies", "", "No point of this study is stable: there is no steady state to report.", ""]
+_NO_STABLE = [
+    "## Policies",
+    "",
+    "No point of this study is stable: there is no steady state to report.",
+    "",
+]
 
 
 def _results_md(agg: pl.DataFrame, crossover: pl.DataFrame) -> list[str]:
