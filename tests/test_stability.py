@@ -235,3 +235,21 @@ def test_recommend_refuses_to_rank_the_overloaded_example(tmp_path):
     run_crossover(tmp_path)
     text = write_report(tmp_path).read_text()
     assert "4 of 4 points are unstable" in text and "`none (unstable)`" in text
+
+
+def test_admission_cliff_under_reject_is_a_loss_not_an_unstable_queue():
+    # memory far below the offered KV demand rejects (a loss system: Erlang-style), but no
+    # queue grows: the run is a steady state with a reject rate, not an overload
+    s = load_scenario(
+        "medium_chat",
+        [
+            "model=qwen2-1.5b",
+            "memory.budget_factor=0.35",
+            "run.requests=3000",
+            "run.warmup_requests=300",
+        ],
+    )
+    (row,) = run_scenario(s, ["transfer_per_request"], keep_requests=False).summary.to_dicts()
+    assert row["rho_decode_memory"] > 1.2 and row["reject_rate"] > 0.2
+    assert row["rho_decode_slots"] < 1.0
+    assert row["stable"] is True and row["bottleneck_stage"] == "decode_memory"
