@@ -253,3 +253,25 @@ def test_admission_cliff_under_reject_is_a_loss_not_an_unstable_queue():
     assert row["rho_decode_memory"] > 1.2 and row["reject_rate"] > 0.2
     assert row["rho_decode_slots"] < 1.0
     assert row["stable"] is True and row["bottleneck_stage"] == "decode_memory"
+
+
+def test_busy_union_by_hand():
+    from prefixbench.stability import _union_length
+
+    start, end = np.array([0.0, 1.0, 5.0, np.nan]), np.array([2.0, 3.0, 6.0, 1.0])
+    assert _union_length(start, end, 0.0, 10.0) == pytest.approx(4.0)  # [0, 3) and [5, 6)
+    assert _union_length(start, end, 2.5, 5.5) == pytest.approx(1.0)  # clipped
+
+
+def test_two_prefill_instances_show_their_split():
+    s = load_scenario(
+        "enterprise_hotset",
+        ["cluster.prefill_instances=2", "run.requests=2000", "run.warmup_requests=200"],
+    )
+    (row,) = run_scenario(s, ["transfer_per_request"], keep_requests=False).summary.to_dicts()
+    # the engine's pool average is the mean of the two instances measured from timestamps
+    assert row["prefill_util"] == pytest.approx(
+        (row["prefill_util_min"] + row["prefill_util_max"]) / 2, rel=0.02
+    )
+    # least-tokens routing breaks ties to instance 0: at light load it takes most of the work
+    assert row["prefill_util_max"] > 2 * row["prefill_util_min"]

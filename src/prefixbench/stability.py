@@ -351,3 +351,39 @@ def assess(prep, df: pl.DataFrame, stats: dict) -> Stability:
 def _span(df: pl.DataFrame) -> float:
     arr = _col(df, "arrival")
     return max(float(arr[-1] - arr[0]), 1e-12) if len(arr) > 1 else 1e-12
+
+
+# ------------------------------------------------------------------ per-instance busy time
+
+
+def _union_length(start: np.ndarray, end: np.ndarray, t0: float, t1: float) -> float:
+    """Length of the union of intervals [start, end) clipped to [t0, t1]."""
+    ok = np.isfinite(start) & np.isfinite(end)
+    a, z = np.clip(start[ok], t0, t1), np.clip(end[ok], t0, t1)
+    keep = z > a
+    a, z = a[keep], z[keep]
+    if not len(a):
+        return 0.0
+    order = np.argsort(a, kind="stable")
+    a, z = a[order], np.maximum.accumulate(z[order])
+    gaps = np.clip(a[1:] - z[:-1], 0.0, None).sum()
+    return float(z[-1] - a[0] - gaps)
+
+
+def instance_busy(df: pl.DataFrame, stats: dict, n_prefill: int, n_decode: int) -> dict:
+    """Busy fraction of each prefill instance (its steps) and each decode instance (at least
+    one sequence decoding) over the utilisation window, from the per-request timestamps;
+    reported as the least and most loaded instance so a split is visible."""
+    t0, t1 = float(stats.get("t_warm", 0.0)), float(stats.get("t_end", 0.0))
+    span = max(t1 - t0, 1e-12)
+    out = {}
+    for role, n, a, z in (
+        ("prefill", n_prefill, "t_prefill_start", "t_prefill_end"),
+        ("decode", n_decode, "t_decode_start", "t_done"),
+    ):
+        inst = df[f"{role}_instance"].to_numpy()
+        start, end = _col(df, a), _col(df, z)
+        busy = [_union_length(start[inst == i], end[inst == i], t0, t1) / span for i in range(n)]
+        out[f"{role}_util_min"] = min(busy) if busy else None
+        out[f"{role}_util_max"] = max(busy) if busy else None
+    return out
