@@ -22,7 +22,7 @@ import polars as pl
 
 from .errors import ArtifactError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: summary/runs/agg carry the stability verdict (docs/model.md)
 DIGEST_KEY = "prefixbench.data_sha256"
 _UMASK = os.umask(0o022)
 os.umask(_UMASK)
@@ -96,6 +96,12 @@ SCHEMAS: dict[str, dict[str, pl.DataType]] = {
         "slo_attainment": F,
         "goodput_rps": F,
         "kv_budget_gb": F,
+        "stable": B,
+        "saturated_stage": S,
+        "bottleneck_stage": S,
+        "rho_bottleneck": F,
+        "capacity_rps": F,
+        "offered_rps": F,
     },
 }
 

@@ -11,6 +11,7 @@ import polars as pl
 
 from .engine.core import REASON_NAMES, Outcome, SimResult
 from .runner import Prepared
+from .stability import assess, instance_busy
 
 MS = 1e3
 
@@ -158,7 +159,7 @@ def summarize(prep: Prepared, policy: str, df: pl.DataFrame, res: SimResult) -> 
         "link_util": st["link_util"],
         "mean_decode_batch": st["mean_decode_batch"],
     }
-    return {
+    row = {
         k: (
             float(v)
             if isinstance(v, (int, float))
@@ -174,3 +175,10 @@ def summarize(prep: Prepared, policy: str, df: pl.DataFrame, res: SimResult) -> 
         )
         for k, v in row.items()
     }
+    # stability last: its flag is a bool and its evidence may be None (docs/model.md)
+    row.update(assess(prep, df, st).columns())
+    n_p, n_d = prep.base.n_prefill, prep.base.n_decode
+    if prep.scenario.cluster.mode == "colocated":  # one pool of P + D instances
+        n_p = n_d = prep.scenario.cluster.prefill_instances + prep.scenario.cluster.decode_instances
+    row.update(instance_busy(df, st, n_p, n_d))
+    return row

@@ -7,6 +7,10 @@ from rich.table import Table
 
 # (column, label, format) of the run comparison, in display order
 RUN_ROWS: list[tuple[str, str, str]] = [
+    ("stable", "Stable run", "{}"),
+    ("bottleneck_stage", "Bottleneck stage", "{}"),
+    ("rho_bottleneck", "Bottleneck load ρ", "{:.2f}"),
+    ("capacity_rps", "Stable below (req/s)", "{:.3g}"),
     ("ttft_mean_ms", "TTFT mean (ms)", "{:.1f}"),
     ("ttft_p50_ms", "TTFT p50 (ms)", "{:.1f}"),
     ("ttft_p99_ms", "TTFT p99 (ms)", "{:.1f}"),
@@ -55,6 +59,8 @@ LOWER_IS_BETTER = {
 def _fmt(fmt: str, v) -> str:
     if v is None or (isinstance(v, float) and v != v):
         return "–"
+    if isinstance(v, bool):  # the stability flag: an unstable run is not a result
+        return "yes" if v else "[bold red]NO[/]"
     return fmt.format(v)
 
 
@@ -99,8 +105,8 @@ def recommend_table(rows: list[dict], title: str) -> Table:
         t.add_column(c)
     for r in rows:
         ci, m = r["margin_ci95_ms"], r["margin_ms"]
-        pm = f" ± {ci:.1f}" if ci == ci else ""
-        if m != m:
+        pm = f" ± {ci:.1f}" if ci is not None and ci == ci else ""
+        if m is None or m != m:
             margin = "–"
         elif m >= 0:
             margin = f"{m:.1f}{pm} ms faster than {r['runner_up']}"
@@ -108,7 +114,7 @@ def recommend_table(rows: list[dict], title: str) -> Table:
             margin = f"{-m:.1f}{pm} ms slower than {r['runner_up']} (less memory or fewer rejects)"
         t.add_row(
             r["workload"],
-            f"[bold]{r['recommended']}[/]",
+            f"[bold]{r['recommended']}[/]" if r["recommended"] else "[bold red]none[/]",
             margin,
             "yes" if r["seeds_agree"] else "no",
             r["reason"],

@@ -23,6 +23,13 @@ from .app import (
 # ------------------------------------------------------------------ run
 
 
+def _warn_unstable(rows: list[dict], label: str = "policy") -> None:
+    from ..stability import warnings
+
+    for line in warnings(rows, label):
+        err.print(line, highlight=False, soft_wrap=True)
+
+
 @app.command()
 @guarded
 def run(
@@ -77,6 +84,7 @@ def run(
     rows = tables.summary.to_dicts()
     for note in tables.prepared.notes:
         err.print(f"note: {note}", highlight=False)
+    _warn_unstable(rows)
     if as_json:
         out.print_json(json.dumps(rows))
         return
@@ -111,6 +119,7 @@ def compare(
 
     s = load_scenario(scenario, list(overrides or []))
     c = run_compare(s, check_policy(policy))
+    _warn_unstable(c.rows, "system")
     if as_json:
         out.print_json(
             json.dumps({"systems": c.rows, "ttft_breakdown": c.breakdown, "verdict": c.verdict})
@@ -157,7 +166,9 @@ def capacity(
         policy,
         target,
         on_probe=lambda p: err.print(
-            f"  rate {p.rate:.3g} req/s → attainment {p.attainment:.1%}", highlight=False
+            f"  rate {p.rate:.3g} req/s → attainment {p.attainment:.1%}"
+            + ("" if p.stable else f", unstable ({p.saturated_stage} saturates)"),
+            highlight=False,
         ),
     )
     if as_json:
@@ -177,6 +188,7 @@ def capacity(
                     "goodput req/s": f"{p.goodput_rps:.2f}",
                     "TTFT p99 ms": f"{p.ttft_p99_ms:.0f}",
                     "TPOT p99 ms": f"{p.tpot_p99_ms:.1f}",
+                    "stable": "yes" if p.stable else "NO",
                 }
                 for p in sorted(probes, key=lambda p: p.rate)
             ],

@@ -144,6 +144,16 @@ def sweep(
         bar.stop()
     n = len(spec.points()) * len(spec.policies)
     out.print(f"{n} runs → " + ", ".join(str(p) for p in paths.values()), highlight=False)
+    _warn_unstable_points(paths["agg"])
+
+
+def _warn_unstable_points(agg_path: Path) -> None:
+    from ..artifacts import read_artifact
+    from ..stability import sweep_warning
+
+    line = sweep_warning(read_artifact(agg_path, "agg"))
+    if line:
+        err.print(line, highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -260,6 +270,9 @@ def recommend(
     finally:
         bar.stop()
     rows = sel.to_dicts()
+    for r in rows:
+        if r["recommended"] is None:
+            err.print(f"warning: {r['workload']}: {r['reason']}", highlight=False, soft_wrap=True)
     if as_json:
         out.print_json(json.dumps(rows))
         return

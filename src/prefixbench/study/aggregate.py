@@ -35,6 +35,9 @@ AGG_METRICS = [
     "slo_attainment",
     "goodput_rps",
     "kv_budget_gb",
+    "offered_rps",
+    "capacity_rps",
+    "rho_bottleneck",
 ]
 
 # Student-t 0.975 quantiles by degrees of freedom (standard tables); 1.96 beyond 30.
@@ -83,6 +86,10 @@ register(
         "budget_factor": pl.Float64,
         "policy": pl.Utf8,
         "n_seeds": pl.Int64,
+        "stable": pl.Boolean,
+        "unstable_seeds": pl.Int64,
+        "saturated_stage": pl.Utf8,
+        "bottleneck_stage": pl.Utf8,
         **{m: pl.Float64 for m in AGG_METRICS},
         **{f"{m}_ci95": pl.Float64 for m in AGG_METRICS},
     },
@@ -91,8 +98,19 @@ register(
 
 def aggregate(runs: pl.DataFrame) -> pl.DataFrame:
     """Mean and 95% CI half-width (Student t over seeds) per model × workload × budget × policy."""
+    if "stable" not in runs.columns:  # rows without a verdict (hand-made frames): none known
+        runs = runs.with_columns(
+            pl.lit(True).alias("stable"),
+            pl.lit(None, pl.Utf8).alias("saturated_stage"),
+            pl.lit(None, pl.Utf8).alias("bottleneck_stage"),
+        )
     g = runs.group_by(GROUP).agg(
         pl.len().cast(pl.Int64).alias("n_seeds"),
+        # a point is unstable if any seed is (docs/model.md, "Stability")
+        pl.col("stable").all().alias("stable"),
+        (~pl.col("stable")).sum().cast(pl.Int64).alias("unstable_seeds"),
+        pl.col("saturated_stage").drop_nulls().mode().sort().first().alias("saturated_stage"),
+        pl.col("bottleneck_stage").drop_nulls().mode().sort().first().alias("bottleneck_stage"),
         *[pl.col(m).mean().alias(m) for m in AGG_METRICS],
         *[pl.col(m).std(ddof=1).alias(f"_sd_{m}") for m in AGG_METRICS],
     )

@@ -2,7 +2,9 @@
 
 Goodput-style capacity (DistServe): the largest rate at which at least ``target`` of the
 requests meet both the TTFT and the TPOT target. SLO attainment falls as load rises, so the
-search brackets the rate by doubling, then bisects; each probe is a full simulation.
+search brackets the rate by doubling, then bisects; each probe is a full simulation. A rate
+whose run is unstable (docs/model.md, "Stability") does not meet the target, whatever its
+attainment over a finite run says.
 """
 
 from __future__ import annotations
@@ -21,6 +23,11 @@ class Probe:
     goodput_rps: float
     ttft_p99_ms: float
     tpot_p99_ms: float
+    stable: bool = True
+    saturated_stage: str | None = None
+
+    def meets(self, target: float) -> bool:
+        return self.stable and self.attainment >= target
 
 
 def _with_rate(s: Scenario, rate: float) -> Scenario:
@@ -37,7 +44,13 @@ def probe(s: Scenario, policy: str, rate: float) -> Probe:
 
     row = run_scenario(_with_rate(s, rate), [policy], keep_requests=False).summary.to_dicts()[0]
     return Probe(
-        rate, row["slo_attainment"], row["goodput_rps"], row["ttft_p99_ms"], row["tpot_p99_ms"]
+        rate,
+        row["slo_attainment"],
+        row["goodput_rps"],
+        row["ttft_p99_ms"],
+        row["tpot_p99_ms"],
+        row["stable"],
+        row["saturated_stage"],
     )
 
 
@@ -62,7 +75,7 @@ def max_rate(
         probes.append(p)
         if on_probe:
             on_probe(p)
-        return p.attainment >= target
+        return p.meets(target)
 
     ok_rate, bad_rate = None, None
     if run(rate):

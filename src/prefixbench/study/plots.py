@@ -530,6 +530,8 @@ def plot_recommendations(rec: pl.DataFrame):
 
 
 def _tile_label(r: dict) -> str:
+    if r["recommended"] is None:
+        return "none:\nunstable"
     name = _short(r["recommended"]) + ("" if r["seeds_agree"] else " *")
     m, ci = r["margin_ms"], r["margin_ci95_ms"]
     if m is None or math.isnan(m):
@@ -617,6 +619,7 @@ def render_plots(results: Path, out: Path) -> list[Path]:
     agg = load(results, "agg")
     crossover = load(results, "crossover")
     rec = recommendations(results, agg)
+    agg = agg.filter(pl.col("stable"))  # an unstable point is not a result (docs/model.md)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -635,6 +638,8 @@ def render_plots(results: Path, out: Path) -> list[Path]:
     ]
     written = []
     for name, build in figures:
+        if agg.height == 0 and name[:2] in ("01", "02", "03", "06"):
+            continue  # every point is unstable: nothing steady to draw
         plot, size = build()
         if plot is not None:
             written.append(_save(plot, out / name, size))

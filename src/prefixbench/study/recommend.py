@@ -10,6 +10,10 @@ Rules (``objective``):
 The margin is the paired per-seed difference in mean TTFT (runner-up − recommended) with a
 95% Student-t interval; ``seeds_agree`` says whether the rule picks the same policy on
 every seed alone.
+
+Only stable rows are ranked (docs/model.md, "Stability"): an overloaded policy's latency is
+not a steady state. When no policy is stable there is no recommendation; the reason names
+the stage that saturates and the rate below which it would be stable.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ register(
         "seeds_agree": pl.Boolean,
         "n_seeds": pl.Int64,
         "reason": pl.Utf8,
+        "unstable_policies": pl.Utf8,
     },
 )
 
@@ -112,7 +117,12 @@ def recommend(agg: pl.DataFrame, runs: pl.DataFrame, objective: str = "balanced"
     """One recommendation per model × workload × budget in ``agg``."""
     out = []
     for key, grp in agg.group_by(SCENARIO, maintain_order=True):
-        rows = grp.to_dicts()
+        every = grp.to_dicts()
+        rows = [r for r in every if r.get("stable", True)]
+        unstable = sorted(r["policy"] for r in every if not r.get("stable", True))
+        if not rows:
+            out.append(_refusal(key, objective, every))
+            continue
         by_policy = {r["policy"]: r for r in rows}
         order = rank(rows, objective)
         win, up = order[0], (order[1] if len(order) > 1 else None)
@@ -124,7 +134,7 @@ def recommend(agg: pl.DataFrame, runs: pl.DataFrame, objective: str = "balanced"
         per_seed = []
         diffs = []
         for _, srows in sel.group_by("seed", maintain_order=True):
-            d = srows.to_dicts()
+            d = [r for r in srows.to_dicts() if r["policy"] in by_policy]
             per_seed.append(rank(d, objective)[0])
             if up is not None:
                 m = {r["policy"]: r["ttft_mean_ms"] for r in d}
@@ -151,10 +161,45 @@ def recommend(agg: pl.DataFrame, runs: pl.DataFrame, objective: str = "balanced"
                 "margin_ci95_ms": ci,
                 "seeds_agree": len(set(per_seed)) <= 1,
                 "n_seeds": len(per_seed),
-                "reason": _reason(by_policy[win], by_policy),
+                "reason": _reason(by_policy[win], by_policy)
+                + (f"; not ranked, unstable: {', '.join(unstable)}" if unstable else ""),
+                "unstable_policies": ", ".join(unstable),
             }
         )
-    return pl.DataFrame(out).sort(SCENARIO)
+    return pl.DataFrame(out, schema_overrides=_OUT_TYPES).sort(SCENARIO)
+
+
+_OUT_TYPES = {"recommended": pl.Utf8, "runner_up": pl.Utf8}
+
+
+def _refusal(key: tuple, objective: str, rows: list[dict]) -> dict:
+    """No recommendation: every policy is unstable. Say what saturates and where it stops."""
+    from ..stability import LABELS
+
+    best = max(rows, key=lambda r: r.get("capacity_rps") or 0.0)
+    stage = best.get("saturated_stage") or best.get("bottleneck_stage")
+    cap = best.get("capacity_rps")
+    rho = [r["rho_bottleneck"] for r in rows if r.get("rho_bottleneck") is not None]
+    load = f" (ρ {min(rho):.2f}–{max(rho):.2f})" if rho else ""
+    where = f"; {best['policy']} would be stable below about {cap:.3g} req/s" if cap else ""
+    label = LABELS.get(stage, stage)
+    verb = "saturate" if str(label).endswith("s") else "saturates"
+    return {
+        "model": key[0],
+        "workload": key[1],
+        "budget_factor": key[2],
+        "objective": objective,
+        "recommended": None,
+        "runner_up": None,
+        "ttft_ms": None,
+        "runner_up_ttft_ms": None,
+        "margin_ms": None,
+        "margin_ci95_ms": None,
+        "seeds_agree": False,
+        "n_seeds": max(int(r["n_seeds"]) for r in rows),
+        "reason": f"no recommendation: every policy is unstable, the {label} {verb}{load}{where}",
+        "unstable_policies": ", ".join(sorted(r["policy"] for r in rows)),
+    }
 
 
 def run_recommend(

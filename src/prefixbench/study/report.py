@@ -364,6 +364,7 @@ def _crossover_md(crossover: pl.DataFrame, agg: pl.DataFrame) -> list[str]:
 
 
 def _recommend_md(rec: pl.DataFrame) -> list[str]:
+    rec = rec.with_columns(pl.col("recommended").fill_null("none (unstable)"))
     objective = ", ".join(sorted(set(rec["objective"])))
     counts = rec.group_by("recommended").len()
     n = dict(zip(counts["recommended"], counts["len"], strict=True))
@@ -419,6 +420,37 @@ def _recommend_md(rec: pl.DataFrame) -> list[str]:
     return out
 
 
+def _stability_md(agg: pl.DataFrame) -> list[str]:
+    """Points whose queues grow without bound: listed here, left out of every result below."""
+    from ..stability import LABELS
+
+    bad = agg.filter(~pl.col("stable"))
+    out = ["## Stability", ""]
+    if bad.height == 0:
+        return [*out, f"Every one of the {agg.height} points is stable (docs/model.md).", ""]
+    rows = [
+        [
+            f"`{r['model']}`",
+            f"`{r['workload']}`",
+            f"{r['budget_factor']:g}",
+            f"`{r['policy']}`",
+            LABELS.get(r["saturated_stage"], r["saturated_stage"] or "—"),
+            f"{r['rho_bottleneck']:.2f}" if r["rho_bottleneck"] is not None else "—",
+            rps(r["capacity_rps"]) if r["capacity_rps"] is not None else "—",
+        ]
+        for r in bad.iter_rows(named=True)
+    ]
+    return [
+        *out,
+        f"{bad.height} of {agg.height} points are unstable (a queue grows without bound on at "
+        "least one seed). They are not steady states: the tables, plots and recommendations "
+        "below leave them out.",
+        "",
+        md_table(["Model", "Workload", "Budget", "Policy", "Saturates", "ρ", "Stable below"], rows),
+        "",
+    ]
+
+
 def _by_workload_md(agg: pl.DataFrame) -> list[str]:
     pols = _policies(agg)
     t = agg.group_by(["workload", "policy"]).agg(pl.col("ttft_mean_ms").mean())
@@ -456,6 +488,27 @@ HOW_TO_READ = (
 )
 
 
+_NO_STABLE = [
+    "## Policies",
+    "",
+    "No point of this study is stable: there is no steady state to report.",
+    "",
+]
+
+
+def _results_md(agg: pl.DataFrame, crossover: pl.DataFrame) -> list[str]:
+    return [
+        "## Policies by memory regime",
+        "",
+        *_regime_section(agg, "relaxed", f"≥ {RELAXED_MIN:g}"),
+        *_regime_section(agg, "tight", f"≤ {TIGHT_MAX:g}"),
+        *_best_md(best_relaxed_case(agg)),
+        *_cliff_md(cliff_case(agg)),
+        *_by_workload_md(agg),
+        *_crossover_md(crossover, agg),
+    ]
+
+
 def build_report(results: Path, report_dir: Path, plots: Path | None = None) -> str:
     results = Path(results)
     agg = load(results, "agg")
@@ -467,6 +520,7 @@ def build_report(results: Path, report_dir: Path, plots: Path | None = None) -> 
             "agg.parquet has no rows", where=str(results / "agg.parquet"), fix="re-run the sweep"
         )
     meta = artifact_meta(results / "runs.parquet")
+    every, agg = agg, agg.filter(pl.col("stable"))  # results sections: stable points only
     stamp = datetime.fromtimestamp((results / "agg.parquet").stat().st_mtime, tz=UTC)
 
     lines = [
@@ -480,16 +534,10 @@ def build_report(results: Path, report_dir: Path, plots: Path | None = None) -> 
         "",
         "## Experimental scope",
         "",
-        _scope_md(scope(runs, agg), meta),
+        _scope_md(scope(runs, every), meta),
         "",
-        "## Policies by memory regime",
-        "",
-        *_regime_section(agg, "relaxed", f"≥ {RELAXED_MIN:g}"),
-        *_regime_section(agg, "tight", f"≤ {TIGHT_MAX:g}"),
-        *_best_md(best_relaxed_case(agg)),
-        *_cliff_md(cliff_case(agg)),
-        *_by_workload_md(agg),
-        *_crossover_md(crossover, agg),
+        *_stability_md(every),
+        *(_results_md(agg, crossover) if agg.height else _NO_STABLE),
         *_recommend_md(rec),
     ]
     if plots is not None:

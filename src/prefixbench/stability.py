@@ -1,0 +1,389 @@
+"""Is a run a steady state? Offered load per stage, queue trends, and the verdict.
+
+A run is *stable* when no queue grows without bound. Two kinds of evidence, both from the
+per-request table, the run's stats and the prepared scenario (never the engine internals):
+
+- **Offered load**: each stage's utilisation ρ = offered work / service capacity, from the
+  cost model and the measured per-request work (prefill pool, KV link, decode batch slots,
+  decode KV memory). A queueing stage with ρ ≥ 1 cannot keep up, whatever the run length.
+- **Trend**: the mean wait at each stage in the last third of the measured window against
+  the first third, as a z-score over detrended batch means. A wait that grows significantly
+  *and* by more than its own scale is a queue running away.
+
+Thresholds and their reasons are in docs/model.md ("Stability").
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+
+from .costmodel import decode_iteration_time, prefill_time
+
+STAGES = ("prefill", "link", "decode_slots", "decode_memory")
+LABELS = {
+    "prefill": "prefill pool",
+    "link": "KV link",
+    "decode_slots": "decode batch slots",
+    "decode_memory": "decode KV memory",
+}
+RHO_LIMIT = 1.0  # a queueing stage at or above this cannot keep up (see docs/model.md)
+TREND_BLOCKS = 12  # batch means over the measured window (4 per third)
+TREND_Z = 4.0  # significance of last-third minus first-third growth, in detrended sigmas
+MIN_TREND_POINTS = 60  # fewer waits than this at a stage: no trend is computed
+QUEUES = ("prefill", "admission", "link", "decode")  # queue-length columns (sweep line)
+
+
+@dataclass
+class Trend:
+    z: float  # growth / its standard error
+    growth_s: float  # last-third mean wait − first-third mean wait (s)
+    first_s: float  # first-third mean wait (s)
+    scale_s: float  # the stage's own service time (s)
+
+    @property
+    def growing(self) -> bool:
+        return self.z > TREND_Z and self.growth_s > max(self.first_s, self.scale_s)
+
+
+@dataclass
+class Stability:
+    stable: bool
+    offered_rps: float
+    rho: dict[str, float | None]  # at the offered rate, per stage
+    rho_effective: dict[str, float | None]  # after a loss stage upstream shed its excess
+    loss_memory: bool  # decode memory sheds load (rejects) instead of queueing
+    bottleneck: str | None
+    saturated: str | None  # the stage that makes the run unstable (None when stable)
+    capacity_rps: float | None
+    trends: dict[str, Trend] = field(default_factory=dict)
+    ttft_growth: float | None = None
+    queues: dict[str, float] = field(default_factory=dict)
+
+    def columns(self) -> dict:
+        """The summary-row columns (JSON-safe: None, never NaN)."""
+        grow = max(self.trends.items(), key=lambda kv: kv[1].z, default=(None, None))
+        stage = self.saturated or self.bottleneck
+        row = {
+            "stable": self.stable,
+            "saturated_stage": self.saturated,
+            "bottleneck_stage": stage,
+            "rho_bottleneck": _safe(self.rho.get(stage)) if stage else None,
+            "capacity_rps": self.capacity_rps,
+            "offered_rps": self.offered_rps,
+            **{f"rho_{k}": _safe(self.rho.get(k)) for k in STAGES},
+            "wait_growth_stage": grow[0],
+            "wait_growth_ms": _safe(grow[1].growth_s * 1e3) if grow[1] else None,
+            "wait_growth_z": _safe(grow[1].z) if grow[1] else None,
+            "ttft_growth": _safe(self.ttft_growth),
+            **{k: _safe(v) for k, v in self.queues.items()},
+        }
+        return row
+
+    def warning(self, name: str) -> str | None:
+        """One line for stderr when unstable, naming the stage and the capacity."""
+        if self.stable:
+            return None
+        return unstable_line(name, self.columns())
+
+
+def warnings(rows: list[dict], label: str = "policy") -> list[str]:
+    """The stderr warning of every unstable row (summary or aggregated rows)."""
+    return [unstable_line(str(r[label]), r) for r in rows if r.get("stable") is False]
+
+
+def sweep_warning(agg: pl.DataFrame) -> str | None:
+    """One stderr line for a sweep whose aggregated points include unstable ones."""
+    bad = agg.filter(~pl.col("stable"))
+    if bad.height == 0:
+        return None
+    counts = bad.group_by("saturated_stage").len().sort(["len", "saturated_stage"], descending=True)
+    parts = ", ".join(f"{LABELS.get(st, st or 'a queue')}: {n}" for st, n in counts.iter_rows())
+    return (
+        f"warning: {bad.height} of {agg.height} points are unstable ({parts}); they are "
+        "marked stable=false and not ranked by recommend"
+    )
+
+
+def _safe(v):
+    if v is None:
+        return None
+    v = float(v)
+    return v if math.isfinite(v) else None
+
+
+def unstable_line(name: str, row: dict) -> str:
+    """The warning for an unstable summary (or aggregated) row."""
+    stage = row.get("saturated_stage") or row.get("bottleneck_stage")
+    label = LABELS.get(stage, stage or "a stage")
+    cap = row.get("capacity_rps")
+    rho = row.get(f"rho_{stage}") if stage else None
+    if rho is not None and rho >= RHO_LIMIT:
+        verb = "saturate" if label.endswith("s") else "saturates"
+        what = f"the {label} {verb} (ρ={rho:.2f})"
+    else:
+        what = f"the {label} queue grows through the run"
+    tail = f"; it would be stable below about {cap:.3g} req/s" if cap else ""
+    return f"warning: {name} is unstable: {what}{tail}"
+
+
+# ------------------------------------------------------------------ offered load
+
+
+def _prefill_busy(cost, budget: int, new: np.ndarray, cached: np.ndarray) -> float:
+    """Busy time to prefill these requests in arrival order in full batches (the engine's
+    rule: add requests while the new tokens fit the token budget; at least one)."""
+    busy, i, n = 0.0, 0, len(new)
+    csum = np.concatenate(([0], np.cumsum(new)))
+    while i < n:
+        j = int(np.searchsorted(csum, csum[i] + budget, side="right")) - 1
+        j = max(j, i + 1)
+        busy += prefill_time(cost, new[i:j], cached[i:j])
+        i = j
+    return busy
+
+
+def _col(df: pl.DataFrame, name: str) -> np.ndarray:
+    return df[name].cast(pl.Float64).to_numpy()
+
+
+def offered_load(prep, df: pl.DataFrame, stats: dict) -> tuple[float, dict, bool]:
+    """(offered rate req/s, ρ per stage at that rate, whether memory is a loss stage)."""
+    s, b = prep.scenario, prep.base
+    steady = df.filter(~pl.col("warmup"))
+    arr = _col(steady, "arrival")
+    span = float(arr[-1] - arr[0]) if len(arr) > 1 else 0.0
+    lam = (len(arr) - 1) / span if span > 0 else 0.0
+    colocated = s.cluster.mode == "colocated"
+    prompt = _col(steady, "prompt_tokens")
+    out = _col(steady, "output_tokens")
+    hit = _col(steady, "prefill_hit_tokens")
+    rho: dict[str, float | None] = dict.fromkeys(STAGES)
+    if span <= 0:
+        return lam, rho, True
+
+    n_inst = s.cluster.prefill_instances + s.cluster.decode_instances if colocated else b.n_prefill
+    pcost = b.decode_cost if colocated else b.prefill_cost
+    rho["prefill"] = _prefill_busy(pcost, b.prefill_token_budget, prompt - hit, hit) / span / n_inst
+
+    admitted = steady.filter(pl.col("t_admit").is_not_nan())
+    rc = (
+        (_col(admitted, "t_recompute_end") - _col(admitted, "t_recompute_start"))
+        if admitted.height
+        else np.zeros(0)
+    )
+    rc = np.nan_to_num(rc, nan=0.0)
+    if not colocated and admitted.height:
+        nbytes = _col(admitted, "transfer_tokens") * prep.kv_bpt
+        cap = b.link_bytes_per_s * b.link_channels * b.n_prefill * b.n_decode
+        rho["link"] = lam * float(nbytes.mean()) / cap
+
+    m, d = b.max_batch, (n_inst if colocated else b.n_decode)
+    ctx = float((out * (prompt + out / 2)).sum() / max(out.sum(), 1.0))  # per resident sequence
+    t_it = float(decode_iteration_time(b.decode_cost, m, m * ctx))
+    slot_s = float(out.mean()) * t_it / m + (float(rc.mean()) if len(rc) else 0.0)
+    rho["decode_slots"] = lam * slot_s / d + (rho["prefill"] if colocated else 0.0)
+
+    done = admitted.filter(pl.col("outcome") == "completed")
+    paged = getattr(s.memory, "admission", "reserve") == "paged"
+    if not colocated and done.height:
+        p, o = _col(done, "prompt_tokens"), _col(done, "output_tokens")
+        need = p - _col(done, "replica_hit_tokens") + (o / 2 if paged else o)
+        xfer = np.nan_to_num(_col(done, "t_transfer_end") - _col(done, "t_transfer_start"))
+        rcd = np.nan_to_num(_col(done, "t_recompute_end") - _col(done, "t_recompute_start"))
+        hold = _col(done, "t_done") - _col(done, "t_decode_start") + xfer + rcd
+        budget = float(stats.get("budget_tokens", b.budget_tokens)) * b.n_decode
+        rho["decode_memory"] = lam * float((need * hold).mean()) / budget
+    return lam, rho, _memory_sheds(s, paged)
+
+
+def _memory_sheds(s, paged: bool) -> bool:
+    """Whether a full decode memory rejects (a loss stage) rather than queues without end."""
+    mem = s.memory
+    if paged:
+        return getattr(mem, "queue_timeout_s", None) is not None
+    timeout = getattr(mem, "wait_timeout_s", None)
+    return mem.on_full == "reject" or (timeout is not None and math.isfinite(timeout))
+
+
+# ------------------------------------------------------------------ trends and queues
+
+
+def trend(w: np.ndarray, scale: float) -> Trend | None:
+    """Last-third minus first-third mean of ``w`` (in order), and its z-score.
+
+    The standard error comes from the residuals of a straight line through
+    ``TREND_BLOCKS`` batch means, so a steady drift does not hide itself in its own noise."""
+    w = w[np.isfinite(w)]
+    if len(w) < MIN_TREND_POINTS:
+        return None
+    k = TREND_BLOCKS
+    means = np.array([c.mean() for c in np.array_split(w, k)])
+    x = np.arange(k, dtype=np.float64)
+    slope, icpt = np.polyfit(x, means, 1)
+    resid = means - (slope * x + icpt)
+    sd = math.sqrt(float((resid**2).sum()) / (k - 2))
+    third = k // 3
+    first, last = float(means[:third].mean()), float(means[-third:].mean())
+    growth = last - first
+    se = sd * math.sqrt(2.0 / third)
+    tiny = 1e-9 * max(abs(first), abs(last), scale, 1e-12)
+    z = growth / se if se > tiny else (0.0 if abs(growth) <= tiny else math.copysign(1e9, growth))
+    return Trend(z, growth, first, scale)
+
+
+def _mean_finite(x: np.ndarray) -> float:
+    x = x[np.isfinite(x)]
+    return float(x.mean()) if len(x) else 0.0
+
+
+def stage_waits(df: pl.DataFrame) -> dict[str, tuple[np.ndarray, np.ndarray, float]]:
+    """Per stage: (enter, leave) times of its wait and the stage's own service scale (s)."""
+    c = {k: _col(df, k) for k in df.columns if k.startswith("t_") or k == "arrival"}
+    ready = np.fmax(c["t_transfer_end"], c["t_recompute_end"])
+    hold = c["t_done"] - c["t_decode_start"]
+    return {
+        "prefill": (
+            c["arrival"],
+            c["t_prefill_start"],
+            _mean_finite(c["t_prefill_end"] - c["t_prefill_start"]),
+        ),
+        "decode_memory": (c["t_prefill_end"], c["t_admit"], _mean_finite(hold)),
+        "link": (
+            c["t_admit"],
+            c["t_transfer_start"],
+            _mean_finite(c["t_transfer_end"] - c["t_transfer_start"]),
+        ),
+        "decode_slots": (
+            ready,
+            c["t_decode_start"],
+            _mean_finite(c["t_first_token"] - c["t_decode_start"]),
+        ),
+    }
+
+
+def queue_lengths(
+    enter: np.ndarray, leave: np.ndarray, t0: float, t1: float
+) -> tuple[float, float]:
+    """Time-average and maximum number waiting over [t0, t1] (a sweep line over the waits)."""
+    ok = np.isfinite(enter) & np.isfinite(leave) & (leave > enter)
+    a, z = enter[ok], leave[ok]
+    span = max(t1 - t0, 1e-12)
+    area = float((np.clip(z, t0, t1) - np.clip(a, t0, t1)).clip(min=0.0).sum())
+    if not len(a):
+        return 0.0, 0.0
+    times = np.concatenate([a, z])
+    delta = np.concatenate([np.ones(len(a)), -np.ones(len(z))])
+    order = np.lexsort((delta, times))  # a leave before an enter at the same instant
+    count = np.cumsum(delta[order])
+    t_sorted = times[order]
+    inside = (t_sorted >= t0) & (t_sorted <= t1)
+    before = np.searchsorted(t_sorted, t0, side="left")
+    at_start = float(count[before - 1]) if before > 0 else 0.0
+    peak = max(at_start, float(count[inside].max()) if inside.any() else 0.0)
+    return area / span, peak
+
+
+# ------------------------------------------------------------------ verdict
+
+
+def assess(prep, df: pl.DataFrame, stats: dict) -> Stability:
+    """The stability verdict of one run (``df``: its per-request table, in request order)."""
+    lam, rho, sheds = offered_load(prep, df, stats)
+    eff = dict(rho)
+    mem = rho.get("decode_memory")
+    if sheds and mem is not None and mem > 1.0:
+        for k in ("link", "decode_slots"):  # downstream of admission: see only what it admits
+            if eff[k] is not None:
+                eff[k] = eff[k] / mem
+    queueing = [k for k in STAGES if eff[k] is not None and not (k == "decode_memory" and sheds)]
+    over = [k for k in queueing if eff[k] >= RHO_LIMIT]
+
+    steady = df.filter(~pl.col("warmup"))
+    waits = stage_waits(steady)
+    trends = {}
+    for k, (a, z, scale) in waits.items():
+        t = trend(z - a, scale)
+        if t is not None:
+            trends[k] = t
+    growing = [k for k, t in trends.items() if t.growing]
+    ttft = trend(_col(steady, "t_first_token") - _col(steady, "arrival"), 0.0)
+    ttft_growth = (
+        (ttft.first_s + ttft.growth_s) / ttft.first_s if ttft and ttft.first_s > 0 else None
+    )
+
+    known = {k: v for k, v in eff.items() if v is not None}
+    bottleneck = max(known, key=known.get) if known else None
+    saturated = None
+    if over:
+        saturated = max(over, key=lambda k: eff[k])
+    elif growing:
+        saturated = max(growing, key=lambda k: trends[k].z)
+    stable = saturated is None
+    cap_stage = saturated or bottleneck
+    cap = None
+    if cap_stage is not None and rho[cap_stage]:
+        cap = lam / rho[cap_stage]
+        if saturated is not None and rho[cap_stage] < RHO_LIMIT:  # a trend the model missed
+            cap = min(cap, float((steady["outcome"] == "completed").sum()) / _span(steady))
+
+    t0, t1 = stats.get("t_warm", 0.0), stats.get("t_end", 0.0)
+    queues = {}
+    full = stage_waits(df)
+    names = {
+        "prefill": "prefill",
+        "decode_memory": "admission",
+        "link": "link",
+        "decode_slots": "decode",
+    }
+    for k, (a, z, _) in full.items():
+        mean, peak = queue_lengths(a, z, t0, t1)
+        queues[f"queue_{names[k]}_mean"] = mean
+        queues[f"queue_{names[k]}_max"] = peak
+    return Stability(
+        stable, lam, rho, eff, sheds, bottleneck, saturated, cap, trends, ttft_growth, queues
+    )
+
+
+def _span(df: pl.DataFrame) -> float:
+    arr = _col(df, "arrival")
+    return max(float(arr[-1] - arr[0]), 1e-12) if len(arr) > 1 else 1e-12
+
+
+# ------------------------------------------------------------------ per-instance busy time
+
+
+def _union_length(start: np.ndarray, end: np.ndarray, t0: float, t1: float) -> float:
+    """Length of the union of intervals [start, end) clipped to [t0, t1]."""
+    ok = np.isfinite(start) & np.isfinite(end)
+    a, z = np.clip(start[ok], t0, t1), np.clip(end[ok], t0, t1)
+    keep = z > a
+    a, z = a[keep], z[keep]
+    if not len(a):
+        return 0.0
+    order = np.argsort(a, kind="stable")
+    a, z = a[order], np.maximum.accumulate(z[order])
+    gaps = np.clip(a[1:] - z[:-1], 0.0, None).sum()
+    return float(z[-1] - a[0] - gaps)
+
+
+def instance_busy(df: pl.DataFrame, stats: dict, n_prefill: int, n_decode: int) -> dict:
+    """Busy fraction of each prefill instance (its steps) and each decode instance (at least
+    one sequence decoding) over the utilisation window, from the per-request timestamps;
+    reported as the least and most loaded instance so a split is visible."""
+    t0, t1 = float(stats.get("t_warm", 0.0)), float(stats.get("t_end", 0.0))
+    span = max(t1 - t0, 1e-12)
+    out = {}
+    for role, n, a, z in (
+        ("prefill", n_prefill, "t_prefill_start", "t_prefill_end"),
+        ("decode", n_decode, "t_decode_start", "t_done"),
+    ):
+        inst = df[f"{role}_instance"].to_numpy()
+        start, end = _col(df, a), _col(df, z)
+        busy = [_union_length(start[inst == i], end[inst == i], t0, t1) / span for i in range(n)]
+        out[f"{role}_util_min"] = min(busy) if busy else None
+        out[f"{role}_util_max"] = max(busy) if busy else None
+    return out
