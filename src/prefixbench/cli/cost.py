@@ -73,8 +73,8 @@ def _render(rep: dict) -> None:
         ("ridge after efficiency, decode", f"{f['effective_ridge_decode']:,.0f}"),
         (
             "efficiency (MFU p/d, MBU, overhead)",
-            f"{eff['mfu_prefill']:g}/{eff['mfu_decode']:g}, {eff['mbu']:g}, "
-            f"{eff['prefill_overhead_ms']:g}/{eff['decode_overhead_ms']:g} ms",
+            f"{eff['mfu_prefill']:.3g}/{eff['mfu_decode']:.3g}, {eff['mbu']:.3g}, "
+            f"{eff['prefill_overhead_ms']:.3g}/{eff['decode_overhead_ms']:.3g} ms",
         ),
     ]:
         head.add_row(label, value)
@@ -166,3 +166,78 @@ def cost(
         out.print_json(json.dumps(rep, allow_nan=False))
         return
     _render(rep)
+
+
+def _render_calibration(res: dict) -> None:
+    t = _table("Fitted efficiency", ["parameter", "value", "from the data?"])
+    for k, v in res["efficiency"].items():
+        t.add_row(k, f"{v:.4g}", "yes" if k in res["constrained"] else "no: kept default")
+    out.print(t)
+    t = _table("Fit error (mean absolute % error)", ["kind", "fitted", "defaults"])
+    for k, v in res["mape_percent"].items():
+        t.add_row(k, f"{v:.1f} %", f"{res['mape_percent_at_defaults'][k]:.1f} %")
+    out.print(t)
+    t = _table("Measurements", ["what", "measured ms", "fitted ms", "defaults ms"])
+    for r in res["rows"]:
+        t.add_row(
+            r["what"],
+            f"{r['measured_ms']:,.3f}",
+            f"{r['fitted_ms']:,.3f}",
+            f"{r['default_ms']:,.3f}",
+        )
+    out.print(t)
+    if res["out"]:
+        out.print(f"wrote {res['out']}", highlight=False)
+
+
+@app.command("calibrate")
+@guarded
+def calibrate_cmd(
+    profile: Annotated[
+        list[str],
+        typer.Argument(
+            help="Measured steps: a CSV (phase,tokens,batch,context,devices,ms) or "
+            "vLLM `bench serve`/`bench latency` result JSON; several allowed."
+        ),
+    ],
+    model: Annotated[
+        str | None,
+        typer.Option("--model", "-m", help="Model of rows without a model column."),
+    ] = None,
+    accelerator: Annotated[
+        str, typer.Option("--accelerator", "-a", help="Accelerator of rows without one.")
+    ] = "h100-sxm",
+    devices: Annotated[
+        int, typer.Option("--devices", help="Devices (TP) of rows without a devices column.")
+    ] = 1,
+    input_len: Annotated[
+        int | None, typer.Option("--input-len", help="`vllm bench latency` --input-len.")
+    ] = None,
+    output_len: Annotated[
+        int | None, typer.Option("--output-len", help="`vllm bench latency` --output-len.")
+    ] = None,
+    batch_size: Annotated[
+        int | None, typer.Option("--batch-size", help="`vllm bench latency` --batch-size.")
+    ] = None,
+    out_path: Annotated[
+        str | None, typer.Option("--out", "-o", help="Write the efficiency block (YAML) here.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print strict JSON.")] = False,
+) -> None:
+    """Fit MFU, MBU and per-step overheads to measured step times (least squares)."""
+    from ..calibrate import calibrate
+
+    lengths = {
+        k: v
+        for k, v in (
+            ("input_len", input_len),
+            ("output_len", output_len),
+            ("batch_size", batch_size),
+        )
+        if v is not None
+    }
+    res = calibrate(profile, model, accelerator, devices, lengths, out_path)
+    if as_json:
+        out.print_json(json.dumps(res, allow_nan=False))
+        return
+    _render_calibration(res)
