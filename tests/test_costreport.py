@@ -121,3 +121,15 @@ def test_cli_bad_input_is_one_line(args, needle):
     assert r.exit_code != 0
     lines = [ln for ln in r.output.splitlines() if ln.strip()]
     assert len(lines) == 1 and needle in lines[0], r.output
+
+
+def test_cli_uses_a_calibrated_efficiency_file(tmp_path):
+    eff = tmp_path / "eff.yaml"
+    eff.write_text("efficiency:\n  mbu: 0.9\n  decode_overhead_ms: 0.25\n")
+    r = runner.invoke(app, ["cost", "llama-3.1-8b", "--efficiency", str(eff), "--batch", "1",
+                            "--context", "4096", "--tokens", "512", "--json"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)["decode"][0]
+    # 16.06 GB of weights + 4096 · 131,072 B of KV at 0.9 × 3.35 TB/s, + 0.25 ms
+    expected = (2 * 8_030_261_248 + 4096 * 131072) / (0.9 * 3350e9) * 1e3 + 0.25
+    assert d["ms"] == pytest.approx(expected, rel=1e-9)
