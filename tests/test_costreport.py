@@ -133,3 +133,10 @@ def test_cli_uses_a_calibrated_efficiency_file(tmp_path):
     # 16.06 GB of weights + 4096 · 131,072 B of KV at 0.9 × 3.35 TB/s, + 0.25 ms
     expected = (2 * 8_030_261_248 + 4096 * 131072) / (0.9 * 3350e9) * 1e3 + 0.25
     assert d["ms"] == pytest.approx(expected, rel=1e-9)
+
+
+def test_prompts_beyond_the_max_context_are_flagged():
+    rep = cost_report("llama-2-7b", tokens=[4096, 8192], batch=[1], context=[1024])
+    assert [r["beyond_max_context"] for r in rep["prefill"]] == [False, True]  # 4,096 max
+    r = runner.invoke(app, ["cost", "llama-2-7b", "--tokens", "4096,8192"])
+    assert "8,192*" in r.output and "extrapolated" in r.output

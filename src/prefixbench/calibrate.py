@@ -231,22 +231,21 @@ def read_csv_profile(path: Path, ctx: _Context) -> list[Measurement]:
         phase = (row.get("phase") or "").strip().lower()
         devices = _number(row, "devices", where, default=ctx.devices)
         ms = _number(row, "ms", where, integer=False)
-        cost = ctx.cost(
-            (row.get("model") or "").strip() or None,
-            (row.get("accelerator") or "").strip() or None,
-            devices,
-            where,
-        )
+        row_model = (row.get("model") or "").strip() or None
+        cost = ctx.cost(row_model, (row.get("accelerator") or "").strip() or None, devices, where)
+        tag = f"{row_model} " if row_model else ""
         context = _number(row, "context", where, default=0, positive=False)
         if phase == "prefill":
             n = _number(row, "tokens", where)
             a, b = prefill_steps(cost, n, context)
-            out.append(_measurement("prefill", ms, where, f"prefill {n}+{context}", [(a, b, 0)]))
+            out.append(
+                _measurement("prefill", ms, where, f"{tag}prefill {n}+{context}", [(a, b, 0)])
+            )
         elif phase == "decode":
             bsz = _number(row, "batch", where)
             a, b = decode_steps(cost, bsz, context)
             out.append(
-                _measurement("decode", ms, where, f"decode b={bsz} ctx={context}", [(a, b, 1)])
+                _measurement("decode", ms, where, f"{tag}decode b={bsz} ctx={context}", [(a, b, 1)])
             )
         else:
             raise ProfileError(

@@ -96,6 +96,12 @@ def break_even(cost: cm.InstanceCost, link: LinkSpec, max_tokens: int) -> dict:
     return {"link": link.name, "recompute_wins_from": lo, "recompute_wins_to": hi}
 
 
+def _mark(row: dict, max_context: int) -> dict:
+    """Flag a prompt longer than the model accepts (the figure is then extrapolated)."""
+    row["beyond_max_context"] = row["tokens"] > max_context
+    return row
+
+
 def _positive(kind: str, values) -> list[int]:
     vals = [int(v) for v in values]
     bad = [v for v in vals if v <= 0]
@@ -147,15 +153,16 @@ def cost_report(
             "attention_flops_per_pair": cost.attn_coef,
             "peak_flops": dev.peak_tflops * 1e12 * devices,
             "hbm_bytes_per_s": dev.hbm_gbps * 1e9 * devices,
+            "max_context": m.max_context,
             "ridge_flops_per_byte": cm.ridge_point(dev),
             # the ridge after efficiencies: a step is compute-bound above it
             "effective_ridge_prefill": cost.flops_rate_prefill / cost.byte_rate,
             "effective_ridge_decode": cost.flops_rate_decode / cost.byte_rate,
         },
-        "prefill": [prefill_row(cost, n) for n in tokens],
+        "prefill": [_mark(prefill_row(cost, n), m.max_context) for n in tokens],
         "decode": [decode_row(cost, b, c) for b in batch for c in context],
         "kv": [{"tokens": n, "bytes": cost.kv_bpt * n} for n in tokens],
         "transfer": [transfer_row(cost, k, tokens) for k in link_specs],
-        "recompute": [recompute_row(cost, n) for n in tokens],
+        "recompute": [_mark(recompute_row(cost, n), m.max_context) for n in tokens],
         "break_even": [break_even(cost, k, max(max(tokens), m.max_context)) for k in link_specs],
     }

@@ -58,6 +58,19 @@ def _roof_cells(r: dict) -> list[str]:
 _ROOF_COLS = ["FLOP", "GB", "compute ms", "memory ms", "bound", "step ms"]
 
 
+def _tokens(r: dict) -> str:
+    return f"{r['tokens']:,}" + ("*" if r["beyond_max_context"] else "")
+
+
+def _beyond_note(rep: dict) -> None:
+    if any(r["beyond_max_context"] for r in rep["prefill"]):
+        out.print(
+            f"* longer than the model's max context "
+            f"({rep['figures']['max_context']:,} tokens): extrapolated",
+            highlight=False,
+        )
+
+
 def _render(rep: dict) -> None:
     f = rep["figures"]
     eff = rep["efficiency"]
@@ -82,8 +95,9 @@ def _render(rep: dict) -> None:
 
     t = _table("Prefill step, one prompt, nothing cached", ["tokens", *_ROOF_COLS, "attn"])
     for r in rep["prefill"]:
-        t.add_row(f"{r['tokens']:,}", *_roof_cells(r), f"{r['attention_flops_share']:.0%}")
+        t.add_row(_tokens(r), *_roof_cells(r), f"{r['attention_flops_share']:.0%}")
     out.print(t)
+    _beyond_note(rep)
 
     t = _table("Decode iteration (context per sequence)", ["batch", "context", *_ROOF_COLS])
     for r in rep["decode"]:
@@ -95,7 +109,7 @@ def _render(rep: dict) -> None:
         ["tokens", *_ROOF_COLS, "GB/s"],
     )
     for r in rep["recompute"]:
-        t.add_row(f"{r['tokens']:,}", *_roof_cells(r), f"{r['break_even_gbps']:,.2f}")
+        t.add_row(_tokens(r), *_roof_cells(r), f"{r['break_even_gbps']:,.2f}")
     out.print(t)
 
     toks = [k["tokens"] for k in rep["kv"]]
