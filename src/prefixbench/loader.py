@@ -259,4 +259,9 @@ def load_scenario(
     if overrides:
         data = apply_overrides(data, overrides)
         where = f"{where} (with --set)"
+    # `efficiency: {from: FILE}` reads a fitted block; FILE is relative to the scenario file
+    from .calibrate import inline_efficiency
+
+    base = Path(str(ref)).parent if ref is not None and Path(str(ref)).is_file() else Path.cwd()
+    data = inline_efficiency(data, base, where)
     return validate(data, where)

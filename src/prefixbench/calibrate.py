@@ -1,0 +1,557 @@
+"""Fit the roofline's efficiency block to measured step times, and load fitted blocks.
+
+A profile is a plain CSV (one measured step per row) or the result JSON of vLLM's
+``vllm bench latency --output-json`` or ``vllm bench serve --save-result``. Every measurement
+becomes a sum of roofline steps, each ``max(a·x, b·y) + o``, where ``a`` is the step's FLOPs
+over the peak, ``b`` its bytes over the bandwidth, ``x = 1/MFU`` of its phase, ``y = 1/MBU``
+and ``o`` the phase's overhead. For a fixed assignment of steps to their binding term the
+model is linear in ``(x_prefill, x_decode, y, o_prefill, o_decode)``, so the fit alternates:
+assign each step to the term that binds at the current estimate, solve the bounded linear
+least-squares problem on relative errors, repeat until the assignment is stable. Exact data
+is recovered exactly; a parameter no row depends on keeps its default and is reported.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from pydantic import ValidationError
+
+from .costmodel import Efficiency, InstanceCost, decode_series_coeffs
+from .errors import PrefixbenchError, ScenarioError
+
+PARAMS = ("mfu_prefill", "mfu_decode", "mbu", "prefill_overhead_ms", "decode_overhead_ms")
+CSV_COLUMNS = ("phase", "tokens", "batch", "context", "devices", "ms")
+
+
+class ProfileError(PrefixbenchError):
+    """A calibration profile is unreadable, incomplete or inconsistent."""
+
+
+# ---------------------------------------------------------------- loading a fitted block
+
+
+def load_efficiency(path: str | Path) -> Efficiency:
+    """An efficiency block from a YAML file (top level, or under an ``efficiency`` key)."""
+    from .loader import format_validation_error, read_yaml
+
+    path = Path(path)
+    data = read_yaml(path)
+    if isinstance(data, dict) and isinstance(data.get("efficiency"), dict):
+        data = data["efficiency"]
+    if not isinstance(data, dict):
+        raise ScenarioError(
+            "not an efficiency block",
+            where=str(path),
+            fix="write a mapping of mfu_prefill, mfu_decode, mbu, *_overhead_ms "
+            "(as `prefixbench calibrate --out` does)",
+        )
+    data = {k: v for k, v in data.items() if k in Efficiency.model_fields}
+    try:
+        return Efficiency.model_validate(data)
+    except ValidationError as e:
+        raise format_validation_error(e, str(path)) from None
+
+
+def inline_efficiency(data: dict, base: Path, where: str) -> dict:
+    """Replace ``efficiency: {from: FILE, ...}`` in a raw scenario by the file's block.
+
+    ``FILE`` is relative to ``base`` (the scenario file's folder); keys given next to
+    ``from`` override the file's. Other scenarios are returned unchanged.
+    """
+    eff = data.get("efficiency") if isinstance(data, dict) else None
+    if not isinstance(eff, dict) or "from" not in eff:
+        return data
+    ref = eff["from"]
+    if not isinstance(ref, str) or not ref.strip():
+        raise ScenarioError(
+            f"efficiency.from must be a file path, got {ref!r}",
+            where=where,
+            fix="write efficiency: {from: efficiency.yaml}",
+        )
+    path = Path(ref).expanduser()
+    if not path.is_absolute():
+        path = base / path
+    block = load_efficiency(path).model_dump()
+    block.update({k: v for k, v in eff.items() if k != "from"})
+    return {**data, "efficiency": block}
+
+
+# ---------------------------------------------------------------- measurements
+
+
+@dataclass
+class Measurement:
+    """One measured time and the roofline steps it is the sum of.
+
+    ``a``/``b``: per step, seconds of compute at MFU 1 and of memory at MBU 1; ``phase``: 0
+    prefill, 1 decode (selects the MFU and overhead).
+    """
+
+    kind: str  # prefill | decode | sequence (a whole vLLM `bench latency` run)
+    ms: float
+    where: str
+    label: str
+    a: np.ndarray = field(repr=False)
+    b: np.ndarray = field(repr=False)
+    phase: np.ndarray = field(repr=False)
+
+    def predict(self, eff: Efficiency) -> float:
+        x = np.where(self.phase == 0, 1.0 / eff.mfu_prefill, 1.0 / eff.mfu_decode)
+        o = np.where(self.phase == 0, eff.prefill_overhead_ms, eff.decode_overhead_ms)
+        return float(np.sum(np.maximum(self.a * x, self.b / eff.mbu)) * 1e3 + o.sum())
+
+
+def _unit_cost(model, dev, devices: int) -> InstanceCost:
+    """Roofline coefficients at efficiency 1 and no overhead (times are then a and b)."""
+    one = Efficiency(
+        mfu_prefill=1, mfu_decode=1, mbu=1, prefill_overhead_ms=0, decode_overhead_ms=0
+    )
+    return InstanceCost.build(model, dev, devices, one)
+
+
+def prefill_steps(cost: InstanceCost, tokens: int, cached: int, requests: int = 1):
+    """(a, b) of one prefill step over ``requests`` prompts of ``tokens`` new tokens each."""
+    flops, kv_io = cost.prefill_parts(tokens, cached)
+    a = float(flops) * requests / cost.flops_rate_prefill
+    b = (float(cost.weights_read(tokens * requests)) + float(kv_io) * requests) / cost.byte_rate
+    return a, b
+
+
+def decode_steps(cost: InstanceCost, batch: int, context: float, iterations: int = 1):
+    """(a, b) arrays of ``iterations`` decode iterations of ``batch`` sequences whose
+    total context starts at ``batch · context`` and grows by ``batch`` per iteration."""
+    a1, s1, a2, s2, _ = decode_series_coeffs(cost, batch, batch * context)
+    j = np.arange(iterations, dtype=np.float64)
+    return a1 + s1 * j, a2 + s2 * j
+
+
+def _measurement(kind, ms, where, label, steps) -> Measurement:
+    a = np.concatenate([np.atleast_1d(np.asarray(s[0], dtype=float)) for s in steps])
+    b = np.concatenate([np.atleast_1d(np.asarray(s[1], dtype=float)) for s in steps])
+    ph = np.concatenate(
+        [np.full(np.atleast_1d(np.asarray(s[0])).shape, s[2], dtype=np.int8) for s in steps]
+    )
+    return Measurement(kind, ms, where, label, a, b, ph)
+
+
+# ---------------------------------------------------------------- reading profiles
+
+
+def _lookup(kind: str, name: str, where: str):
+    from .catalog import get_accelerator, get_model
+
+    try:
+        return get_model(name) if kind == "model" else get_accelerator(name)
+    except PrefixbenchError as e:
+        raise ProfileError(e.what, where=where, fix=e.fix) from None
+
+
+def _number(row: dict, col: str, where: str, *, default=None, integer=True, positive=True):
+    raw = (row.get(col) or "").strip()
+    if not raw:
+        if default is not None:
+            return default
+        raise ProfileError(f"no value in column '{col}'", where=where, fix=f"fill in '{col}'")
+    try:
+        v = float(raw)
+    except ValueError:
+        raise ProfileError(
+            f"column '{col}' is not a number: {raw!r}", where=where, fix="write a number"
+        ) from None
+    if not math.isfinite(v) or (v <= 0 if positive else v < 0):
+        need = "> 0" if positive else ">= 0"
+        raise ProfileError(f"column '{col}' must be {need}, got {raw}", where=where,
+                           fix="remove the row or fix the measurement")  # fmt: skip
+    if integer and v != int(v):
+        raise ProfileError(
+            f"column '{col}' must be a whole number, got {raw}", where=where, fix="round it"
+        )
+    return int(v) if integer else v
+
+
+class _Context:
+    """The model/accelerator a row refers to: its own columns, else the command's options."""
+
+    def __init__(self, model: str | None, accelerator: str, devices: int) -> None:
+        self.model, self.accelerator, self.devices = model, accelerator, devices
+        self._costs: dict = {}
+
+    def cost(self, model: str | None, accelerator: str | None, devices: int, where: str):
+        name = model or self.model
+        if name is None:
+            raise ProfileError(
+                "no model for this row", where=where, fix="add a 'model' column or pass --model"
+            )
+        if model and self.model and model.strip().lower() != self.model.strip().lower():
+            raise ProfileError(
+                f"model '{model}' does not match --model {self.model}",
+                where=where,
+                fix="drop --model to fit rows of several models, or fix the row",
+            )
+        acc = accelerator or self.accelerator
+        key = (name.lower(), acc.lower(), devices)
+        if key not in self._costs:
+            m = _lookup("model", name, where)
+            dev = _lookup("accelerator", acc, where)
+            self._costs[key] = _unit_cost(m, dev, devices)
+        return self._costs[key]
+
+
+def read_csv_profile(path: Path, ctx: _Context) -> list[Measurement]:
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            header = [h.strip() for h in (reader.fieldnames or [])]
+            rows = list(reader)
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise ProfileError(
+            f"cannot read CSV ({e})", where=str(path), fix="check the file"
+        ) from None
+    missing = [c for c in ("phase", "ms") if c not in header]
+    if not ({"tokens", "batch"} & set(header)):
+        missing.append("tokens or batch")
+    if missing:
+        raise ProfileError(
+            f"missing column(s) {', '.join(missing)}",
+            where=str(path),
+            fix="the header needs " + ", ".join(CSV_COLUMNS) + " (model, accelerator optional)",
+        )
+    out = []
+    for i, raw in enumerate(rows, start=2):  # line 1 is the header
+        row = {(k or "").strip(): v for k, v in raw.items()}
+        where = f"{path}:{i}"
+        phase = (row.get("phase") or "").strip().lower()
+        devices = _number(row, "devices", where, default=ctx.devices)
+        ms = _number(row, "ms", where, integer=False)
+        row_model = (row.get("model") or "").strip() or None
+        cost = ctx.cost(row_model, (row.get("accelerator") or "").strip() or None, devices, where)
+        tag = f"{row_model} " if row_model else ""
+        context = _number(row, "context", where, default=0, positive=False)
+        if phase == "prefill":
+            n = _number(row, "tokens", where)
+            a, b = prefill_steps(cost, n, context)
+            out.append(
+                _measurement("prefill", ms, where, f"{tag}prefill {n}+{context}", [(a, b, 0)])
+            )
+        elif phase == "decode":
+            bsz = _number(row, "batch", where)
+            a, b = decode_steps(cost, bsz, context)
+            out.append(
+                _measurement("decode", ms, where, f"{tag}decode b={bsz} ctx={context}", [(a, b, 1)])
+            )
+        else:
+            raise ProfileError(
+                f"phase must be prefill or decode, got {phase!r}", where=where, fix="fix the row"
+            )
+    return out
+
+
+def read_vllm_json(path: Path, ctx: _Context, lengths: dict) -> list[Measurement]:
+    """Rows from ``vllm bench serve --save-result`` (at --max-concurrency 1) or
+    ``vllm bench latency --output-json`` (with the run's --input-len/--output-len/--batch-size)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ProfileError(
+            f"cannot read JSON ({e})", where=str(path), fix="check the file"
+        ) from None
+    if not isinstance(data, dict):
+        raise ProfileError("not a vLLM result object", where=str(path), fix="check the file")
+    model = data.get("model_id") or None
+    if model and ctx.model:
+        from .catalog import get_model
+
+        hf = get_model(ctx.model).hf_id.lower()
+        if hf and model.lower().rstrip("/").split("/")[-1] != hf.split("/")[-1]:
+            raise ProfileError(
+                f"result is for '{model}', not --model {ctx.model} ({hf})",
+                where=str(path),
+                fix="pass the --model the benchmark ran",
+            )
+        model = None
+    elif model:
+        model = _catalog_name(model, path)
+    if "mean_ttft_ms" in data:
+        return _serve_rows(data, path, ctx, model)
+    if "avg_latency" in data:
+        return _latency_rows(data, path, ctx, model, lengths)
+    raise ProfileError(
+        "neither a `vllm bench serve` nor a `vllm bench latency` result",
+        where=str(path),
+        fix="give the JSON of --save-result (serve) or --output-json (latency), or a CSV",
+    )
+
+
+def _catalog_name(hf_id: str, path: Path) -> str:
+    from .catalog import MODELS
+
+    tail = hf_id.lower().rstrip("/").split("/")[-1]
+    for m in MODELS.values():
+        if m.hf_id and m.hf_id.lower().split("/")[-1] == tail:
+            return m.name
+    raise ProfileError(
+        f"model '{hf_id}' is not in the catalog", where=str(path), fix="pass --model (a name or "
+        "config.json path)"
+    )  # fmt: skip
+
+
+def _field(data: dict, key: str, path: Path) -> float:
+    v = data.get(key)
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v <= 0:
+        raise ProfileError(
+            f"'{key}' missing or not a positive number", where=str(path), fix="check the result"
+        )
+    return float(v)
+
+
+def _serve_rows(data: dict, path: Path, ctx: _Context, model) -> list[Measurement]:
+    conc = data.get("max_concurrency")
+    if conc != 1:
+        raise ProfileError(
+            f"max_concurrency is {conc!r}: TTFT and TPOT then include queueing and mixed batches",
+            where=str(path),
+            fix="rerun `vllm bench serve` with --max-concurrency 1 for calibration",
+        )
+    done = _field(data, "completed", path)
+    n_in = _field(data, "total_input_tokens", path) / done
+    n_out = _field(data, "total_output_tokens", path) / done
+    cost = ctx.cost(model, None, ctx.devices, str(path))
+    ttft = data.get("median_ttft_ms", data.get("mean_ttft_ms"))
+    tpot = data.get("median_tpot_ms", data.get("mean_tpot_ms"))
+    ttft = _field({"ttft": ttft}, "ttft", path)
+    tpot = _field({"tpot": tpot}, "tpot", path)
+    a, b = prefill_steps(cost, round(n_in), 0)
+    out = [_measurement("prefill", ttft, str(path), f"TTFT {n_in:.0f} tokens", [(a, b, 0)])]
+    ctx_mid = n_in + n_out / 2
+    a, b = decode_steps(cost, 1, ctx_mid)
+    out.append(_measurement("decode", tpot, str(path), f"TPOT ctx {ctx_mid:.0f}", [(a, b, 1)]))
+    return out
+
+
+def _latency_rows(data: dict, path: Path, ctx: _Context, model, lengths) -> list[Measurement]:
+    merged = {k: data.get(k, lengths.get(k)) for k in ("input_len", "output_len", "batch_size")}
+    missing = [k for k, v in merged.items() if v is None]
+    if missing:
+        flags = ", ".join("--" + k.replace("_", "-") for k in missing)
+        raise ProfileError(
+            f"a `vllm bench latency` result does not record {', '.join(missing)}",
+            where=str(path),
+            fix=f"pass {flags} as given to `vllm bench latency`",
+        )
+    n_in, n_out, bsz = (int(merged[k]) for k in ("input_len", "output_len", "batch_size"))
+    if min(n_in, n_out, bsz) < 1:
+        raise ProfileError(
+            "input_len, output_len and batch_size must be >= 1", where=str(path), fix="fix them"
+        )
+    cost = ctx.cost(model, None, ctx.devices, str(path))
+    a, b = prefill_steps(cost, n_in, 0, requests=bsz)
+    da, db = decode_steps(cost, bsz, n_in + 1, n_out - 1)
+    ms = _field(data, "avg_latency", path) * 1e3
+    label = f"latency b={bsz} in={n_in} out={n_out}"
+    return [_measurement("sequence", ms, str(path), label, [(a, b, 0), (da, db, 1)])]
+
+
+# ---------------------------------------------------------------- the fit
+
+
+@dataclass
+class Fit:
+    efficiency: Efficiency
+    constrained: list[str]  # parameters the data determines
+    kept: list[str]  # parameters no row depends on (left at the start value)
+    mape: dict[str, float]  # per kind, fitted
+    mape_start: dict[str, float]  # per kind, at the start efficiency
+    rows: int
+    iterations: int
+
+
+def _design(ms: list[Measurement], theta: np.ndarray) -> tuple[np.ndarray, bytes]:
+    """Columns (x_p, x_d, y, o_p, o_d) of the linear model under the regimes that bind at
+    ``theta``, and a signature of those regimes (which term binds in every step)."""
+    x = np.array([theta[0], theta[1]])
+    rows, sig = [], []
+    for m in ms:
+        comp = m.a * x[m.phase] >= m.b * theta[2]
+        sig.append(np.packbits(comp).tobytes())
+        rows.append(
+            [
+                1e3 * m.a[comp & (m.phase == 0)].sum(),
+                1e3 * m.a[comp & (m.phase == 1)].sum(),
+                1e3 * m.b[~comp].sum(),
+                float((m.phase == 0).sum()),
+                float((m.phase == 1).sum()),
+            ]
+        )
+    return np.array(rows), b"|".join(sig)
+
+
+def _theta(eff: Efficiency) -> np.ndarray:
+    return np.array(
+        [1 / eff.mfu_prefill, 1 / eff.mfu_decode, 1 / eff.mbu,
+         eff.prefill_overhead_ms, eff.decode_overhead_ms]
+    )  # fmt: skip
+
+
+def _efficiency(theta: np.ndarray) -> Efficiency:
+    return Efficiency(
+        mfu_prefill=min(1.0, 1 / theta[0]),
+        mfu_decode=min(1.0, 1 / theta[1]),
+        mbu=min(1.0, 1 / theta[2]),
+        prefill_overhead_ms=max(0.0, theta[3]),
+        decode_overhead_ms=max(0.0, theta[4]),
+    )
+
+
+def _mape(ms: list[Measurement], eff: Efficiency) -> dict[str, float]:
+    by: dict[str, list[float]] = {}
+    for m in ms:
+        by.setdefault(m.kind, []).append(abs(m.predict(eff) / m.ms - 1))
+    return {k: 100 * float(np.mean(v)) for k, v in by.items()}
+
+
+def fit(ms: list[Measurement], start: Efficiency | None = None, max_iter: int = 100) -> Fit:
+    """Least-squares fit of the efficiency block (relative errors), as the module says."""
+    from scipy.optimize import lsq_linear
+
+    start = start or Efficiency()
+    if len(ms) < 2:
+        raise ProfileError(
+            f"too few points to fit: {len(ms)} measurement(s)",
+            fix="measure at least one step per parameter (2 or more rows)",
+        )
+    meas = np.array([m.ms for m in ms])
+    theta = _theta(start)
+    lower = np.array([1.0, 1.0, 1.0, 0.0, 0.0])
+    seen: set[bytes] = set()
+    it = 0
+    while it < max_iter:
+        it += 1
+        design, regimes = _design(ms, theta)
+        active = np.flatnonzero(np.abs(design).sum(axis=0) > 0)
+        fixed = np.setdiff1d(np.arange(5), active)
+        if len(ms) < active.size:
+            names = ", ".join(PARAMS[i] for i in active)
+            raise ProfileError(
+                f"too few points to fit: {len(ms)} measurements for {active.size} parameters "
+                f"({names})",
+                fix="add measurements (both phases, short and long)",
+            )
+        w = design[:, active] / meas[:, None]  # relative residuals
+        rhs = 1.0 - (design[:, fixed] @ theta[fixed]) / meas
+        sol = lsq_linear(w, rhs, bounds=(lower[active], np.inf), method="bvls", tol=1e-15)
+        theta = theta.copy()
+        theta[active] = sol.x
+        if _design(ms, theta)[1] == regimes or regimes in seen:
+            break  # the regimes the solution implies are those it was solved under
+        seen.add(regimes)
+    design, _ = _design(ms, theta)
+    active = [PARAMS[i] for i in np.flatnonzero(np.abs(design).sum(axis=0) > 0)]
+    eff = _efficiency(theta)
+    return Fit(
+        efficiency=eff,
+        constrained=active,
+        kept=[p for p in PARAMS if p not in active],
+        mape=_mape(ms, eff),
+        mape_start=_mape(ms, start),
+        rows=len(ms),
+        iterations=it,
+    )
+
+
+# ---------------------------------------------------------------- the command's library call
+
+
+def read_profiles(
+    paths: list[str],
+    model: str | None = None,
+    accelerator: str = "h100-sxm",
+    devices: int = 1,
+    lengths: dict | None = None,
+) -> list[Measurement]:
+    ctx = _Context(model, accelerator, devices)
+    out: list[Measurement] = []
+    for p in paths:
+        path = Path(p)
+        if not path.is_file():
+            raise ProfileError("file not found", where=str(path), fix="check the path")
+        if path.suffix.lower() == ".json":
+            out += read_vllm_json(path, ctx, lengths or {})
+        else:
+            out += read_csv_profile(path, ctx)
+    return out
+
+
+def write_efficiency(path: str | Path, result: Fit, sources: list[str]) -> Path:
+    """Write the fitted block as YAML via a temp file and an atomic rename."""
+    import yaml
+
+    path = Path(path)
+    e = result.efficiency
+    doc = {
+        "efficiency": {k: round(float(getattr(e, k)), 6) for k in PARAMS},
+        "fit": {
+            "sources": sources,
+            "rows": result.rows,
+            "mape_percent": {k: round(v, 3) for k, v in result.mape.items()},
+            "kept_at_default": result.kept,
+        },
+    }
+    text = (
+        "# Written by `prefixbench calibrate`. Use it with `prefixbench cost --efficiency FILE`\n"
+        "# or in a scenario as `efficiency: {from: FILE}` (relative to the scenario file).\n"
+        + yaml.safe_dump(doc, sort_keys=False)
+    )
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError as e:
+        raise ProfileError(
+            f"cannot write ({e.strerror})", where=str(path), fix="choose a writable --out path"
+        ) from None
+    return path
+
+
+def calibrate(
+    paths: list[str],
+    model: str | None = None,
+    accelerator: str = "h100-sxm",
+    devices: int = 1,
+    lengths: dict | None = None,
+    out: str | None = None,
+) -> dict:
+    """Read the profiles, fit, optionally write the block; a plain dict for the CLI."""
+    ms = read_profiles(paths, model, accelerator, devices, lengths)
+    result = fit(ms)
+    if out:
+        write_efficiency(out, result, [str(p) for p in paths])
+    eff = result.efficiency
+    return {
+        "efficiency": {k: float(getattr(eff, k)) for k in PARAMS},
+        "constrained": result.constrained,
+        "kept_at_default": result.kept,
+        "mape_percent": result.mape,
+        "mape_percent_at_defaults": result.mape_start,
+        "rows": [
+            {
+                "where": m.where,
+                "kind": m.kind,
+                "what": m.label,
+                "measured_ms": m.ms,
+                "fitted_ms": m.predict(eff),
+                "default_ms": m.predict(Efficiency()),
+            }
+            for m in ms
+        ],
+        "out": out,
+    }

@@ -1,0 +1,168 @@
+"""What `prefixbench cost` prints: step times of one model on one instance, with their parts.
+
+Every figure is the roofline of ``costmodel`` (docs/model.md §2) split into its compute and
+memory terms so a reader can see which one binds and check the arithmetic: FLOPs, bytes,
+the two candidate times, the bound and the step time the simulator uses. Plain dicts of
+floats (``None`` where a figure does not exist), ready for strict JSON.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import costmodel as cm
+from .catalog import get_accelerator, get_link, get_model
+from .catalog.specs import LinkSpec
+from .errors import ScenarioError
+
+DEFAULT_TOKENS = (512, 2048, 8192, 32768)
+DEFAULT_BATCH = (1, 16, 64, 256)
+DEFAULT_CONTEXT = (1024, 4096)
+DEFAULT_LINKS = ("nvlink4", "ib-ndr400", "roce-200g", "roce-100g", "eth-25g", "eth-10g")
+
+
+def _roof(flops: float, nbytes: float, flops_rate: float, byte_rate: float, overhead: float):
+    """The roofline of one step as a dict: parts, bound and total (seconds)."""
+    t_c, t_m = flops / flops_rate, nbytes / byte_rate
+    return {
+        "flops": flops,
+        "bytes": nbytes,
+        "compute_ms": t_c * 1e3,
+        "memory_ms": t_m * 1e3,
+        "overhead_ms": overhead * 1e3,
+        "bound": "compute" if t_c >= t_m else "memory",
+        "ms": (max(t_c, t_m) + overhead) * 1e3,
+    }
+
+
+def prefill_row(cost: cm.InstanceCost, tokens: int) -> dict:
+    """One prefill step of a single ``tokens``-token prompt, nothing cached."""
+    flops, kv_io = cost.prefill_parts(tokens, 0)
+    nbytes = float(cost.weights_read(tokens)) + float(kv_io)
+    row = {"tokens": tokens}
+    row.update(
+        _roof(float(flops), nbytes, cost.flops_rate_prefill, cost.byte_rate, cost.prefill_overhead)
+    )
+    row["attention_flops_share"] = cost.attn_coef * tokens * (tokens + 1) / 2 / float(flops)
+    row["ms"] = cm.prefill_time(cost, [tokens], [0]) * 1e3  # the simulator's own figure
+    return row
+
+
+def decode_row(cost: cm.InstanceCost, batch: int, context: int) -> dict:
+    """One decode iteration: ``batch`` sequences of ``context`` tokens each."""
+    total = batch * context
+    flops = batch * (cost.linear_flops + cost.lm_head_flops) + cost.attn_coef * total
+    nbytes = float(cost.weights_read(batch)) + cost.kv_bpt * total
+    row = {"batch": batch, "context": context}
+    row.update(_roof(flops, nbytes, cost.flops_rate_decode, cost.byte_rate, cost.decode_overhead))
+    row["ms"] = float(cm.decode_iteration_time(cost, batch, total)) * 1e3
+    row["tokens_per_s"] = batch / (row["ms"] / 1e3)
+    return row
+
+
+def recompute_row(cost: cm.InstanceCost, tokens: int) -> dict:
+    """Rebuilding the KV of a ``tokens``-token prefix on the decode instance (no logits)."""
+    flops = tokens * cost.linear_flops + cost.attn_coef * tokens * (tokens + 1) / 2
+    nbytes = float(cost.weights_read(tokens)) + cost.kv_bpt * tokens
+    row = {"tokens": tokens}
+    row.update(_roof(flops, nbytes, cost.flops_rate_prefill, cost.byte_rate, cost.prefill_overhead))
+    row["ms"] = float(cm.recompute_time(cost, tokens)) * 1e3
+    # Link bandwidth below which recomputing beats moving the prefix's KV (latency ignored).
+    row["break_even_gbps"] = cost.kv_bpt * tokens / (row["ms"] / 1e3) / 1e9
+    return row
+
+
+def transfer_row(cost: cm.InstanceCost, link: LinkSpec, tokens: list[int]) -> dict:
+    """The KV of each prefix length moved over one channel of ``link``."""
+    return {
+        "link": link.name,
+        "bandwidth_gbps": link.bandwidth_gbps,
+        "latency_us": link.latency_us,
+        "ms": [float(cm.transfer_time(link, cost.kv_bpt * n)) * 1e3 for n in tokens],
+    }
+
+
+def break_even(cost: cm.InstanceCost, link: LinkSpec, max_tokens: int) -> dict:
+    """Prefix lengths (1..max_tokens) for which recomputing is faster than transferring.
+
+    Recompute pays a fixed overhead and a quadratic attention term, transfer only latency and
+    a linear term, so recompute can win at most on one interval of lengths; ``None`` if never.
+    """
+    n = np.arange(1, max_tokens + 1, dtype=np.float64)
+    wins = cm.recompute_time(cost, n) < cm.transfer_time(link, cost.kv_bpt * n)
+    idx = np.flatnonzero(wins)
+    lo = int(n[idx[0]]) if idx.size else None
+    hi = int(n[idx[-1]]) if idx.size else None
+    return {"link": link.name, "recompute_wins_from": lo, "recompute_wins_to": hi}
+
+
+def _mark(row: dict, max_context: int) -> dict:
+    """Flag a prompt longer than the model accepts (the figure is then extrapolated)."""
+    row["beyond_max_context"] = row["tokens"] > max_context
+    return row
+
+
+def _positive(kind: str, values) -> list[int]:
+    vals = [int(v) for v in values]
+    bad = [v for v in vals if v <= 0]
+    if not vals or bad:
+        raise ScenarioError(
+            f"{kind} must be positive integers, got {list(values)}",
+            where=f"--{kind}",
+            fix="give a comma-separated list such as 1,16,64",
+        )
+    return vals
+
+
+def cost_report(
+    model: str,
+    accelerator: str = "h100-sxm",
+    devices: int = 1,
+    links: list[str] | None = None,
+    tokens=DEFAULT_TOKENS,
+    batch=DEFAULT_BATCH,
+    context=DEFAULT_CONTEXT,
+    efficiency: cm.Efficiency | None = None,
+) -> dict:
+    """Every figure `prefixbench cost` shows, for a model name or a config.json path."""
+    m = get_model(model)
+    dev = get_accelerator(accelerator)
+    if devices < 1:
+        raise ScenarioError(
+            f"devices must be at least 1, got {devices}", where="--devices", fix="use 1 or more"
+        )
+    tokens = _positive("tokens", tokens)
+    batch = _positive("batch", batch)
+    context = _positive("context", context)
+    link_specs = [get_link(k) for k in (links or DEFAULT_LINKS)]
+    eff = efficiency or cm.Efficiency()
+    cost = cm.InstanceCost.build(m, dev, devices, eff)
+    p = cm.param_counts(m)
+    return {
+        "model": m.name,
+        "accelerator": dev.name,
+        "devices": devices,
+        "efficiency": eff.model_dump(),
+        "figures": {
+            "kv_bytes_per_token": cost.kv_bpt,
+            "weight_bytes": cm.weight_bytes(m),
+            "params": p["total"],
+            "active_params": p["active"],
+            "linear_flops_per_token": cost.linear_flops,
+            "lm_head_flops_per_token": cost.lm_head_flops,
+            "attention_flops_per_pair": cost.attn_coef,
+            "peak_flops": dev.peak_tflops * 1e12 * devices,
+            "hbm_bytes_per_s": dev.hbm_gbps * 1e9 * devices,
+            "max_context": m.max_context,
+            "ridge_flops_per_byte": cm.ridge_point(dev),
+            # the ridge after efficiencies: a step is compute-bound above it
+            "effective_ridge_prefill": cost.flops_rate_prefill / cost.byte_rate,
+            "effective_ridge_decode": cost.flops_rate_decode / cost.byte_rate,
+        },
+        "prefill": [_mark(prefill_row(cost, n), m.max_context) for n in tokens],
+        "decode": [decode_row(cost, b, c) for b in batch for c in context],
+        "kv": [{"tokens": n, "bytes": cost.kv_bpt * n} for n in tokens],
+        "transfer": [transfer_row(cost, k, tokens) for k in link_specs],
+        "recompute": [_mark(recompute_row(cost, n), m.max_context) for n in tokens],
+        "break_even": [break_even(cost, k, max(max(tokens), m.max_context)) for k in link_specs],
+    }
