@@ -106,7 +106,7 @@ def _compressed_tensors(qc: dict, where: str) -> tuple[float, str]:
     groups = qc.get("config_groups")
     if not isinstance(groups, dict) or not groups:
         raise _qerror(where, "config_groups", "must be a non-empty mapping")
-    widths = set()
+    widths: dict[float, tuple[float, str]] = {}
     for name, group in groups.items():
         w = group.get("weights") if isinstance(group, dict) else None
         if not isinstance(w, dict):
@@ -138,10 +138,10 @@ def _compressed_tensors(qc: dict, where: str) -> tuple[float, str]:
             width = bits / 8 + 2.0 / (block[0] * block[1])
         else:
             raise _qerror(where, f"{key}.strategy", f"'{strategy}' is not modelled")
-        widths.add((round(width, 9), f"compressed-tensors {bits}-bit {strategy}"))
+        widths[round(width, 9)] = (width, f"compressed-tensors {bits}-bit {strategy}")
     if len(widths) > 1:
         raise _qerror(where, "config_groups", "mixes weight widths across groups")
-    return widths.pop()
+    return next(iter(widths.values()))
 
 
 def quantization(qc: Any, where: str) -> tuple[float, str]:
