@@ -166,3 +166,33 @@ def test_deepseek_fp8_weight_bytes():
     expected = full_width * 2 + (p["total"] - full_width) * (1 + 4 / (128 * 128))
     assert weight_bytes(m) == pytest.approx(expected, rel=1e-12)
     assert 672e9 < weight_bytes(m) < 674e9  # not 1,342 GB (bf16)
+
+
+# ---------------------------------------------------------------- catalog show
+
+
+@pytest.mark.parametrize("name", [c[0] for c in CASES])
+def test_catalog_show_every_config(name):
+    import json
+    import math
+
+    from typer.testing import CliRunner
+
+    from prefixbench.cli import app
+
+    runner = CliRunner(env={"COLUMNS": "80", "NO_COLOR": "1", "TERM": "dumb"})
+    path = str(CONFIGS / f"{name}.json")
+    r = runner.invoke(app, ["catalog", "show", path, "--json"])
+    assert r.exit_code == 0, r.output
+    info = json.loads(r.stdout, parse_constant=lambda c: pytest.fail(f"non-strict JSON {c}"))
+    m = load(name)
+    assert info["params"] == param_counts(m)["total"]
+    assert info["active_params"] == param_counts(m)["active"]
+    assert info["weight_bytes"] == weight_bytes(m)
+    assert info["kv_bytes_per_token"] == kv_bytes_per_token(m)
+    assert all(math.isfinite(v) for v in info.values() if isinstance(v, float))
+    table = runner.invoke(app, ["catalog", "show", path])
+    assert table.exit_code == 0
+    assert max(len(line) for line in table.stdout.splitlines()) <= 80
+    for field in ("params", "active_params", "weight_bytes", "kv_bytes_per_token"):
+        assert field in table.stdout
