@@ -350,3 +350,30 @@ def test_integer_python_cannot_convert(tmp_path):
         load_hf_config(path)
     msg = str(err.value)
     assert "\n" not in msg and len(msg) < 300 and "cannot read" in msg
+
+
+def test_absurd_layer_count_answers_at_once(tmp_path):
+    # Layer patterns are counted arithmetically: 2^31 - 1 layers must not loop.
+    m = load(tmp_path, dict(cfg("deepseek-v3"), num_hidden_layers=2**31 - 1, moe_layer_freq=3))
+    assert m.layers - m.first_dense_layers == (2**31 - 2) // 3 - (3 - 1) // 3
+
+
+def test_unknown_format_names_are_one_line():
+    with pytest.raises(CatalogError, match="unknown KV dtype 'fp4'; use one of bf16"):
+        with_formats(MODELS["qwen2-1.5b"], kv_dtype="fp4")
+    with pytest.raises(CatalogError, match="unknown weight format"):
+        with_formats(MODELS["qwen2-1.5b"], weights="nf4")
+
+
+def test_crossover_at_fp8_kv_halves_the_tie_bandwidth():
+    from prefixbench.study.crossover import analytic_row
+
+    bf16 = analytic_row("qwen2-1.5b", "l4", "eth-25g")
+    fp8 = analytic_row("qwen2-1.5b", "l4", "eth-25g", kv_dtype="fp8")
+    assert fp8["kv_bytes_per_token"] == 2 * 28 * 2 * 128 * 1
+    # Same recompute time, half the bytes to move: the tie bandwidth halves exactly.
+    assert fp8["recompute_ms_at_ref"] == bf16["recompute_ms_at_ref"]
+    assert fp8["tie_bandwidth_gbps"] == pytest.approx(bf16["tie_bandwidth_gbps"] / 2)
+    latency_ms = 30e-3  # eth-25g, 30 µs
+    moved = (bf16["transfer_ms_at_ref"] - latency_ms) / 2
+    assert fp8["transfer_ms_at_ref"] == pytest.approx(moved + latency_ms)

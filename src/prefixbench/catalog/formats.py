@@ -43,13 +43,19 @@ WEIGHT_FORMATS: dict[str, tuple[float, str]] = {
 """Weight formats a scenario may force with ``model.weights`` (overriding the config)."""
 
 
+def _known(kind: str, name: str, table: dict) -> str:
+    if name in table:
+        return name
+    raise CatalogError(f"unknown {kind} '{name}'", fix=f"use one of {', '.join(table)}")
+
+
 def with_formats(m: ModelSpec, kv_dtype: str | None = None, weights: str | None = None):
     """``m`` with its KV dtype and/or weight format replaced (None keeps the config's)."""
     update: dict[str, Any] = {}
     if kv_dtype is not None:
-        update["kv_bytes"] = KV_DTYPES[kv_dtype]
+        update["kv_bytes"] = KV_DTYPES[_known("KV dtype", kv_dtype, KV_DTYPES)]
     if weights is not None:
-        qbytes, label = WEIGHT_FORMATS[weights]
+        qbytes, label = WEIGHT_FORMATS[_known("weight format", weights, WEIGHT_FORMATS)]
         # Unquantized tensors (embeddings, norms, router) are served in 16-bit.
         update.update(weight_bytes=2.0, quant_bytes=qbytes, weight_format=label)
     return m.model_copy(update=update) if update else m

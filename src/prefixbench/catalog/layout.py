@@ -63,19 +63,20 @@ def _moe_layers(r, layers: int) -> int:
             return len(set(r.int_list("moe_layers", layers)))
         step = r.optional("interleave_moe_layer_step", 1)
         return len(range(step - 1, layers, step))
+    # Counted arithmetically, not by looping over layers (a config may claim 2^31 of them).
     if "decoder_sparse_step" in r.cfg or "mlp_only_layers" in r.cfg:  # Qwen2-MoE, Qwen3-MoE
-        step = r.optional("decoder_sparse_step", 1)
+        step = r.optional("decoder_sparse_step", 1)  # layer i is MoE when (i + 1) % step == 0
         dense = set(r.int_list("mlp_only_layers", layers))
-        return sum(1 for i in range(layers) if i not in dense and (i + 1) % step == 0)
-    if "expert_layer_period" in r.cfg:  # Jamba
+        return layers // step - sum(1 for i in dense if (i + 1) % step == 0)
+    if "expert_layer_period" in r.cfg:  # Jamba: layer i is MoE when i % period == offset
         period = r.optional("expert_layer_period", 1)
         offset = r.optional("expert_layer_offset", 0, minimum=0)
-        return sum(1 for i in range(layers) if i % period == offset)
+        return (layers - 1 - offset) // period + 1 if offset < min(period, layers) else 0
     first = r.optional("first_k_dense_replace", 0, minimum=0)  # DeepSeek
-    freq = r.optional("moe_layer_freq", 1)
+    freq = r.optional("moe_layer_freq", 1)  # layer i >= first is MoE when i % freq == 0
     if first > layers:
         raise r.error("first_k_dense_replace", "exceeds num_hidden_layers", "check the MoE keys")
-    return sum(1 for i in range(first, layers) if i % freq == 0)
+    return (layers - 1) // freq - (first - 1) // freq
 
 
 def _shared(r, model_type: str, expert_width: int) -> dict[str, int]:
@@ -172,8 +173,8 @@ def attention_pattern(r, layers: int, max_context: int) -> dict[str, int]:
         if flags:
             sliding = sum(flags)
         else:
-            every = r.optional("no_rope_layer_interval", 4)
-            sliding = sum(1 for i in range(layers) if (i + 1) % every)
+            every = r.optional("no_rope_layer_interval", 4)  # every n-th layer is global
+            sliding = layers - layers // every
     elif window and "use_sliding_window" in r.cfg:  # Qwen2: SWA above max_window_layers
         full = r.optional("max_window_layers", layers, minimum=0)
         sliding = max(layers - full, 0) if r.cfg["use_sliding_window"] else 0
