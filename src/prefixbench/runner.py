@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import catalog
+from .catalog.describe import run_notes
 from .catalog.formats import with_formats
 from .catalog.specs import ModelSpec
 from .costmodel import InstanceCost, decode_iteration_time, kv_bytes_per_token, weight_bytes
@@ -143,6 +144,7 @@ def prepare(s: Scenario) -> Prepared:
             )
 
     req, notes = build_requests(s)
+    notes = [*notes, *run_notes(model)]
     if len(req) == 0:
         raise SimulationError(
             "the workload produced no requests",

@@ -124,3 +124,19 @@ def show(name: str, accelerator: str = "h100-sxm") -> dict:
         }
     known = list(MODELS) + list(ACCELERATORS) + list(LINKS)
     raise CatalogError(f"unknown catalog entry '{name}'", fix=did_you_mean(name, known))
+
+
+def run_notes(m) -> list[str]:
+    """What a simulation of ``m`` leaves out, one line each (shown with the run's notes)."""
+    notes = [f"{m.name}: {n}" for n in m.notes]
+    if m.sliding_layers and m.max_context > m.sliding_window:
+        notes.append(
+            f"{m.name}: its {m.sliding_layers} sliding-window layers are charged KV for every "
+            f"token, also past their {m.sliding_window:,}-token window (docs/model.md §2.2)"
+        )
+    if m.linear_layers:
+        notes.append(
+            f"{m.name}: the fixed state of its {m.linear_layers} linear-attention layers "
+            f"({cm.state_bytes_per_sequence(m) / 1e6:,.0f} MB per sequence) is not charged"
+        )
+    return notes
