@@ -377,3 +377,18 @@ def test_crossover_at_fp8_kv_halves_the_tie_bandwidth():
     latency_ms = 30e-3  # eth-25g, 30 µs
     moved = (bf16["transfer_ms_at_ref"] - latency_ms) / 2
     assert fp8["transfer_ms_at_ref"] == pytest.approx(moved + latency_ms)
+
+
+def test_fp8_kv_halves_every_transfer():
+    # End to end through the engine: the same requests, each transfer's bytes halved.
+    from prefixbench.runner import prepare, simulate_policy
+
+    sets = ["run.requests=400", "run.warmup_requests=50"]
+    moved = {}
+    for kv in ("bf16", "fp8"):
+        prep = prepare(load_scenario("tool_call", [*sets, f"model.kv_dtype={kv}"]))
+        cols = simulate_policy(prep, "transfer_per_request").columns
+        latency = prep.base.link_latency_s
+        moved[kv] = cols["t_transfer_end"] - cols["t_transfer_start"] - latency
+    assert moved["bf16"].size == 400 and (moved["bf16"] > 0).all()
+    assert moved["fp8"] == pytest.approx(moved["bf16"] / 2, rel=1e-9)
