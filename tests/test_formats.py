@@ -161,10 +161,40 @@ def test_compressed_tensors(tmp_path, weights, per_weight):
     assert weight_bytes(m) == pytest.approx(expected, rel=1e-12)
 
 
+def test_unmodelled_quant_method_is_never_sized_silently(tmp_path):
+    qc = {"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn"]}
+    m = load(tmp_path, dict(cfg("llama-3.1-8b-instruct"), quantization_config=qc))
+    with pytest.raises(CatalogError) as err:
+        weight_bytes(m)
+    assert "quant_method 'mxfp4'" in str(err.value) and "model.weights" in str(err.value)
+    with pytest.raises(CatalogError):
+        InstanceCost.build(m, ACCELERATORS["h100-sxm"], 1, Efficiency())
+    # model.weights replaces the unknown format, and then the model can be sized.
+    sized = with_formats(m, weights="int4")
+    expected = LLAMA8_FULL_WIDTH * 2 + (LLAMA8_TOTAL - LLAMA8_FULL_WIDTH) * (0.5 + 2.5 / 128)
+    assert weight_bytes(sized) == pytest.approx(expected, rel=1e-12)
+
+
+def test_unmodelled_quant_method_in_a_run_is_one_line(tmp_path):
+    from prefixbench.runner import prepare
+
+    qc = {"quant_method": "mxfp4"}
+    path = write(tmp_path, dict(cfg("llama-3.1-8b-instruct"), quantization_config=qc))
+    base = [f"model={path}", "run.requests=200", "run.warmup_requests=20"]
+    base += [f"cluster.{r}.accelerator=h100-sxm" for r in ("prefill", "decode")]
+    with pytest.raises(CatalogError, match="mxfp4"):
+        prepare(load_scenario("tool_call", base))
+    assert prepare(load_scenario("tool_call", [*base, "model.weights=fp8"])).model.quant_bytes
+
+
+def test_mlp_bias_is_a_note(tmp_path):
+    m = load(tmp_path, dict(cfg("llama-3.1-8b-instruct"), mlp_bias=True))
+    assert any("mlp_bias" in n for n in m.notes)
+
+
 @pytest.mark.parametrize(
     ("qc", "key"),
     [
-        ({"quant_method": "bitsandbytes", "load_in_4bit": True}, "quant_method"),
         ({"quant_method": "gptq", "bits": 5}, "bits"),
         ({"quant_method": "fp8", "weight_block_size": [128]}, "weight_block_size"),
         ("fp8", "quantization_config"),
@@ -274,7 +304,6 @@ def test_deepseek_moe_layer_freq(tmp_path):
         ({"attn_layer_period": 8, "attn_layer_offset": 4}, "attn_layer_period"),  # Jamba
         ({"mamba_d_state": 16}, "mamba_d_state"),
         ({"full_attention_interval": 4}, "full_attention_interval"),  # Qwen3-Next
-        ({"mlp_bias": True}, "mlp_bias"),
         ({"mlp_only_layers": [99]}, "mlp_only_layers"),
     ],
 )

@@ -14,7 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from .catalog.formats import UNMODELLED
 from .catalog.specs import AcceleratorSpec, LinkSpec, ModelSpec
+from .errors import CatalogError
 
 
 class Efficiency(BaseModel):
@@ -177,12 +179,23 @@ def _unquantized_params(p: dict[str, int]) -> int:
     return p["embedding"] + lm_head + p["norms"] + p["router"]
 
 
+def _sized(m: ModelSpec) -> None:
+    """Refuse to size weights stored in a format prefixbench does not model."""
+    if m.weight_format.startswith(UNMODELLED):
+        raise CatalogError(
+            f"{m.name}: weight format {m.weight_format}",
+            where=m.source or None,
+            fix="set the format with --set model.weights=fp8|int8|int4 (model.weights)",
+        )
+
+
 def weight_bytes(m: ModelSpec) -> float:
     """Bytes of weights resident on an instance.
 
     A quantized model (``quant_bytes`` > 0) stores its linear layers at ``quant_bytes`` per
     weight (scales and zeros included) and the rest at ``weight_bytes`` (docs/catalog.md).
     """
+    _sized(m)
     p = param_counts(m)
     if not m.quant_bytes:
         return p["total"] * m.weight_bytes
@@ -192,6 +205,7 @@ def weight_bytes(m: ModelSpec) -> float:
 
 def expert_weight_bytes(m: ModelSpec) -> float:
     """Bytes of all routed experts (the part of the weights a step reads only partly)."""
+    _sized(m)
     return param_counts(m)["experts"] * (m.quant_bytes or m.weight_bytes)
 
 

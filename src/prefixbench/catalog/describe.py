@@ -46,6 +46,14 @@ def list_entries() -> dict[str, list[dict]]:
     }
 
 
+def _weight_bytes(m) -> float | None:
+    """None when the weight format is not modelled (weight_format says which)."""
+    try:
+        return cm.weight_bytes(m)
+    except CatalogError:
+        return None
+
+
 def _width(nbytes: float) -> str:
     return {1.0: "8-bit", 2.0: "16-bit", 4.0: "32-bit"}.get(nbytes, f"{nbytes:g} bytes")
 
@@ -105,7 +113,7 @@ def show(name: str, accelerator: str = "h100-sxm") -> dict:
             **_kv_extras(m),
             "params": p["total"],
             "active_params": p["active"],
-            "weight_bytes": cm.weight_bytes(m),
+            "weight_bytes": _weight_bytes(m),
             "weight_format": m.weight_format or _width(m.weight_bytes),
             **_moe_extras(m),
             "flops_per_token": float(cm.flops_per_token(m)),

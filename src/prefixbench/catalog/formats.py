@@ -13,6 +13,8 @@ from typing import Any
 from ..errors import CatalogError
 from .specs import ModelSpec
 
+UNMODELLED = "not modelled: "  # weight_format prefix of a quant_method prefixbench cannot size
+
 KV_DTYPES: dict[str, float] = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0}
 """Bytes per KV element. fp8 (e4m3/e5m2) and int8 caches keep one scale per tensor or head."""
 
@@ -161,4 +163,10 @@ def quantization(qc: Any, where: str) -> tuple[float, str]:
         return _gptq_awq(qc, where, method)
     if method == "compressed-tensors":
         return _compressed_tensors(qc, where)
-    raise _qerror(where, "quant_method", f"'{qc.get('quant_method')}' is not modelled")
+    # Not an error yet: model.weights may replace it. Sizing these weights is (weight_bytes).
+    return 0.0, f"{UNMODELLED}quant_method '{_short(qc.get('quant_method'))}'"
+
+
+def _short(value: Any) -> str:
+    text = str(value)
+    return text if len(text) <= 40 else text[:40] + "…"

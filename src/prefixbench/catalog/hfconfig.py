@@ -205,6 +205,8 @@ def _notes(r: _Reader) -> tuple[str, ...]:
             f"num_nextn_predict_layers={mtp}: the multi-token-prediction module (used only for "
             "speculative decoding) is not counted"
         )
+    if r.cfg.get("mlp_bias") is True:
+        notes.append("mlp_bias: the MLP biases (well under 0.1 % of the weights) are not counted")
     if isinstance(r.cfg.get("vision_config"), dict):
         notes.append("vision_config: the vision encoder is not counted")
     return tuple(notes)

@@ -26,16 +26,13 @@ _UNMODELLED = {
     "moe_num_experts": "an MoE layout other than DeepSeek's, Mixtral's or Qwen's",
     "num_shared_experts": "shared experts in an unsupported layout",
     "moe_shared_expert_intermediate_size": "shared experts in an unsupported layout",
-    "mlp_bias": "biases on the MLP",
 }
-_HARMLESS = {"mlp_bias": (False, None)}  # unmodelled keys whose default values change nothing
 _LAYER_KINDS = ("full_attention", "sliding_attention", "chunked_attention", "linear_attention")
 
 
 def refuse_unmodelled(r) -> None:
     for key, what in _UNMODELLED.items():
-        value = r.cfg.get(key)
-        if value is None or value in _HARMLESS.get(key, (None,)):
+        if r.cfg.get(key) is None:
             continue
         raise r.error(
             key,
