@@ -421,3 +421,13 @@ def test_fp8_kv_halves_every_transfer():
         moved[kv] = cols["t_transfer_end"] - cols["t_transfer_start"] - latency
     assert moved["bf16"].size == 400 and (moved["bf16"] > 0).all()
     assert moved["fp8"] == pytest.approx(moved["bf16"] / 2, rel=1e-9)
+
+
+def test_not_a_config_file(tmp_path):
+    big = tmp_path / "big.json"
+    with big.open("wb") as f:
+        f.truncate(17 * 2**20)  # sparse: no disk used
+    with pytest.raises(CatalogError, match="larger than 16 MiB"):
+        load_hf_config(big)
+    with pytest.raises(CatalogError, match="not a regular file"):
+        load_hf_config(tmp_path)

@@ -18,11 +18,11 @@ from .specs import ModelSpec
 _DTYPE_BYTES = {"bfloat16": 2.0, "float16": 2.0, "half": 2.0, "float32": 4.0, "float": 4.0}
 _CONTEXT_KEYS = ("max_position_embeddings", "max_sequence_length", "seq_length")
 MAX_INT = 2**31 - 1  # larger sizes are typos (or attacks), not models
-# Per-architecture defaults of keys a config may omit (transformers' config classes).
-_TIED_BY_DEFAULT = (
-    "gemma",
-)  # GemmaConfig, Gemma2Config, Gemma3TextConfig: tie_word_embeddings=True
-_HEAD_DIM_DEFAULT = {"gemma": 256}  # GemmaConfig / Gemma2Config: head_dim=256
+MAX_CONFIG_BYTES = 16 * 2**20  # real configs are a few kB; anything this big is not one
+# Per-architecture defaults of keys a config may omit (transformers' config classes):
+# GemmaConfig, Gemma2Config and Gemma3TextConfig default tie_word_embeddings=True, head_dim=256.
+_TIED_BY_DEFAULT = ("gemma",)
+_HEAD_DIM_DEFAULT = {"gemma": 256}
 
 
 class _Reader:
@@ -89,11 +89,17 @@ def _read_json(path: Path) -> dict[str, Any]:
     where = str(path)
     if not path.is_file():
         raise CatalogError(
-            "config file not found",
+            "config file not found" if not path.exists() else "config is not a regular file",
             where=where,
             fix="pass the path of a Hugging Face config.json on disk (nothing is downloaded)",
         )
     try:
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            raise CatalogError(
+                f"config file is larger than {MAX_CONFIG_BYTES // 2**20} MiB",
+                where=where,
+                fix="pass the model's config.json (a few kB), not its weights",
+            )
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise CatalogError(
