@@ -14,7 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from .catalog.formats import UNMODELLED
 from .catalog.specs import AcceleratorSpec, LinkSpec, ModelSpec
+from .errors import CatalogError
 
 
 class Efficiency(BaseModel):
@@ -48,16 +50,54 @@ class Efficiency(BaseModel):
 # ---------------------------------------------------------------- model arithmetic
 
 
-def kv_bytes_per_token(m: ModelSpec) -> int:
-    """KV-cache bytes one token occupies: 2·layers·kv_heads·head_dim·bytes, or the MLA latent."""
+def _kv_width(m: ModelSpec) -> float:
+    """KV elements one token adds to one attention layer: K and V heads, or the MLA latent."""
     if m.is_mla:
-        return int(round(m.layers * (m.kv_lora_rank + m.qk_rope_head_dim) * m.kv_bytes))
-    return int(round(2 * m.layers * m.kv_heads * m.head_dim * m.kv_bytes))
+        return m.kv_lora_rank + m.qk_rope_head_dim
+    return 2 * m.kv_heads * m.head_dim
+
+
+def kv_bytes_per_token(m: ModelSpec, context=None):
+    """KV-cache bytes one token occupies: 2·layers·kv_heads·head_dim·bytes, or the MLA latent.
+
+    Only softmax-attention layers keep KV; linear-attention layers (``linear_layers``) keep a
+    fixed state instead (``state_bytes_per_sequence``). Without ``context`` a sliding-window
+    layer counts in full, which is exact for sequences up to the window and an upper bound
+    beyond it. With ``context`` (tokens in the sequence, scalar or array) the result is the
+    average per token of a sequence that long: a windowed layer holds min(context, window)
+    tokens (docs/model.md §2.2).
+    """
+    kv_layers = m.layers - m.linear_layers
+    if m.is_mla:
+        rate = int(round(kv_layers * (m.kv_lora_rank + m.qk_rope_head_dim) * m.kv_bytes))
+    else:
+        rate = int(round(2 * kv_layers * m.kv_heads * m.head_dim * m.kv_bytes))
+    if context is None or not m.sliding_layers:
+        return rate
+    c = np.maximum(np.asarray(context, dtype=np.float64), 1.0)
+    return kv_bytes(m, c) / c
 
 
 def kv_bytes(m: ModelSpec, tokens):
-    """KV bytes of ``tokens`` tokens (a prefix, a prompt, an array of them)."""
-    return kv_bytes_per_token(m) * np.asarray(tokens, dtype=np.float64)
+    """KV bytes of a sequence of ``tokens`` tokens (a prefix, a prompt, an array of them).
+
+    Windowed layers hold at most ``sliding_window`` tokens of each sequence.
+    """
+    t = np.asarray(tokens, dtype=np.float64)
+    if not m.sliding_layers:
+        return kv_bytes_per_token(m) * t
+    windowed = m.sliding_layers * _kv_width(m) * m.kv_bytes
+    full = kv_bytes_per_token(m) - windowed
+    return full * t + windowed * np.minimum(t, m.sliding_window)
+
+
+def state_bytes_per_sequence(m: ModelSpec) -> float:
+    """Fixed recurrent state of the linear-attention layers, per sequence, at the KV dtype.
+
+    MiniMax lightning attention keeps a head_dim × head_dim state per head and layer, whatever
+    the context length. The engine does not charge it (docs/model.md §2.2).
+    """
+    return float(m.linear_layers * m.heads * m.head_dim * m.head_dim * m.kv_bytes)
 
 
 def _attention_params(m: ModelSpec) -> int:
@@ -80,6 +120,12 @@ def _attention_params(m: ModelSpec) -> int:
     return q + kv + o + bias
 
 
+def _linear_attention_params(m: ModelSpec) -> int:
+    """One MiniMax lightning-attention layer: qkv_proj, output_gate, out_proj and a norm."""
+    inner = m.heads * m.head_dim
+    return 5 * m.hidden_size * inner + inner
+
+
 def _mlp_params(m: ModelSpec) -> tuple[int, int, int]:
     """(dense-MLP params of all layers, expert params of all layers, active expert params)."""
     h = m.hidden_size
@@ -88,8 +134,13 @@ def _mlp_params(m: ModelSpec) -> tuple[int, int, int]:
         return m.layers * dense_layer, 0, 0
     moe_layers = m.layers - m.first_dense_layers
     expert = 3 * h * m.moe_intermediate_size
+    shared = (
+        3 * h * m.shared_expert_intermediate_size
+        if m.shared_expert_intermediate_size
+        else m.n_shared_experts * expert
+    )
     dense = m.first_dense_layers * dense_layer + moe_layers * (
-        m.n_shared_experts * expert + h * m.n_routed_experts  # shared experts + router
+        shared + h * m.n_routed_experts  # shared experts + router
     )
     return (
         dense,
@@ -104,7 +155,10 @@ def param_counts(m: ModelSpec) -> dict[str, int]:
     head = 0 if m.tied_embeddings else embed
     norms = m.layers * 2 * m.hidden_size + m.hidden_size
     dense_mlp, experts, active_experts = _mlp_params(m)
-    body = m.layers * _attention_params(m) + dense_mlp + norms
+    attention = (m.layers - m.linear_layers) * _attention_params(m)
+    if m.linear_layers:
+        attention += m.linear_layers * _linear_attention_params(m)
+    body = attention + dense_mlp + norms
     total = embed + head + body + experts
     return {
         "total": total,
@@ -114,12 +168,45 @@ def param_counts(m: ModelSpec) -> dict[str, int]:
         "experts": experts,
         "active_experts": active_experts,
         "body": body,
+        "norms": norms,
+        "router": (m.layers - m.first_dense_layers) * m.hidden_size * m.n_routed_experts,
     }
 
 
+def _unquantized_params(p: dict[str, int]) -> int:
+    """Weights a quantized checkpoint keeps at full width: embeddings, LM head, norms, router."""
+    lm_head = p["total"] - p["embedding"] - p["body"] - p["experts"]  # 0 when tied
+    return p["embedding"] + lm_head + p["norms"] + p["router"]
+
+
+def _sized(m: ModelSpec) -> None:
+    """Refuse to size weights stored in a format prefixbench does not model."""
+    if m.weight_format.startswith(UNMODELLED):
+        raise CatalogError(
+            f"{m.name}: weight format {m.weight_format}",
+            where=m.source or None,
+            fix="set the format with --set model.weights=fp8|int8|int4 (model.weights)",
+        )
+
+
 def weight_bytes(m: ModelSpec) -> float:
-    """Bytes of weights resident on an instance."""
-    return param_counts(m)["total"] * m.weight_bytes
+    """Bytes of weights resident on an instance.
+
+    A quantized model (``quant_bytes`` > 0) stores its linear layers at ``quant_bytes`` per
+    weight (scales and zeros included) and the rest at ``weight_bytes`` (docs/catalog.md).
+    """
+    _sized(m)
+    p = param_counts(m)
+    if not m.quant_bytes:
+        return p["total"] * m.weight_bytes
+    full = _unquantized_params(p)
+    return full * m.weight_bytes + (p["total"] - full) * m.quant_bytes
+
+
+def expert_weight_bytes(m: ModelSpec) -> float:
+    """Bytes of all routed experts (the part of the weights a step reads only partly)."""
+    _sized(m)
+    return param_counts(m)["experts"] * (m.quant_bytes or m.weight_bytes)
 
 
 def linear_flops_per_token(m: ModelSpec) -> float:
@@ -139,7 +226,8 @@ def attention_flops_coef(m: ModelSpec) -> float:
         qk, v = m.qk_nope_head_dim + m.qk_rope_head_dim, m.v_head_dim
     else:
         qk = v = m.head_dim
-    return 2.0 * m.layers * m.heads * (qk + v)
+    # Linear-attention layers do a fixed amount of work per token (neglected, docs/model.md).
+    return 2.0 * (m.layers - m.linear_layers) * m.heads * (qk + v)
 
 
 def flops_per_token(m: ModelSpec, context=0):
@@ -179,8 +267,7 @@ class InstanceCost:
     def build(
         cls, m: ModelSpec, dev: AcceleratorSpec, devices: int, eff: Efficiency
     ) -> InstanceCost:
-        p = param_counts(m)
-        expert_bytes = p["experts"] * m.weight_bytes
+        expert_bytes = expert_weight_bytes(m)
         return cls(
             flops_rate_prefill=dev.peak_tflops * 1e12 * devices * eff.mfu_prefill,
             flops_rate_decode=dev.peak_tflops * 1e12 * devices * eff.mfu_decode,
@@ -291,7 +378,8 @@ def series_time(coeffs: tuple[float, ...], k: float) -> float:
     a1, s1, a2, s2, o = coeffs
     last = k - 1
     first = a1 >= a2
-    if first == (a1 + s1 * last >= a2 + s2 * last):
+    # Equal slopes never cross (a rounding tie at the end is not a switch).
+    if s1 == s2 or first == (a1 + s1 * last >= a2 + s2 * last):
         return k * o + (_lin_sum(a1, s1, 0, k) if first else _lin_sum(a2, s2, 0, k))
     # The dominant roofline term switches once, at j = x in (0, last].
     x = (a2 - a1) / (s1 - s2)

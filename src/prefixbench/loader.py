@@ -15,7 +15,7 @@ import yaml
 from pydantic import ValidationError
 
 from .errors import ScenarioError
-from .scenario import Scenario
+from .scenario import Scenario, override_path, split_model_section
 from .suggest import did_you_mean
 
 
@@ -116,9 +116,10 @@ def parse_override(text: str) -> tuple[list[str], Any]:
 
 def apply_overrides(data: dict, overrides: list[str]) -> dict:
     """A copy of ``data`` with each ``path=value`` set (intermediate mappings created)."""
-    out = copy.deepcopy(data)
+    out = split_model_section(copy.deepcopy(data))
     for text in overrides:
         keys, value = parse_override(text)
+        keys = override_path(keys)
         node = out
         for k in keys[:-1]:
             nxt = node.get(k)

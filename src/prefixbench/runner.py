@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import catalog
+from .catalog.describe import run_notes
+from .catalog.formats import with_formats
 from .catalog.specs import ModelSpec
 from .costmodel import InstanceCost, decode_iteration_time, kv_bytes_per_token, weight_bytes
 from .engine.core import EngineConfig, SimResult, simulate
@@ -111,7 +113,7 @@ def hot_blocks(req: Requests, upto: int, budget_tokens: float) -> list[tuple[int
 
 def prepare(s: Scenario) -> Prepared:
     """Resolve names, generate requests and size the memory budget (policy-independent)."""
-    model = catalog.get_model(s.model)
+    model = with_formats(catalog.get_model(s.model), **s.model_format.model_dump())
     c = s.cluster
     if c.prefill_router not in PREFILL_ROUTERS:
         raise ScenarioError(
@@ -142,6 +144,7 @@ def prepare(s: Scenario) -> Prepared:
             )
 
     req, notes = build_requests(s)
+    notes = [*notes, *run_notes(model)]
     if len(req) == 0:
         raise SimulationError(
             "the workload produced no requests",

@@ -313,11 +313,57 @@ class RunSpec(_M):
     )
 
 
+class ModelFormat(_M):
+    """How the model's bytes are stored, overriding its config (docs/catalog.md, "Formats").
+
+    Written ``model_format: {...}``, or inside a ``model`` mapping (``model: {name: x,
+    kv_dtype: fp8}``), or ``--set model.kv_dtype=fp8``.
+    """
+
+    kv_dtype: Literal["bf16", "fp16", "fp8", "int8"] | None = Field(
+        None,
+        description="KV-cache element type; fp8/int8 halve KV bytes, memory and transfers. "
+        "Default: the model's torch_dtype (what the weights compute in).",
+    )
+    weights: Literal["bf16", "fp16", "fp8", "int8", "int4"] | None = Field(
+        None,
+        description="Weight format of the linear layers, overriding the config's "
+        "quantization_config: fp8 = 1 B + 128x128 block scales, int8 = 1 B, int4 = GPTQ/AWQ "
+        "g128 (0.52 B). Sizes the weights in memory and the weight reads of every step.",
+    )
+
+
+def split_model_section(data: dict) -> dict:
+    """``model: {name, kv_dtype, weights}`` as ``model: name`` + ``model_format: {…}``."""
+    section = data.get("model")
+    if not isinstance(section, dict):
+        return data
+    out = {k: v for k, v in data.items() if k != "model"}
+    fmt = out.get("model_format")
+    fmt = dict(fmt) if isinstance(fmt, dict) else {}
+    fmt.update({k: v for k, v in section.items() if k != "name"})
+    out["model_format"] = fmt
+    if "name" in section:
+        out["model"] = section["name"]
+    return out
+
+
+def override_path(keys: list[str]) -> list[str]:
+    """Where ``--set model.kv_dtype=…`` lands: model.name is the model, the rest its format."""
+    if len(keys) == 2 and keys[0] == "model":
+        return ["model"] if keys[1] == "name" else ["model_format", keys[1]]
+    return keys
+
+
 class Scenario(_M):
     name: str = Field("scenario", description="Short name used in tables and file names.")
     description: str = Field("", description="What this scenario represents.")
     model: str = Field(
         "qwen2-1.5b", description="Model name from the catalog, or a config.json path."
+    )
+    model_format: ModelFormat = Field(
+        default_factory=ModelFormat,
+        description="KV dtype and weight format (also written model.kv_dtype, model.weights).",
     )
     policy: Policy = Field(Policy.transfer_per_request, description="Prefix hand-off policy.")
     cluster: ClusterSpec = Field(
@@ -329,6 +375,11 @@ class Scenario(_M):
     efficiency: Efficiency = Field(default_factory=Efficiency, description="Roofline calibration.")
     run: RunSpec = Field(default_factory=RunSpec, description="Run length and warm-up.")
     seed: int = Field(0, ge=0, description="Random seed; same seed, same results.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _model_section(cls, data):
+        return split_model_section(data) if isinstance(data, dict) else data
 
     @field_validator("model")
     @classmethod

@@ -46,6 +46,49 @@ def list_entries() -> dict[str, list[dict]]:
     }
 
 
+def _weight_bytes(m) -> float | None:
+    """None when the weight format is not modelled (weight_format says which)."""
+    try:
+        return cm.weight_bytes(m)
+    except CatalogError:
+        return None
+
+
+def _width(nbytes: float) -> str:
+    return {1.0: "8-bit", 2.0: "16-bit", 4.0: "32-bit"}.get(nbytes, f"{nbytes:g} bytes")
+
+
+def _layer_pattern(m) -> str:
+    parts = [f"{m.full_layers} full"]
+    if m.sliding_layers:
+        parts.append(f"{m.sliding_layers} sliding (window {m.sliding_window:,})")
+    if m.linear_layers:
+        parts.append(f"{m.linear_layers} linear")
+    kind = "MLA" if m.is_mla else ("MHA" if m.kv_heads == m.heads else "GQA")
+    return f"{kind}: " + " + ".join(parts)
+
+
+def _kv_extras(m) -> dict:
+    """KV dtype, layer pattern, and what windows and linear layers do to the KV."""
+    out = {"kv_dtype": _width(m.kv_bytes), "attention_layers": _layer_pattern(m)}
+    if m.sliding_layers:
+        out["kv_bytes_per_token_at_max_context"] = int(
+            round(float(cm.kv_bytes_per_token(m, m.max_context)))
+        )
+    if m.linear_layers:
+        out["linear_state_bytes_per_sequence"] = cm.state_bytes_per_sequence(m)
+    return out
+
+
+def _moe_extras(m) -> dict:
+    if not m.is_moe:
+        return {}
+    return {
+        "experts": f"{m.n_routed_experts} routed, {m.experts_per_token} per token, "
+        f"{m.layers - m.first_dense_layers} of {m.layers} layers"
+    }
+
+
 def show(name: str, accelerator: str = "h100-sxm") -> dict:
     """Derived figures of one preset (model, accelerator or link) or a config.json path."""
     key = name.strip().lower()
@@ -67,9 +110,12 @@ def show(name: str, accelerator: str = "h100-sxm") -> dict:
             "name": m.name,
             "hf_id": m.hf_id,
             "kv_bytes_per_token": cm.kv_bytes_per_token(m),
+            **_kv_extras(m),
             "params": p["total"],
             "active_params": p["active"],
-            "weight_bytes": cm.weight_bytes(m),
+            "weight_bytes": _weight_bytes(m),
+            "weight_format": m.weight_format or _width(m.weight_bytes),
+            **_moe_extras(m),
             "flops_per_token": float(cm.flops_per_token(m)),
             "attention_flops_per_context_token": cm.attention_flops_coef(m),
             "layers": m.layers,
@@ -82,6 +128,23 @@ def show(name: str, accelerator: str = "h100-sxm") -> dict:
             "accelerator": dev.name,
             "ridge_flops_per_byte": cm.ridge_point(dev),
             "source": m.source,
+            **({"notes": "; ".join(m.notes)} if m.notes else {}),
         }
     known = list(MODELS) + list(ACCELERATORS) + list(LINKS)
     raise CatalogError(f"unknown catalog entry '{name}'", fix=did_you_mean(name, known))
+
+
+def run_notes(m) -> list[str]:
+    """What a simulation of ``m`` leaves out, one line each (shown with the run's notes)."""
+    notes = [f"{m.name}: {n}" for n in m.notes]
+    if m.sliding_layers and m.max_context > m.sliding_window:
+        notes.append(
+            f"{m.name}: its {m.sliding_layers} sliding-window layers are charged KV for every "
+            f"token, also past their {m.sliding_window:,}-token window (docs/model.md §2.2)"
+        )
+    if m.linear_layers:
+        notes.append(
+            f"{m.name}: the fixed state of its {m.linear_layers} linear-attention layers "
+            f"({cm.state_bytes_per_sequence(m) / 1e6:,.0f} MB per sequence) is not charged"
+        )
+    return notes

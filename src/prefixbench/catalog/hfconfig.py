@@ -11,10 +11,18 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CatalogError
+from .formats import quantization
+from .layout import attention_pattern, moe_fields, refuse_unmodelled
 from .specs import ModelSpec
 
 _DTYPE_BYTES = {"bfloat16": 2.0, "float16": 2.0, "half": 2.0, "float32": 4.0, "float": 4.0}
 _CONTEXT_KEYS = ("max_position_embeddings", "max_sequence_length", "seq_length")
+MAX_INT = 2**31 - 1  # larger sizes are typos (or attacks), not models
+MAX_CONFIG_BYTES = 16 * 2**20  # real configs are a few kB; anything this big is not one
+# Per-architecture defaults of keys a config may omit (transformers' config classes):
+# GemmaConfig, Gemma2Config and Gemma3TextConfig default tie_word_embeddings=True, head_dim=256.
+_TIED_BY_DEFAULT = ("gemma",)
+_HEAD_DIM_DEFAULT = {"gemma": 256}
 
 
 class _Reader:
@@ -32,8 +40,26 @@ class _Reader:
         integral = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
         if isinstance(value, bool) or not integral or value < minimum:
             bound = "a positive integer" if minimum > 0 else "an integer >= 0"
-            raise self.error(key, f"must be {bound}, got {value!r}", f"set it to {bound}")
+            raise self.error(key, f"must be {bound}, got {_short(value)}", f"set it to {bound}")
+        if value > MAX_INT:
+            raise self.error(
+                key, f"is too large ({_short(value)})", f"use a value of at most {MAX_INT:,}"
+            )
         return int(value)
+
+    def int_list(self, key: str, below: int) -> list[int]:
+        """A list of integers in [0, below) (layer indices, 0/1 flags), or [] when absent."""
+        value = self.cfg.get(key)
+        if value is None:
+            return []
+        if not isinstance(value, list) or len(value) > MAX_INT:
+            raise self.error(key, "must be a list of integers", "copy it from the model's config")
+        for item in value:
+            if isinstance(item, bool) or not isinstance(item, int) or not 0 <= item < below:
+                raise self.error(
+                    key, f"holds {_short(item)}", f"use integers from 0 to {below - 1}"
+                )
+        return value
 
     def required(self, key: str) -> int:
         if self.cfg.get(key) is None:
@@ -50,15 +76,30 @@ class _Reader:
         return default if value is None else self._int(key, value, minimum)
 
 
+def _short(value: Any) -> str:
+    """``repr(value)`` cut to a readable length (a 5,000-digit integer is not a message)."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int too long to print
+        return "an integer too long to print"
+    return text if len(text) <= 40 else f"{text[:20]}…({len(text)} characters)"
+
+
 def _read_json(path: Path) -> dict[str, Any]:
     where = str(path)
     if not path.is_file():
         raise CatalogError(
-            "config file not found",
+            "config file not found" if not path.exists() else "config is not a regular file",
             where=where,
             fix="pass the path of a Hugging Face config.json on disk (nothing is downloaded)",
         )
     try:
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            raise CatalogError(
+                f"config file is larger than {MAX_CONFIG_BYTES // 2**20} MiB",
+                where=where,
+                fix="pass the model's config.json (a few kB), not its weights",
+            )
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise CatalogError(
@@ -71,6 +112,12 @@ def _read_json(path: Path) -> dict[str, Any]:
             f"invalid JSON at line {err.lineno}, column {err.colno}: {err.msg}",
             where=where,
             fix="fix the JSON syntax there (a config.json is one JSON object)",
+        ) from err
+    except (ValueError, RecursionError) as err:  # an integer of thousands of digits; deep nesting
+        raise CatalogError(
+            f"config holds a value Python cannot read ({str(err).split(';')[0][:80]})",
+            where=where,
+            fix="fix the value (no model size needs more than 10 digits)",
         ) from err
     if not isinstance(raw, dict):
         raise CatalogError(
@@ -97,10 +144,13 @@ def _dtype_bytes(r: _Reader) -> float:
     return _DTYPE_BYTES[dtype.lower()]
 
 
+def _model_type(cfg: dict[str, Any]) -> str:
+    return str(cfg.get("model_type", "")).lower()
+
+
 def _is_qwen2(cfg: dict[str, Any]) -> bool:
     archs = cfg.get("architectures") or []
-    model_type = str(cfg.get("model_type", ""))
-    return model_type.startswith("qwen2") or any(str(a).startswith("Qwen2") for a in archs)
+    return _model_type(cfg).startswith("qwen2") or any(str(a).startswith("Qwen2") for a in archs)
 
 
 def _max_context(r: _Reader) -> int:
@@ -115,65 +165,97 @@ def _name(path: Path) -> str:
     return (folder or path.stem).lower()
 
 
-def load_hf_config(path: Path) -> ModelSpec:
-    """A ModelSpec from a Hugging Face ``config.json`` on disk (never downloaded)."""
-    path = Path(path)
-    where = str(path)
-    r = _text_model(_read_json(path), where)
+def _tied(r: _Reader) -> bool:
+    value = r.cfg.get("tie_word_embeddings")
+    if value is None:
+        return _model_type(r.cfg).startswith(_TIED_BY_DEFAULT)
+    return bool(value)
 
-    layers = r.required("num_hidden_layers")
-    hidden = r.required("hidden_size")
-    heads = r.required("num_attention_heads")
-    if r.cfg.get("head_dim") is None and hidden % heads:
+
+def _head_dim(r: _Reader, hidden: int, heads: int) -> int:
+    family = next((f for f in _HEAD_DIM_DEFAULT if _model_type(r.cfg).startswith(f)), None)
+    if r.cfg.get("head_dim") is None and family is None and hidden % heads:
         raise r.error(
             "head_dim",
             f"is missing and hidden_size {hidden} is not divisible by {heads} heads",
             'add "head_dim": <int>',
         )
-    head_dim = r.optional("head_dim", hidden // heads)
+    default = _HEAD_DIM_DEFAULT[family] if family else hidden // heads
+    return r.optional("head_dim", default)
 
+
+def _kv_heads(r: _Reader, heads: int, mla: bool) -> int:
+    kv_heads = r.optional("num_key_value_heads", heads)
+    if not mla and heads % kv_heads:
+        raise r.error(
+            "num_key_value_heads",
+            f"({kv_heads}) does not divide num_attention_heads ({heads})",
+            "use a divisor of the attention heads (each KV head serves a whole group)",
+        )
+    return kv_heads
+
+
+def _weights(r: _Reader) -> dict[str, Any]:
+    qc = r.cfg.get("quantization_config")
+    if qc is None:
+        return {}
+    qbytes, label = quantization(qc, r.where)
+    return {"quant_bytes": qbytes, "weight_format": label}
+
+
+def _notes(r: _Reader) -> tuple[str, ...]:
+    notes = []
+    mtp = r.optional("num_nextn_predict_layers", 0, minimum=0)
+    if mtp:
+        notes.append(
+            f"num_nextn_predict_layers={mtp}: the multi-token-prediction module (used only for "
+            "speculative decoding) is not counted"
+        )
+    if r.cfg.get("mlp_bias") is True:
+        notes.append("mlp_bias: the MLP biases (well under 0.1 % of the weights) are not counted")
+    if isinstance(r.cfg.get("vision_config"), dict):
+        notes.append("vision_config: the vision encoder is not counted")
+    return tuple(notes)
+
+
+def load_hf_config(path: Path) -> ModelSpec:
+    """A ModelSpec from a Hugging Face ``config.json`` on disk (never downloaded)."""
+    path = Path(path)
+    where = str(path)
+    r = _text_model(_read_json(path), where)
+    refuse_unmodelled(r)
+
+    layers = r.required("num_hidden_layers")
+    hidden = r.required("hidden_size")
+    heads = r.required("num_attention_heads")
     kv_lora_rank = r.optional("kv_lora_rank", 0, minimum=0)
     mla_need = 1 if kv_lora_rank else 0  # MLA widths are required only when MLA is on
-    n_routed = r.optional("n_routed_experts", 0, minimum=0)
-    moe_layer_freq = r.optional("moe_layer_freq", 1)
-    if n_routed and moe_layer_freq != 1:
-        raise r.error(
-            "moe_layer_freq",
-            f"is {moe_layer_freq}; only MoE in every layer after first_k_dense_replace is modelled",
-            "use a model with moe_layer_freq 1",
-        )
-
+    max_context = _max_context(r)
+    moe = moe_fields(r, layers)
+    dtype = _dtype_bytes(r)
     spec = dict(
         name=_name(path),
         layers=layers,
         hidden_size=hidden,
         heads=heads,
-        kv_heads=r.optional("num_key_value_heads", heads),
-        head_dim=head_dim,
-        intermediate_size=r.required("intermediate_size"),
+        head_dim=_head_dim(r, hidden, heads),
+        kv_heads=_kv_heads(r, heads, bool(kv_lora_rank)),
+        intermediate_size=moe.pop("intermediate_size", None) or r.required("intermediate_size"),
         vocab_size=r.required("vocab_size"),
-        tied_embeddings=bool(r.cfg.get("tie_word_embeddings", False)),
+        tied_embeddings=_tied(r),
         qkv_bias=bool(r.cfg.get("attention_bias", False)) or _is_qwen2(r.cfg),
-        max_context=_max_context(r),
+        max_context=max_context,
         kv_lora_rank=kv_lora_rank,
         q_lora_rank=r.optional("q_lora_rank", 0, minimum=0),
         qk_rope_head_dim=r.required("qk_rope_head_dim") if mla_need else 0,
         qk_nope_head_dim=r.required("qk_nope_head_dim") if mla_need else 0,
         v_head_dim=r.required("v_head_dim") if mla_need else 0,
-        n_routed_experts=n_routed,
-        n_shared_experts=r.optional("n_shared_experts", 0, minimum=0) if n_routed else 0,
-        experts_per_token=r.required("num_experts_per_tok") if n_routed else 0,
-        moe_intermediate_size=r.required("moe_intermediate_size") if n_routed else 0,
-        first_dense_layers=r.optional("first_k_dense_replace", 0, minimum=0) if n_routed else 0,
-        weight_bytes=_dtype_bytes(r),
-        kv_bytes=_dtype_bytes(r),
+        **moe,
+        **attention_pattern(r, layers, max_context),
+        weight_bytes=dtype,
+        kv_bytes=dtype,
+        **_weights(r),
+        notes=_notes(r),
         source=where,
     )
-    if spec["experts_per_token"] > n_routed or spec["first_dense_layers"] > layers:
-        key = (
-            "num_experts_per_tok"
-            if spec["experts_per_token"] > n_routed
-            else "first_k_dense_replace"
-        )
-        raise r.error(key, "exceeds n_routed_experts / num_hidden_layers", "check the MoE keys")
     return ModelSpec(**spec)

@@ -6,7 +6,7 @@ datasheet). Specs are Pydantic models so a user's own file is validated like a p
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class _Spec(BaseModel):
@@ -41,9 +41,46 @@ class ModelSpec(_Spec):
     n_shared_experts: int = Field(0, ge=0, description="MoE: always-active shared experts.")
     experts_per_token: int = Field(0, ge=0, description="MoE: routed experts active per token.")
     moe_intermediate_size: int = Field(0, ge=0, description="MoE: width of one expert's MLP.")
-    first_dense_layers: int = Field(0, ge=0, description="MoE: leading layers with a dense MLP.")
+    first_dense_layers: int = Field(
+        0,
+        ge=0,
+        description="MoE: layers with a dense MLP instead of experts (leading ones for DeepSeek's "
+        "first_k_dense_replace, interleaved ones for moe_layer_freq / decoder_sparse_step / "
+        "interleave_moe_layer_step; only their number matters).",
+    )
+    shared_expert_intermediate_size: int = Field(
+        0,
+        ge=0,
+        description="MoE: width of the always-active shared-expert MLP when given as one block "
+        "(Qwen-MoE shared_expert_intermediate_size, Llama-4); 0 = n_shared_experts × "
+        "moe_intermediate_size.",
+    )
+    # Attention layer pattern. All layers are full softmax attention unless stated here.
+    sliding_window: int = Field(
+        0, ge=0, description="Window of the sliding-window layers (0 = none)."
+    )
+    sliding_layers: int = Field(
+        0, ge=0, description="Layers with sliding-window (or chunked) attention."
+    )
+    linear_layers: int = Field(
+        0,
+        ge=0,
+        description="Linear-attention layers (MiniMax lightning): fixed state, no growing KV.",
+    )
     weight_bytes: float = Field(2.0, gt=0, description="Bytes per weight (2 = bf16).")
     kv_bytes: float = Field(2.0, gt=0, description="Bytes per KV element (2 = bf16).")
+    quant_bytes: float = Field(
+        0.0,
+        ge=0,
+        description="Bytes per weight of the quantized linear layers, scales and zeros included "
+        "(0 = not quantized: every weight takes weight_bytes).",
+    )
+    weight_format: str = Field(
+        "", description="How the weights are stored, e.g. 'fp8 block 128x128'."
+    )
+    notes: tuple[str, ...] = Field(
+        (), description="What reading the config left out, one line each."
+    )
     params_reported: float = Field(0.0, ge=0, description="Total parameters the model card states.")
     source: str = Field("", description="Where these numbers come from (URL of config.json/card).")
 
@@ -54,6 +91,19 @@ class ModelSpec(_Spec):
     @property
     def is_moe(self) -> bool:
         return self.n_routed_experts > 0
+
+    @property
+    def full_layers(self) -> int:
+        """Layers whose KV grows with the context (full softmax attention)."""
+        return self.layers - self.sliding_layers - self.linear_layers
+
+    @model_validator(mode="after")
+    def _layer_pattern(self) -> ModelSpec:
+        if self.sliding_layers + self.linear_layers > self.layers:
+            raise ValueError("sliding_layers + linear_layers exceed layers")
+        if self.sliding_layers and not self.sliding_window:
+            raise ValueError("sliding_layers needs a sliding_window")
+        return self
 
 
 class AcceleratorSpec(_Spec):

@@ -175,12 +175,16 @@ def crossover(
         str, typer.Option("--accelerator", help="Accelerator the verdict is for.")
     ] = "l4",
     link: Annotated[str, typer.Option("--link", help="Link the verdict is for.")] = "eth-25g",
+    kv_dtype: Annotated[
+        str | None,
+        typer.Option("--kv-dtype", help="KV dtype of the analytic figures: bf16, fp16, fp8, int8."),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the table as JSON.")] = False,
 ) -> None:
     """Transfer vs recompute: analytic break-even per model × accelerator × link."""
     from ..study.crossover import run_crossover, verdicts
 
-    table, path = run_crossover(results, _csv(models), _csv(accelerators), _csv(links))
+    table, path = run_crossover(results, _csv(models), _csv(accelerators), _csv(links), kv_dtype)
     if as_json:
         out.print_json(json.dumps(table.to_dicts()))
         return

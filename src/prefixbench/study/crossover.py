@@ -15,6 +15,7 @@ import polars as pl
 
 from .. import catalog
 from ..artifacts import register
+from ..catalog.formats import with_formats
 from ..costmodel import Efficiency, InstanceCost, kv_bytes_per_token, recompute_time, transfer_time
 
 REFERENCE_PREFIX = 2048  # tokens: the prefix length the tie bandwidth is quoted for
@@ -41,10 +42,15 @@ register(
 
 
 def analytic_row(
-    model: str, accelerator: str, link: str, devices: int = 1, eff: Efficiency | None = None
+    model: str,
+    accelerator: str,
+    link: str,
+    devices: int = 1,
+    eff: Efficiency | None = None,
+    kv_dtype: str | None = None,
 ) -> dict:
-    """Break-even figures of one (model, decode accelerator, link)."""
-    m = catalog.get_model(model)
+    """Break-even figures of one (model, decode accelerator, link), at ``kv_dtype`` if given."""
+    m = with_formats(catalog.get_model(model), kv_dtype=kv_dtype)
     dev = catalog.get_accelerator(accelerator)
     ln = catalog.get_link(link)
     cost = InstanceCost.build(m, dev, devices, eff or Efficiency())
@@ -81,9 +87,18 @@ def analytic_row(
 
 
 def crossover_table(
-    models: list[str], accelerators: list[str], links: list[str], agg: pl.DataFrame | None = None
+    models: list[str],
+    accelerators: list[str],
+    links: list[str],
+    agg: pl.DataFrame | None = None,
+    kv_dtype: str | None = None,
 ) -> pl.DataFrame:
-    rows = [analytic_row(m, a, k) for m in models for a in accelerators for k in links]
+    rows = [
+        analytic_row(m, a, k, kv_dtype=kv_dtype)
+        for m in models
+        for a in accelerators
+        for k in links
+    ]
     df = pl.DataFrame(rows)
     sim = pl.lit(None, dtype=pl.Float64)
     if agg is not None and agg.height:
@@ -148,6 +163,7 @@ def run_crossover(
     models: list[str] | None = None,
     accelerators: list[str] | None = None,
     links: list[str] | None = None,
+    kv_dtype: str | None = None,
 ) -> tuple[pl.DataFrame, Path]:
     """Build crossover.parquet in ``results`` (with simulated TTFT differences if agg exists)."""
     from ..artifacts import read_artifact, write_atomic
@@ -161,7 +177,7 @@ def run_crossover(
             else ["qwen2-0.5b", "qwen2-1.5b"]
         )
     table = crossover_table(
-        models, accelerators or DEFAULT_ACCELERATORS, links or list(catalog.LINKS), agg
+        models, accelerators or DEFAULT_ACCELERATORS, links or list(catalog.LINKS), agg, kv_dtype
     )
     path = write_atomic(table, Path(results) / "crossover.parquet", "crossover")
     return table, path
