@@ -32,7 +32,7 @@ import pickle
 import numpy as np
 import pytest
 from enginecases import make_requests
-from hypothesis import HealthCheck, given, reject, settings
+from hypothesis import HealthCheck, Phase, given, reject, settings
 from hypothesis import strategies as st
 from reference_roofline import Roofline, kv_bytes_per_token, weights_bytes
 from reference_sim import (
@@ -51,6 +51,10 @@ from prefixbench.costmodel import Efficiency, InstanceCost
 from prefixbench.errors import SimulationError
 from prefixbench.loader import load_scenario
 from prefixbench.runner import EngineConfig, prepare, simulate, simulate_policy
+
+if os.environ.get("REFSIM_MUTATION"):  # tests/mutate_costmodel.py: find, don't shrink
+    settings.register_profile("refsim-mutation", phases=[Phase.explicit, Phase.generate])
+    settings.load_profile("refsim-mutation")
 
 POLICIES = ("transfer_per_request", "recompute_on_decode", "replicate_hotset", "replicate_all_lru")
 RTOL, ATOL = 1e-9, 1e-12
@@ -278,7 +282,9 @@ def colocated_cases(draw):
     test_colocated_one_token_request_counts_as_assigned_until_its_prefill_ends)."""
     req, _ = draw(workloads(min_output=2))
     model = draw(st.sampled_from(["qwen2-0.5b", "qwen2-1.5b", "deepseek-v2-lite"]))
-    eff = draw(st.sampled_from(EFFS))
+    # the last two: decode-efficiency so low that decode turns compute-bound as the context
+    # grows (catalog devices never do; a scenario cannot name a made-up device)
+    eff = draw(st.sampled_from([*EFFS, (0.5, 0.003, 0.9, 1.0, 1.0), (0.6, 0.01, 1.0, 0.0, 0.5)]))
     largest = int((req.prompt_len + req.output_len).max())
     moe, big = model == "deepseek-v2-lite", ["a100-80gb", "h100-sxm"]  # 31 GB of weights
     over = [
