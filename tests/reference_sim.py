@@ -370,6 +370,12 @@ class ReferenceSim:
                 self.on_timeout(payload, t)
             else:
                 self.on_boundary(payload, t)
+        assert all(r.outcome != PENDING for r in self.reqs), "a request never ended"
+        for d in range(self.cfg.n_decode):
+            self.check_books(d)
+            assert not self.dc[d].replicas or all(
+                rep.refs == 0 for rep in self.dc[d].replicas.values()
+            )
         return self.columns()
 
     # ------------------------------------------------------------------ prefill
@@ -533,7 +539,7 @@ class ReferenceSim:
         r.persisted_tokens = persisted
         r.t_admit = t
         self.peak_used = max(self.peak_used, self.used(d))
-        assert self.used(d) <= cfg.budget_tokens
+        self.check_books(d)
 
         if cfg.policy == "transfer_per_request":
             xfer, rc = r.prompt, 0
@@ -623,6 +629,21 @@ class ReferenceSim:
         dec.state = "iter"
         self.schedule(t + step, DECODE, d)
 
+    def check_books(self, d: int) -> None:
+        """Invariants of decode instance ``d``: each replica's refcount is the number of live
+        requests pinning it, an idle replica has landed, memory is within the budget."""
+        dec = self.dc[d]
+        holders: dict[int, int] = {}
+        for x in self.reqs:
+            if x.decode_instance == d and x.outcome == PENDING and not math.isnan(x.t_admit):
+                for h in x.pinned:
+                    holders[h] = holders.get(h, 0) + 1
+        for h, rep in dec.replicas.items():
+            assert rep.refs == holders.get(h, 0), "replica refcount out of step"
+            assert rep.refs > 0 or rep.ready, "an idle replica that never landed"
+        assert set(holders) <= set(dec.replicas)
+        assert 0 <= self.used(d) <= self.cfg.budget_tokens, "decode KV over budget"
+
     def complete(self, r: Req, dec: DecodeInstance, t: float) -> None:
         r.outcome = COMPLETED
         r.t_done = t
@@ -639,6 +660,7 @@ class ReferenceSim:
                     else:
                         del dec.replicas[h]
         r.private = 0
+        self.check_books(r.decode_instance)
 
     # ------------------------------------------------------------------ output
 
@@ -730,6 +752,8 @@ class ColocatedReference:
                 self.on_timeout(payload, t)
             else:
                 self.on_boundary(payload, t)
+        assert all(r.outcome != PENDING for r in self.reqs), "a request never ended"
+        assert all(x.used == 0 and x.load == 0 and not x.running for x in self.inst)
         cols = _columns(self.reqs)
         for k in ("t_transfer_start", "t_transfer_end", "t_decode_start"):
             cols[k] = cols["t_prefill_end"].copy()

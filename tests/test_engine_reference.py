@@ -587,3 +587,47 @@ def test_reference_has_its_own_roofline():
         assert "from ..costmodel" not in text and "InstanceCost" not in text, name
     _, ref_cfg = _pair()
     assert all(isinstance(getattr(ref_cfg, k), Roofline) for k in ("prefill", "decode"))
+
+
+@pytest.mark.parametrize("model_name", MODELS)
+@pytest.mark.parametrize("eff", [*EFFS, (0.5, 0.003, 0.9, 1.0, 1.0)])
+def test_costmodel_functions_match_reference_roofline(model_name, eff):
+    """The product's step-time functions that price analytics outside the engine run
+    (crossover, the reference demand, the closed-form series) against the reference
+    roofline: prefill with and without a cached prefix (up to the 32k-token regime where
+    attention dominates), recompute, decode from batch 1 to past the ridge, transfer, and
+    the closed-form sum of a fixed batch's iterations and its inverse."""
+    from prefixbench.catalog.specs import LinkSpec
+    from prefixbench.costmodel import (
+        decode_iteration_time,
+        decode_series_coeffs,
+        iterations_within,
+        prefill_time,
+        recompute_time,
+        series_time,
+        transfer_time,
+    )
+
+    model = model_spec(model_name)
+    for acc_name, devices in (("l4", 1), ("h100-sxm", 2)):
+        acc = catalog.get_accelerator(acc_name)
+        cost = InstanceCost.build(model, acc, devices, efficiency(eff))
+        r = roofline(model, acc, devices, efficiency(eff))
+        for new, cached in ((1, 0), (512, 0), (2048, 0), (8192, 0), (32768, 0), (256, 2048)):
+            got = prefill_time(cost, [new], [cached])
+            assert got == pytest.approx(r.prefill_step([(new, cached)]), rel=RTOL), (new, cached)
+        got = prefill_time(cost, [300, 40], [1000, 0])
+        assert got == pytest.approx(r.prefill_step([(300, 1000), (40, 0)]), rel=RTOL)
+        for n in (1, 2048, 16384):
+            assert float(recompute_time(cost, n)) == pytest.approx(r.recompute(n), rel=RTOL)
+        for b, ctx in ((1, 1024), (16, 16 * 4096), (256, 256 * 1024), (1024, 1024 * 64)):
+            got = float(decode_iteration_time(cost, b, ctx))
+            assert got == pytest.approx(r.decode_iteration(b, ctx), rel=RTOL), (b, ctx)
+            coeffs = decode_series_coeffs(cost, b, ctx)
+            steps = [r.decode_iteration(b, ctx + b * j) for j in range(300)]
+            assert series_time(coeffs, 300) == pytest.approx(sum(steps), rel=RTOL)
+            half = sum(steps[:150])
+            assert iterations_within(coeffs, half * (1 + 1e-12), 300) == 150
+    link = LinkSpec(name="x", bandwidth_gbps=12.5, latency_us=20.0)
+    k = kv_bytes_per_token(model)
+    assert float(transfer_time(link, 2048 * k)) == pytest.approx(20e-6 + 2048 * k / 12.5e9, rel=RTOL)
