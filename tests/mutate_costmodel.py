@@ -2,6 +2,7 @@
 run the reference tests, restore the file. Not a test; run by hand:
 
     .venv/bin/python tests/mutate_costmodel.py [FACTOR ...]     # default: 4 1.1
+    MUT_ONLY=decode .venv/bin/python tests/mutate_costmodel.py 4   # terms whose name has "decode"
 
 Prints one line per mutation: the term, the factor and the tests that failed (``SURVIVED``
 if none did). Each mutation is a textual edit of src/prefixbench/costmodel.py; the file is
@@ -86,6 +87,25 @@ MUTATIONS = [
     ("decode series s2 (KV growth)", "s2 = cost.kv_bpt * batch / br", "s2 = {F} * cost.kv_bpt * batch / br"),
     ("decode series overhead", "return a1, s1, a2, s2, cost.decode_overhead",
      "return a1, s1, a2, s2, {F} * cost.decode_overhead"),
+    # step-time functions off the engine path (crossover, reference demand, analytics)
+    ("prefill_parts attention term", "+ self.attn_coef * (n * c + n * (n + 1.0) / 2.0)",
+     "+ {F} * self.attn_coef * (n * c + n * (n + 1.0) / 2.0)"),
+    ("prefill_parts LM head", "+ requests * self.lm_head_flops", "+ {F} * requests * self.lm_head_flops"),
+    ("prefill_parts KV bytes", "kv_io = self.kv_bpt * (n + c)", "kv_io = {F} * self.kv_bpt * (n + c)"),
+    ("prefill_time weights read", "t_memory = (cost.weights_read(n.sum()) + kv_io.sum())",
+     "t_memory = ({F} * cost.weights_read(n.sum()) + kv_io.sum())"),
+    ("recompute_time FLOPs", "flops = n * cost.linear_flops + cost.attn_coef * n * (n + 1.0) / 2.0",
+     "flops = {F} * (n * cost.linear_flops + cost.attn_coef * n * (n + 1.0) / 2.0)"),
+    ("recompute_time bytes", "(cost.weights_read(n) + cost.kv_bpt * n) / cost.byte_rate",
+     "{F} * (cost.weights_read(n) + cost.kv_bpt * n) / cost.byte_rate"),
+    ("decode_iteration_time FLOPs",
+     "flops = b * (cost.linear_flops + cost.lm_head_flops) + cost.attn_coef * ctx",
+     "flops = {F} * (b * (cost.linear_flops + cost.lm_head_flops) + cost.attn_coef * ctx)"),
+    ("decode_iteration_time bytes", "byts = cost.weights_read(b) + cost.kv_bpt * ctx",
+     "byts = {F} * (cost.weights_read(b) + cost.kv_bpt * ctx)"),
+    ("transfer_time bytes/bandwidth", "b / (link.bandwidth_gbps * 1e9)", "{F} * b / (link.bandwidth_gbps * 1e9)"),
+    ("closed-form series sum", "return n * a + s * (j0 + j1 - 1) * n / 2.0",
+     "return n * a + {F} * s * (j0 + j1 - 1) * n / 2.0"),
 ]
 
 
@@ -106,7 +126,10 @@ def run_tests() -> list[str]:
 def main(factors: list[str]) -> None:
     original = TARGET.read_text()
     try:
+        only = os.environ.get("MUT_ONLY", "")
         for name, old, new in MUTATIONS:
+            if only and only not in name:
+                continue
             assert original.count(old) == 1, f"{name}: {old!r} not found exactly once"
             for f in factors:
                 TARGET.write_text(original.replace(old, new.format(F=f)))
