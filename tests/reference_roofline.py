@@ -99,9 +99,7 @@ class Efficiency:
 
     @classmethod
     def of(cls, e) -> Efficiency:
-        return cls(
-            e.mfu_prefill, e.mfu_decode, e.mbu, e.prefill_overhead_ms, e.decode_overhead_ms
-        )
+        return cls(e.mfu_prefill, e.mfu_decode, e.mbu, e.prefill_overhead_ms, e.decode_overhead_ms)
 
 
 class Roofline:

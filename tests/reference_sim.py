@@ -280,8 +280,12 @@ def scenario_config(prep) -> RefConfig:
     s = prep.scenario
     c, m = s.cluster, s.memory
     model = catalog.get_model(s.model)
-    p_roof = roofline(model, catalog.get_accelerator(c.prefill.accelerator), c.prefill.devices, s.efficiency)
-    d_roof = roofline(model, catalog.get_accelerator(c.decode.accelerator), c.decode.devices, s.efficiency)
+    p_roof = roofline(
+        model, catalog.get_accelerator(c.prefill.accelerator), c.prefill.devices, s.efficiency
+    )
+    d_roof = roofline(
+        model, catalog.get_accelerator(c.decode.accelerator), c.decode.devices, s.efficiency
+    )
     link = catalog.get_link(c.link.name)
     colocated = c.mode == "colocated"
     n = c.prefill_instances + c.decode_instances if colocated else c.decode_instances
@@ -290,7 +294,9 @@ def scenario_config(prep) -> RefConfig:
         if colocated:
             budget = budget * c.decode_instances // n
     else:
-        budget = int(m.budget_factor * reference_demand(prep.requests, d_roof, n, c.max_decode_batch))
+        budget = int(
+            m.budget_factor * reference_demand(prep.requests, d_roof, n, c.max_decode_batch)
+        )
     return RefConfig(
         p_roof,
         d_roof,
@@ -878,7 +884,9 @@ class ColocatedReference:
                     inst.waiting.remove(r)
                     self.prompt_done(i, r, t)
         if look:
-            step = self.prefill_step(i, t) if cfg.scheduler == "prefill_priority" else self.mixed(i, t)
+            step = (
+                self.prefill_step(i, t) if cfg.scheduler == "prefill_priority" else self.mixed(i, t)
+            )
             if step is not None:
                 return
         if inst.running:
@@ -942,7 +950,9 @@ class ColocatedReference:
             return None
         for r in batch:
             r.t_prefill_start = t
-        dur = cfg.decode.prefill_step([(r.prompt - r.prefill_hit_tokens, r.prefill_hit_tokens) for r in batch])
+        dur = cfg.decode.prefill_step(
+            [(r.prompt - r.prefill_hit_tokens, r.prefill_hit_tokens) for r in batch]
+        )
         inst.step = ("prefill", batch)
         self.schedule(t + dur, STEP, i)
         return dur

@@ -307,8 +307,11 @@ def test_policies_that_must_coincide_with_sharing(name, budget, on_full):
     the default hot set, replicate_hotset hits replicas and differs. So a policy that
     recomputed, persisted or hit something it should not would fail here.
     """
-    common = ("workload.share_fraction=0.8", f"memory.budget_factor={budget}",
-              f"memory.on_full={on_full}")
+    common = (
+        "workload.share_fraction=0.8",
+        f"memory.budget_factor={budget}",
+        f"memory.on_full={on_full}",
+    )
     off = _prep(name, *common, "cluster.prefill_cache_fraction=0", "memory.hotset_share=0")
     req = off.requests
     hashes, counts = np.unique(req.blk_hash, return_counts=True)

@@ -101,7 +101,11 @@ EFFS = ((0.5, 0.5, 0.7, 1.0, 1.0), (0.3, 0.2, 0.9, 0.0, 2.5), (0.8, 0.6, 0.5, 5.
 
 def efficiency(e: tuple) -> Efficiency:
     return Efficiency(
-        mfu_prefill=e[0], mfu_decode=e[1], mbu=e[2], prefill_overhead_ms=e[3], decode_overhead_ms=e[4]
+        mfu_prefill=e[0],
+        mfu_decode=e[1],
+        mbu=e[2],
+        prefill_overhead_ms=e[3],
+        decode_overhead_ms=e[4],
     )
 
 
@@ -334,7 +338,9 @@ def test_colocated_matches_reference(case):
     sim = ColocatedReference(prep.requests, ref_cfg)
     ref = sim.run()
     c = prep.scenario.cluster
-    assert_same(res.columns, ref, f"colocated {c.colocated_scheduler}, {prep.scenario.memory.on_full}")
+    assert_same(
+        res.columns, ref, f"colocated {c.colocated_scheduler}, {prep.scenario.memory.on_full}"
+    )
     assert res.stats["peak_used_tokens"] == sim.peak_used <= ref_cfg.budget_tokens
     assert res.stats["budget_tokens"] == ref_cfg.budget_tokens
 
@@ -342,10 +348,23 @@ def test_colocated_matches_reference(case):
 SCENARIOS = [
     ("tool_call", ()),
     ("enterprise_hotset", ("memory.budget_factor=0.35", "memory.on_full=wait")),
-    ("medium_chat", ("cluster.prefill_instances=2", "cluster.decode_instances=2",
-                     "cluster.decode_router=prefix_affinity", "cluster.link.channels=2")),
-    ("long_context_support", ("model=deepseek-v2-lite", "cluster.decode.accelerator=h100-sxm",
-                              "cluster.prefill.accelerator=h100-sxm")),
+    (
+        "medium_chat",
+        (
+            "cluster.prefill_instances=2",
+            "cluster.decode_instances=2",
+            "cluster.decode_router=prefix_affinity",
+            "cluster.link.channels=2",
+        ),
+    ),
+    (
+        "long_context_support",
+        (
+            "model=deepseek-v2-lite",
+            "cluster.decode.accelerator=h100-sxm",
+            "cluster.prefill.accelerator=h100-sxm",
+        ),
+    ),
 ]
 
 
@@ -464,7 +483,10 @@ def test_single_request_timeline_by_hand():
     assert cols["t_prefill_end"][0] == pytest.approx(0.1 + step, rel=1e-12)
     land = cols["t_prefill_end"][0] + n * k / 3.125e9 + 1e-4
     assert cols["t_transfer_end"][0] == pytest.approx(land, rel=1e-12)
-    its = [max((f_lin + f_head + a * (n + j)) / peak, (weights + k * (n + j)) / bw) + 1e-3 for j in range(4)]
+    its = [
+        max((f_lin + f_head + a * (n + j)) / peak, (weights + k * (n + j)) / bw) + 1e-3
+        for j in range(4)
+    ]
     assert cols["t_first_token"][0] == pytest.approx(land + its[0], rel=1e-12)
     assert cols["t_done"][0] == pytest.approx(land + sum(its), rel=1e-12)
 
@@ -529,9 +551,7 @@ def test_prefix_affinity_follows_the_replica():
     load; r2 (chain A) goes back to d0 although d0 and d1 are equally loaded then."""
     a = (1, 512)
     req = make_requests([0.0, 0.3, 0.31], [600, 50, 600], [200, 200, 5], [[a], [], [a]])
-    cols, _ = _compare(
-        req, policy="replicate_all_lru", n_decode=2, decode_router="prefix_affinity"
-    )
+    cols, _ = _compare(req, policy="replicate_all_lru", n_decode=2, decode_router="prefix_affinity")
     assert cols["decode_instance"].tolist() == [0, 1, 0]
     assert cols["replica_hit_tokens"][2] == 512
 
@@ -544,7 +564,9 @@ def test_decode_series_crossing_the_roofline_ridge():
     )
     for b, c in {1: 1200, 2: 2600}.items():
         dev = compute_poor(L4, QWEN05, 1, DEFAULT_EFF, b, c)
-        cfg, ref_cfg = pair(QWEN05, L4, 1, dev, 1, DEFAULT_EFF, policy="transfer_per_request", max_batch=2)
+        cfg, ref_cfg = pair(
+            QWEN05, L4, 1, dev, 1, DEFAULT_EFF, policy="transfer_per_request", max_batch=2
+        )
         res = simulate(req, cfg).columns
         assert_same(res, ReferenceSim(req, ref_cfg).run(), f"ridge b={b}")
         assert np.all(res["outcome"] == 1)
@@ -630,4 +652,6 @@ def test_costmodel_functions_match_reference_roofline(model_name, eff):
             assert iterations_within(coeffs, half * (1 + 1e-12), 300) == 150
     link = LinkSpec(name="x", bandwidth_gbps=12.5, latency_us=20.0)
     k = kv_bytes_per_token(model)
-    assert float(transfer_time(link, 2048 * k)) == pytest.approx(20e-6 + 2048 * k / 12.5e9, rel=RTOL)
+    assert float(transfer_time(link, 2048 * k)) == pytest.approx(
+        20e-6 + 2048 * k / 12.5e9, rel=RTOL
+    )
