@@ -335,6 +335,52 @@ def test_policies_that_must_coincide_with_sharing(name, budget, on_full):
     assert _differs(ctl["replicate_hotset"], ctl["transfer_per_request"])
 
 
+# ---------------------------------------------------------------- the hot set sees no future
+
+
+def _hottest(req: Requests, upto: int, cap: float) -> list[tuple[int, int]]:
+    """docs/model.md §1.10: blocks ranked by how many of the first ``upto`` requests use them
+    (ties by hash), taken in rank order while their tokens fit ``cap``."""
+    counts: dict[int, int] = {}
+    tokens: dict[int, int] = {}
+    ptr, hashes, toks = req.blk_ptr.tolist(), req.blk_hash.tolist(), req.blk_tokens.tolist()
+    for j in range(ptr[upto]):
+        counts[hashes[j]] = counts.get(hashes[j], 0) + 1
+        tokens.setdefault(hashes[j], toks[j])
+    out, total = [], 0
+    for h in sorted(counts, key=lambda h: (-counts[h], h)):
+        if total + tokens[h] > cap:
+            break
+        out.append((h, tokens[h]))
+        total += tokens[h]
+    return out
+
+
+@pytest.mark.parametrize("warmup", [300, 0])
+def test_hot_set_is_chosen_from_the_warm_up_only(warmup):
+    """The prewarmed set is what an operator saw before deploying: the warm-up requests (or,
+    without warm-up, the first tenth of the run). Popularity drifts here, so the whole run's
+    ranking is different (the control): a hot set chosen by peeking at the run would fail."""
+    prep = prepare(
+        load_scenario(
+            "enterprise_hotset",
+            [
+                "run.requests=3000",
+                f"run.warmup_requests={warmup}",
+                "workload.drift={period_s: 10, shift: 4}",
+                "memory.hotset_share=0.1",
+            ],
+        )
+    )
+    req = prep.requests
+    cap = 0.1 * prep.base.budget_tokens
+    seen = warmup or len(req) // 10
+    expected = _hottest(req, seen, cap)
+    assert 0 < len(expected) < len(np.unique(req.blk_hash))  # the cap really cuts
+    assert prep.base.hot_blocks == expected
+    assert _hottest(req, len(req), cap) != expected
+
+
 # ---------------------------------------------------------------- determinism
 
 
