@@ -1,12 +1,19 @@
 """A deliberately naive reference simulator of the engine's semantics (BRIEF §6, rung 2).
 
-Written from the semantics in the design notes, not from ``engine/core.py``: plain Python
-objects, linear scans instead of load arrays and indexes, and every decode iteration is its
-own event (no closed-form series). It is slow on purpose and only meant for small scenarios;
-``tests/test_engine_reference.py`` checks that the fast core agrees with it on every
-per-request timestamp.
+Written from the semantics in docs/model.md and docs/coupled.md, not from the engine: plain
+Python objects, linear scans instead of load arrays and indexes, and every decode iteration
+is its own event (no closed-form series). It is slow on purpose and only meant for small
+scenarios; ``tests/test_engine_reference.py`` checks that the product agrees with it on every
+per-request timestamp and outcome.
 
-Semantics implemented (times in seconds):
+It shares no physics with the product either: every step is priced by its own roofline
+(``tests/reference_roofline.py``), written from docs/model.md §2 and the raw model config,
+accelerator datasheet and efficiency numbers. Its inputs are those specs (``Roofline``) and
+workload/configuration data (``RefConfig``: requests, budgets, hot set, routers, ...); it
+never sees the product's step-cost objects. So agreement proves the cost model as well as
+the event logic (see "How the reference is independent" below).
+
+Semantics implemented, disaggregated mode (times in seconds):
 
 * Events at equal times run in kind order DECODE < TRANSFER < PREFILL < TIMEOUT < ARRIVAL,
   then in the order they were scheduled.
@@ -18,7 +25,8 @@ Semantics implemented (times in seconds):
   first, so a root is fresher than its tail; then LRU blocks are evicted over capacity),
   then each request, in batch order, is routed to a decode instance and handed off.
   Decode routing ``least_load``: fewest requests handed to the instance and not yet ended
-  (ties lowest index); ``round_robin``.
+  (ties lowest index); ``round_robin``; ``prefix_affinity``: most leading ready replica
+  blocks of the chain, then least load, then lowest index.
 * Hand-off (admission): replica hit = leading run of ready replica blocks (replicating
   policies only). need = prompt + output - hit. need > budget: rejected ``too_large``.
   If memory (after trimming idle replicas other than the hit) cannot hold need: rejected
@@ -41,6 +49,72 @@ Semantics implemented (times in seconds):
   ahead of one whose KV lands during the stall even though the latter is ready earlier).
 * Requests finishing at the same boundary leave in request (arrival) order, which fixes
   the LRU order of the replica blocks they release (each request's chain tail first).
+* ``max_token_gap``: the largest interval between two consecutive output tokens of a
+  request (0 for a single token), from the token times themselves.
+
+Colocated mode (``ColocatedReference``, docs/model.md §1.12, docs/coupled.md): see its
+docstring.
+
+How the reference is independent
+--------------------------------
+Nothing here imports the product's cost model or engine (a pre-stop hook greps for the
+module names). The roofline in reference_roofline.py counts parameters per Hugging Face
+module and prices steps from docs/model.md; the product's numbers enter only as results.
+Mutation table (``tests/mutate_costmodel.py``, hypothesis seed 0): each term of the
+product's cost-model file multiplied by 4, then by 1.1, one at a time; the tests of
+tests/test_engine_reference.py that failed. D = test_disaggregated_matches_reference,
+C = test_colocated_matches_reference, P = test_presets_match_reference,
+F = test_costmodel_functions_match_reference_roofline (added after the first 34 rows were
+run), +Nh = N hand-written cases. No mutation survived either factor. Terms used only by
+the Python colocated engine (the decode-series and W(B) helpers; the compiled core has its
+own copies) are caught by C; functions off the simulation path (crossover, reference
+demand) by F.
+
+    term                                   x4        x1.1
+    attention FLOP coefficient             CDP +4h   CDP +4h
+    linear FLOPs per token                 CDP +7h   CDP +4h
+    LM-head FLOPs                          CDP +4h   CDP +4h
+    KV bytes/token (GQA)                   CDP +8h   CDP +8h
+    KV bytes/token (MLA)                   CDP       CDP
+    weight bytes (weight_bytes)            CDP +9h   CDP +8h
+    dense weights read per step            CDP +9h   CDP +8h
+    routed-expert weight bytes             CDP       CDP
+    expert-touch fraction k/E              CDP       CDP
+    MFU prefill applied                    CDP +4h   CDP +4h
+    MFU decode applied                     CDP +1h   CDP +1h
+    MBU applied                            CDP +8h   CDP +8h
+    prefill overhead                       CDP +9h   CDP +9h
+    decode overhead                        CDP +9h   CDP +9h
+    instance memory                        P         P
+    q_proj params                          CDP +8h   CDP +8h
+    k/v_proj params                        CDP +8h   CDP +8h
+    o_proj params                          CDP +8h   CDP +8h
+    QKV bias params                        CDP +8h   CDP +8h
+    MLA attention params                   CDP       CDP
+    MLA q_lora params                      D         D
+    dense MLP params                       CDP +8h   CDP +8h
+    expert MLP params                      DP        CDP
+    shared experts + router params         CDP       CDP
+    active experts params                  CDP       CDP
+    norm params                            CDP +8h   CDP +8h
+    embedding params                       CDP +8h   CDP +8h
+    untied LM-head params                  CDP       CDP
+    W(B) touched experts (weights_read)    CP        CP
+    decode series a1 (FLOP term)           C         C
+    decode series s1 (attention growth)    C         C
+    decode series a2 (byte term)           CP        CP
+    decode series s2 (KV growth)           CP        CP
+    decode series overhead                 CP        CP
+    prefill_parts attention term           F         F
+    prefill_parts LM head                  F         F
+    prefill_parts KV bytes                 F         F
+    prefill_time weights read              F         F
+    recompute_time FLOPs                   F         F
+    recompute_time bytes                   F         F
+    decode_iteration_time FLOPs            CF        CF
+    decode_iteration_time bytes            CFP       CFP
+    transfer_time bytes/bandwidth          F         F
+    closed-form series sum                 CFP       CFP
 """
 
 from __future__ import annotations
@@ -50,9 +124,7 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-
-from prefixbench.costmodel import decode_iteration_time
-from prefixbench.engine.core import TIME_COLUMNS
+from reference_roofline import Efficiency, Roofline, reference_demand
 
 DECODE, TRANSFER, PREFILL, TIMEOUT, ARRIVAL = range(5)
 PENDING, COMPLETED, REJECTED = 0, 1, 2
@@ -93,6 +165,16 @@ class Req:
     private: int = 0
     pinned: list[int] = field(default_factory=list)  # replica blocks this request holds a ref on
     generated: int = 0
+    last_token: float = NAN
+    max_token_gap: float = 0.0
+    done: int = 0  # colocated: prompt tokens prefilled (or cached) so far
+
+    def emit(self, t: float) -> None:
+        """One output token at ``t``."""
+        if self.generated:
+            self.max_token_gap = max(self.max_token_gap, t - self.last_token)
+        self.last_token = t
+        self.generated += 1
 
 
 @dataclass
@@ -101,6 +183,164 @@ class Replica:
     refs: int
     ready: bool
     idle_since: int = 0  # logical clock of the moment refs dropped to 0 (LRU order)
+
+
+TIME_COLUMNS = (
+    "t_prefill_start",
+    "t_prefill_end",
+    "t_admit",
+    "t_transfer_start",
+    "t_transfer_end",
+    "t_recompute_start",
+    "t_recompute_end",
+    "t_decode_start",
+    "t_first_token",
+    "t_done",
+    "max_token_gap",
+)
+INT_COLUMNS = (
+    "prefill_instance",
+    "decode_instance",
+    "outcome",
+    "reject_reason",
+    "prefill_hit_tokens",
+    "replica_hit_tokens",
+    "recompute_tokens",
+    "transfer_tokens",
+    "persisted_tokens",
+)
+
+
+@dataclass
+class RefConfig:
+    """Everything a run needs: two rooflines (physics) and plain configuration data."""
+
+    prefill: Roofline
+    decode: Roofline
+    policy: str = "transfer_per_request"
+    n_prefill: int = 1
+    n_decode: int = 1
+    link_bytes_per_s: float = 3.125e9
+    link_latency_s: float = 0.0
+    link_channels: int = 1
+    max_batch: int = 64
+    prefill_token_budget: int = 8192
+    prefill_cache_tokens: int = 10**9
+    budget_tokens: int = 10**9
+    hot_blocks: list = field(default_factory=list)  # (hash, tokens), hottest first
+    on_full: str = "reject"
+    wait_timeout_s: float = 2.0
+    prefill_router: str = "least_tokens"
+    decode_router: str = "least_load"
+    # colocated mode
+    instances: int = 1
+    scheduler: str = "prefill_priority"
+    step_token_budget: int = 8192
+
+
+DATA_FIELDS = (
+    "policy",
+    "n_prefill",
+    "n_decode",
+    "link_bytes_per_s",
+    "link_latency_s",
+    "link_channels",
+    "max_batch",
+    "prefill_token_budget",
+    "prefill_cache_tokens",
+    "budget_tokens",
+    "hot_blocks",
+    "on_full",
+    "wait_timeout_s",
+    "prefill_router",
+    "decode_router",
+)
+
+
+def config_from(data, prefill: Roofline, decode: Roofline) -> RefConfig:
+    """A RefConfig with the configuration data of ``data`` (any object with the fields
+    named in DATA_FIELDS, e.g. the product's run configuration) and the given rooflines."""
+    return RefConfig(prefill, decode, **{k: getattr(data, k) for k in DATA_FIELDS})
+
+
+def roofline(model, accelerator, devices: int, efficiency) -> Roofline:
+    return Roofline(model, accelerator, devices, Efficiency.of(efficiency))
+
+
+def scenario_config(prep) -> RefConfig:
+    """The reference's configuration of a prepared scenario, physics derived here.
+
+    From the scenario: model and accelerator specs (catalog data), device counts, the
+    efficiency block, link, routers, batch and token budgets, memory options. From ``prep``:
+    the requests and the hot set only. The decode KV budget, the prefill cache capacity and
+    the colocated budget are computed with the reference roofline (docs/model.md §1.4, §3).
+    """
+    from prefixbench import catalog
+
+    s = prep.scenario
+    c, m = s.cluster, s.memory
+    model = catalog.get_model(s.model)
+    p_roof = roofline(
+        model, catalog.get_accelerator(c.prefill.accelerator), c.prefill.devices, s.efficiency
+    )
+    d_roof = roofline(
+        model, catalog.get_accelerator(c.decode.accelerator), c.decode.devices, s.efficiency
+    )
+    link = catalog.get_link(c.link.name)
+    colocated = c.mode == "colocated"
+    n = c.prefill_instances + c.decode_instances if colocated else c.decode_instances
+    if m.kv_budget_gb is not None:
+        budget = int(m.kv_budget_gb * 1e9 / d_roof.kv)
+        if colocated:
+            budget = budget * c.decode_instances // n
+    else:
+        budget = int(
+            m.budget_factor * reference_demand(prep.requests, d_roof, n, c.max_decode_batch)
+        )
+    return RefConfig(
+        p_roof,
+        d_roof,
+        policy=s.policy.value if hasattr(s.policy, "value") else str(s.policy),
+        n_prefill=c.prefill_instances,
+        n_decode=c.decode_instances,
+        link_bytes_per_s=(c.link.bandwidth_gbps or link.bandwidth_gbps) * 1e9,
+        link_latency_s=(c.link.latency_us if c.link.latency_us is not None else link.latency_us)
+        / 1e6,
+        link_channels=c.link.channels,
+        max_batch=c.max_decode_batch,
+        prefill_token_budget=c.prefill_token_budget,
+        prefill_cache_tokens=p_roof.prefix_cache_tokens(c.prefill_cache_fraction),
+        budget_tokens=budget,
+        hot_blocks=list(prep.base.hot_blocks),
+        on_full=m.on_full,
+        wait_timeout_s=m.wait_timeout_s,
+        prefill_router=c.prefill_router,
+        decode_router=c.decode_router,
+        instances=n,
+        scheduler=c.colocated_scheduler,
+        step_token_budget=c.prefill_token_budget
+        if c.colocated_scheduler == "prefill_priority"
+        else c.chunk_token_budget,
+    )
+
+
+def _chains(req) -> list[Req]:
+    ptr = req.blk_ptr.tolist()
+    hashes = req.blk_hash.tolist()
+    toks = req.blk_tokens.tolist()
+    out = []
+    for i in range(len(req)):
+        chain = [(hashes[j], toks[j]) for j in range(ptr[i], ptr[i + 1])]
+        out.append(
+            Req(i, float(req.arrival[i]), int(req.prompt_len[i]), int(req.output_len[i]), chain)
+        )
+    return out
+
+
+def _columns(reqs: list[Req]) -> dict[str, np.ndarray]:
+    out = {k: np.array([getattr(r, k) for r in reqs], dtype=np.float64) for k in TIME_COLUMNS}
+    out.update({k: np.array([getattr(r, k) for r in reqs], dtype=np.int64) for k in INT_COLUMNS})
+    return out
 
 
 class PrefillInstance:
@@ -124,15 +364,7 @@ class DecodeInstance:
 class ReferenceSim:
     def __init__(self, req, cfg) -> None:
         self.cfg = cfg
-        self.reqs: list[Req] = []
-        ptr = req.blk_ptr.tolist()
-        hashes = req.blk_hash.tolist()
-        toks = req.blk_tokens.tolist()
-        for i in range(len(req)):
-            chain = [(hashes[j], toks[j]) for j in range(ptr[i], ptr[i + 1])]
-            self.reqs.append(
-                Req(i, float(req.arrival[i]), int(req.prompt_len[i]), int(req.output_len[i]), chain)
-            )
+        self.reqs = _chains(req)
         self.pf = [PrefillInstance(cfg.prefill_cache_tokens) for _ in range(cfg.n_prefill)]
         self.dc = [DecodeInstance() for _ in range(cfg.n_decode)]
         self.channels = {
@@ -196,6 +428,12 @@ class ReferenceSim:
                 self.on_timeout(payload, t)
             else:
                 self.on_boundary(payload, t)
+        assert all(r.outcome != PENDING for r in self.reqs), "a request never ended"
+        for d in range(self.cfg.n_decode):
+            self.check_books(d)
+            assert not self.dc[d].replicas or all(
+                rep.refs == 0 for rep in self.dc[d].replicas.values()
+            )
         return self.columns()
 
     # ------------------------------------------------------------------ prefill
@@ -226,7 +464,7 @@ class ReferenceSim:
         return min(hit, r.prompt - 1) if r.chain else 0
 
     def start_prefill(self, p: int, t: float) -> None:
-        inst, cost = self.pf[p], self.cfg.prefill_cost
+        inst = self.pf[p]
         batch: list[Req] = []
         total_new = 0
         while inst.queue:
@@ -240,16 +478,9 @@ class ReferenceSim:
             total_new += new
             r.prefill_hit_tokens = hit
             r.t_prefill_start = t
-        flops = 0.0
-        for r in batch:
-            n, c = r.prompt - r.prefill_hit_tokens, r.prefill_hit_tokens
-            flops += (
-                n * cost.linear_flops
-                + cost.lm_head_flops
-                + cost.attn_coef * (n * c + n * (n + 1) / 2)
-            )
-        nbytes = float(cost.weights_read(total_new)) + cost.kv_bpt * sum(r.prompt for r in batch)
-        step = max(flops / cost.flops_rate_prefill, nbytes / cost.byte_rate) + cost.prefill_overhead
+        step = self.cfg.prefill.prefill_step(
+            [(r.prompt - r.prefill_hit_tokens, r.prefill_hit_tokens) for r in batch]
+        )
         inst.batch = batch
         self.schedule(t + step, PREFILL, p)
 
@@ -268,13 +499,13 @@ class ReferenceSim:
                 oldest = min(inst.cache, key=lambda h: inst.cache[h][1])
                 del inst.cache[oldest]
         for r in batch:
-            d = self.route_decode()
+            d = self.route_decode(r)
             r.decode_instance = d
             self.hand_off(r, d, t)
         if inst.queue:
             self.start_prefill(p, t)
 
-    def route_decode(self) -> int:
+    def route_decode(self, r: Req) -> int:
         cfg = self.cfg
         if cfg.decode_router == "round_robin":
             d = self.rr_decode % cfg.n_decode
@@ -285,6 +516,18 @@ class ReferenceSim:
             sum(1 for x in self.reqs if x.decode_instance == i and x.outcome == PENDING)
             for i in range(cfg.n_decode)
         ]
+        if cfg.decode_router == "prefix_affinity":
+            ranked = []
+            for i in range(cfg.n_decode):
+                ready = 0
+                for h, _ in r.chain:
+                    rep = self.dc[i].replicas.get(h)
+                    if rep is None or not rep.ready:
+                        break
+                    ready += 1
+                ranked.append((-ready, loads[i], i))
+            return min(ranked)[2]
+        assert cfg.decode_router == "least_load", cfg.decode_router
         return loads.index(min(loads))
 
     # ------------------------------------------------------------------ admission
@@ -354,7 +597,7 @@ class ReferenceSim:
         r.persisted_tokens = persisted
         r.t_admit = t
         self.peak_used = max(self.peak_used, self.used(d))
-        assert self.used(d) <= cfg.budget_tokens
+        self.check_books(d)
 
         if cfg.policy == "transfer_per_request":
             xfer, rc = r.prompt, 0
@@ -363,7 +606,7 @@ class ReferenceSim:
         else:
             xfer, rc = r.prompt - hit, 0
         r.transfer_tokens, r.recompute_tokens = xfer, rc
-        nbytes = xfer * cfg.decode_cost.kv_bpt
+        nbytes = xfer * cfg.decode.kv
         if nbytes > 0:
             chans = self.channels[(r.prefill_instance, d)]
             c = chans.index(min(chans))
@@ -407,7 +650,7 @@ class ReferenceSim:
         freed = False
         if dec.state == "iter":  # one iteration just ended; finishers leave in request order
             for r in sorted(dec.running, key=lambda x: x.rid):
-                r.generated += 1
+                r.emit(t)
                 if r.generated == 1:
                     r.t_first_token = t
                 if r.generated == r.output:
@@ -423,15 +666,8 @@ class ReferenceSim:
         if dec.recompute:
             end = t
             for r in dec.recompute:
-                n = r.recompute_tokens
-                cost = cfg.decode_cost
-                flops = n * cost.linear_flops + cost.attn_coef * n * (n + 1) / 2
-                nbytes = float(cost.weights_read(n)) + cost.kv_bpt * n
                 r.t_recompute_start = end
-                end += (
-                    max(flops / cost.flops_rate_prefill, nbytes / cost.byte_rate)
-                    + cost.prefill_overhead
-                )
+                end += cfg.decode.recompute(r.recompute_tokens)
                 r.t_recompute_end = end
                 if r.landed:  # queued to join now, in recompute order; joins at the stall end
                     dec.ready.append(r)
@@ -447,9 +683,24 @@ class ReferenceSim:
             dec.state = "idle"
             return
         ctx = sum(r.prompt + r.generated for r in dec.running)
-        step = float(decode_iteration_time(cfg.decode_cost, len(dec.running), ctx))
+        step = cfg.decode.decode_iteration(len(dec.running), ctx)
         dec.state = "iter"
         self.schedule(t + step, DECODE, d)
+
+    def check_books(self, d: int) -> None:
+        """Invariants of decode instance ``d``: each replica's refcount is the number of live
+        requests pinning it, an idle replica has landed, memory is within the budget."""
+        dec = self.dc[d]
+        holders: dict[int, int] = {}
+        for x in self.reqs:
+            if x.decode_instance == d and x.outcome == PENDING and not math.isnan(x.t_admit):
+                for h in x.pinned:
+                    holders[h] = holders.get(h, 0) + 1
+        for h, rep in dec.replicas.items():
+            assert rep.refs == holders.get(h, 0), "replica refcount out of step"
+            assert rep.refs > 0 or rep.ready, "an idle replica that never landed"
+        assert set(holders) <= set(dec.replicas)
+        assert 0 <= self.used(d) <= self.cfg.budget_tokens, "decode KV over budget"
 
     def complete(self, r: Req, dec: DecodeInstance, t: float) -> None:
         r.outcome = COMPLETED
@@ -467,27 +718,279 @@ class ReferenceSim:
                     else:
                         del dec.replicas[h]
         r.private = 0
+        self.check_books(r.decode_instance)
 
     # ------------------------------------------------------------------ output
 
     def columns(self) -> dict[str, np.ndarray]:
-        f = list(TIME_COLUMNS)  # the output contract; the semantics here are independent
-        i = [
-            "prefill_instance",
-            "decode_instance",
-            "outcome",
-            "reject_reason",
-            "prefill_hit_tokens",
-            "replica_hit_tokens",
-            "recompute_tokens",
-            "transfer_tokens",
-            "persisted_tokens",
-        ]
-        out = {k: np.array([getattr(r, k) for r in self.reqs], dtype=np.float64) for k in f}
-        out.update({k: np.array([getattr(r, k) for r in self.reqs], dtype=np.int64) for k in i})
-        return out
+        return _columns(self.reqs)
 
 
-def reference_simulate(req, cfg) -> dict[str, np.ndarray]:
-    """Per-request columns (same names as ``SimResult.columns``) from the naive simulator."""
+def reference_simulate(req, cfg: RefConfig) -> dict[str, np.ndarray]:
+    """Per-request columns (same names as the product's result columns), naive simulator."""
     return ReferenceSim(req, cfg).run()
+
+
+# ---------------------------------------------------------------------- colocated mode
+
+STEP = 0  # colocated event kinds, in the order they run at equal times
+C_TIMEOUT, C_ARRIVAL = 1, 2
+
+
+class _Colo:
+    def __init__(self, capacity: int) -> None:
+        self.waiting: list[Req] = []  # FIFO; an admitted, partly prefilled prompt stays here
+        self.running: list[Req] = []  # decoding, in join order
+        self.used = 0  # KV tokens reserved by admitted requests
+        self.load = 0  # requests assigned and not ended
+        self.cache = PrefillInstance(capacity)  # its block prefix cache
+        self.busy = False  # a step, an iteration or a wake-up boundary is scheduled
+        self.step: tuple[str, list] = ("wake", [])  # what ends at that boundary
+        self.look = False  # arrivals since the last boundary
+
+
+class ColocatedReference:
+    """Coupled serving, one event per step or iteration (docs/model.md §1.12, coupled.md).
+
+    ``instances`` instances of the decode hardware (``cfg.decode`` roofline), each with its
+    own FIFO, block prefix cache (``prefill_cache_tokens``) and KV budget (``budget_tokens``).
+
+    * Arrival: to the instance with the fewest requests assigned and not ended (ties: lowest
+      index); an idle instance takes a boundary at once, a busy one looks at its queue at
+      its next boundary. With on_full=wait the request is rejected ``timeout`` if it is not
+      admitted ``wait_timeout_s`` after its arrival (it leaves the queue then).
+    * The scheduler looks at the queue at a boundary if something may have changed: the
+      instance was idle, a prefill or mixed step just ended, a request finished (memory
+      freed), or a request arrived since the previous boundary. (A timeout alone does not
+      make it look.) Otherwise the batch keeps decoding, one iteration per event.
+    * Admission, when the queue head is considered: need = prompt + output; need > budget
+      rejects ``too_large``; not fitting rejects ``no_memory`` (reject) or keeps the head
+      waiting (wait). Admitting reserves need and looks the prompt up in the prefix cache
+      (hit capped at prompt - 1).
+    * ``prefill_priority``: admitted prompts from the head, whole, while the batch plus the
+      new prompts stay under ``max_batch`` and their new tokens within the step budget (the
+      first always goes; a head admitted but over the budget waits, admitted, for the next
+      step). One prefill step (§2.3 at prefill efficiency); running sequences stall.
+    * ``chunked``: one decode token per running sequence plus chunks of waiting prompts in
+      FIFO order filling ``step_token_budget`` tokens (and ``max_batch`` sequences); prompts
+      behind the head are admitted in order, stopping at the first that does not fit; the
+      mixed step is priced at decode efficiency (decode FLOPs and KV reads, the chunks'
+      FLOPs with attention to their prefilled part, their KV, an LM head per finished prompt).
+    * The step finishing a prompt emits its first token (``t_first_token`` = ``t_prefill_end``
+      = ``t_decode_start``), its chain enters the cache, and it joins the batch for the
+      other output - 1 tokens; a 1-token request ends there.
+    """
+
+    def __init__(self, req, cfg: RefConfig) -> None:
+        self.cfg = cfg
+        self.reqs = _chains(req)
+        assert cfg.instances >= 1
+        self.inst = [_Colo(cfg.prefill_cache_tokens) for _ in range(cfg.instances)]
+        self.events: list = []
+        self.seq = 0
+        self.clock = 0
+        self.peak_used = 0
+
+    def tick(self) -> int:
+        self.clock += 1
+        return self.clock
+
+    def schedule(self, t: float, kind: int, payload) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (t, kind, self.seq, payload))
+
+    def run(self) -> dict[str, np.ndarray]:
+        for r in self.reqs:
+            self.schedule(r.arrival, C_ARRIVAL, r)
+        while self.events:
+            t, kind, _, payload = heapq.heappop(self.events)
+            if kind == C_ARRIVAL:
+                self.on_arrival(payload, t)
+            elif kind == C_TIMEOUT:
+                self.on_timeout(payload, t)
+            else:
+                self.on_boundary(payload, t)
+        assert all(r.outcome != PENDING for r in self.reqs), "a request never ended"
+        assert all(x.used == 0 and x.load == 0 and not x.running for x in self.inst)
+        cols = _columns(self.reqs)
+        for k in ("t_transfer_start", "t_transfer_end", "t_decode_start"):
+            cols[k] = cols["t_prefill_end"].copy()
+        cols["decode_instance"] = cols["prefill_instance"].copy()
+        return cols
+
+    def on_arrival(self, r: Req, t: float) -> None:
+        loads = [x.load for x in self.inst]
+        i = loads.index(min(loads))
+        inst = self.inst[i]
+        r.prefill_instance = i
+        inst.load += 1
+        inst.waiting.append(r)
+        if self.cfg.on_full == "wait":
+            self.schedule(t + self.cfg.wait_timeout_s, C_TIMEOUT, r)
+        inst.look = True
+        if not inst.busy:
+            inst.busy, inst.step = True, ("wake", [])
+            self.schedule(t, STEP, i)
+
+    def on_timeout(self, r: Req, t: float) -> None:
+        if r.outcome == PENDING and math.isnan(r.t_admit):
+            self.inst[r.prefill_instance].waiting.remove(r)
+            self.end(r, t, REJECTED, TIMED_OUT)
+
+    def end(self, r: Req, t: float, outcome: int, reason: int = NO_REASON) -> None:
+        inst = self.inst[r.prefill_instance]
+        r.outcome, r.reject_reason, r.t_done = outcome, reason, t
+        inst.load -= 1
+        inst.used -= r.private
+        r.private = 0
+
+    def prompt_done(self, i: int, r: Req, t: float) -> None:
+        inst = self.inst[i]
+        r.t_prefill_end = r.t_first_token = t
+        r.emit(t)
+        cache = inst.cache
+        for h, tok in reversed(r.chain):  # as a prefill node's cache (§1.4)
+            if h in cache.cache:
+                cache.cache[h][1] = self.tick()
+            elif tok <= cache.capacity:
+                cache.cache[h] = [tok, self.tick()]
+        while sum(v[0] for v in cache.cache.values()) > cache.capacity:
+            oldest = min(cache.cache, key=lambda h: cache.cache[h][1])
+            del cache.cache[oldest]
+        if r.generated == r.output:
+            self.end(r, t, COMPLETED)
+        else:
+            inst.running.append(r)
+
+    def on_boundary(self, i: int, t: float) -> None:
+        inst, cfg = self.inst[i], self.cfg
+        kind, work = inst.step
+        look = kind != "iter" or inst.look
+        inst.look = False
+        if kind in ("iter", "mixed"):  # the running sequences emit a token
+            for r in list(inst.running):  # (nobody joins or leaves during a step)
+                r.emit(t)
+                if r.generated == r.output:
+                    inst.running.remove(r)
+                    self.end(r, t, COMPLETED)
+                    look = True
+        if kind == "prefill":
+            for r in work:
+                self.prompt_done(i, r, t)
+        if kind == "mixed":
+            for r, n in work:
+                r.done += n
+                if r.done == r.prompt:
+                    inst.waiting.remove(r)
+                    self.prompt_done(i, r, t)
+        if look:
+            step = (
+                self.prefill_step(i, t) if cfg.scheduler == "prefill_priority" else self.mixed(i, t)
+            )
+            if step is not None:
+                return
+        if inst.running:
+            ctx = sum(r.prompt + r.generated for r in inst.running)
+            inst.step = ("iter", [])
+            self.schedule(t + cfg.decode.decode_iteration(len(inst.running), ctx), STEP, i)
+        else:
+            inst.busy = False
+
+    def admit_head(self, i: int, t: float) -> Req | None:
+        inst, cfg = self.inst[i], self.cfg
+        while inst.waiting:
+            r = inst.waiting[0]
+            if not math.isnan(r.t_admit):
+                return r
+            need = r.prompt + r.output
+            if need > cfg.budget_tokens:
+                inst.waiting.pop(0)
+                self.end(r, t, REJECTED, TOO_LARGE)
+                continue
+            if inst.used + need > cfg.budget_tokens:
+                if cfg.on_full == "reject":
+                    inst.waiting.pop(0)
+                    self.end(r, t, REJECTED, NO_MEMORY)
+                    continue
+                return None
+            self.reserve(i, r, t, need)
+            return r
+        return None
+
+    def reserve(self, i: int, r: Req, t: float, need: int) -> None:
+        inst = self.inst[i]
+        inst.used += need
+        r.private = need
+        r.t_admit = t
+        self.peak_used = max(self.peak_used, inst.used)
+        assert inst.used <= self.cfg.budget_tokens
+        hit = 0
+        for h, tok in r.chain:
+            if h not in inst.cache.cache:
+                break
+            hit += tok
+        r.prefill_hit_tokens = min(hit, r.prompt - 1) if r.chain else 0
+        r.done = r.prefill_hit_tokens
+
+    def prefill_step(self, i: int, t: float):
+        inst, cfg = self.inst[i], self.cfg
+        batch: list[Req] = []
+        new = 0
+        while len(inst.running) + len(batch) < cfg.max_batch:
+            r = self.admit_head(i, t)
+            if r is None:
+                break
+            n = r.prompt - r.prefill_hit_tokens
+            if batch and new + n > cfg.step_token_budget:
+                break
+            inst.waiting.pop(0)
+            batch.append(r)
+            new += n
+        if not batch:
+            return None
+        for r in batch:
+            r.t_prefill_start = t
+        dur = cfg.decode.prefill_step(
+            [(r.prompt - r.prefill_hit_tokens, r.prefill_hit_tokens) for r in batch]
+        )
+        inst.step = ("prefill", batch)
+        self.schedule(t + dur, STEP, i)
+        return dur
+
+    def mixed(self, i: int, t: float):
+        inst, cfg = self.inst[i], self.cfg
+        b = len(inst.running)
+        room = cfg.step_token_budget - b
+        chunks: list[tuple[Req, int]] = []
+        pos = 0
+        while room > 0 and b + len(chunks) < cfg.max_batch and pos < len(inst.waiting):
+            if pos == 0:
+                r = self.admit_head(i, t)
+                if r is None:
+                    break
+            else:
+                r = inst.waiting[pos]
+                if math.isnan(r.t_admit):
+                    need = r.prompt + r.output
+                    if need > cfg.budget_tokens or inst.used + need > cfg.budget_tokens:
+                        break
+                    self.reserve(i, r, t, need)
+            n = min(room, r.prompt - r.done)
+            chunks.append((r, n))
+            if math.isnan(r.t_prefill_start):
+                r.t_prefill_start = t
+            room -= n
+            pos += 1
+        if not chunks:
+            return None
+        ctx = sum(r.prompt + r.generated for r in inst.running)
+        dur = cfg.decode.mixed_step(
+            b, ctx, [(n, r.done, r.done + n == r.prompt) for r, n in chunks]
+        )
+        inst.step = ("mixed", chunks)
+        self.schedule(t + dur, STEP, i)
+        return dur
+
+
+def colocated_simulate(req, cfg: RefConfig) -> dict[str, np.ndarray]:
+    return ColocatedReference(req, cfg).run()

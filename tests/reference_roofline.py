@@ -1,0 +1,241 @@
+"""The reference simulator's own roofline, written from docs/model.md §2 and §3.1.
+
+It reads only raw numbers: the model's config.json shape (catalog ``ModelSpec`` fields:
+layers, hidden size, heads, KV heads, head dim, MLP width, vocabulary, MoE and MLA widths,
+byte widths), the accelerator's datasheet figures (``AcceleratorSpec``: peak FLOP/s, HBM
+bandwidth, memory), the device count and the scenario's efficiency numbers. Nothing is
+imported from the product's cost model or engine, and the arithmetic is laid out per HF
+module (q_proj, k_proj, ..., down_proj) rather than per formula, so that a wrong coefficient
+in the product shows up as a disagreement with the reference simulator.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+def _module_params(m) -> dict[str, float]:
+    """Parameters of one model by module, named as in Hugging Face checkpoints.
+
+    Returns totals over all layers: ``attention`` (projections and their biases), ``norms``
+    (two RMSNorms per layer, the MLA latent norms, the final norm), ``dense_mlp`` (gated MLPs
+    of dense layers, and MoE layers' shared experts and router), ``routed`` (all routed
+    experts), ``active_routed`` (the routed experts one token uses), ``embed``, ``lm_head``.
+    """
+    h, nh = m.hidden_size, m.heads
+    per_layer_attn = 0.0
+    per_layer_norms = 2.0 * h  # input_layernorm + post_attention_layernorm
+    if m.kv_lora_rank > 0:  # DeepSeek-V2 multi-head latent attention
+        q_head = m.qk_nope_head_dim + m.qk_rope_head_dim
+        if m.q_lora_rank > 0:
+            q_a_proj = h * m.q_lora_rank
+            q_b_proj = m.q_lora_rank * nh * q_head
+            per_layer_attn += q_a_proj + q_b_proj
+            per_layer_norms += m.q_lora_rank  # q_a_layernorm
+        else:
+            per_layer_attn += h * nh * q_head  # q_proj
+        kv_a_proj_with_mqa = h * (m.kv_lora_rank + m.qk_rope_head_dim)
+        kv_b_proj = m.kv_lora_rank * nh * (m.qk_nope_head_dim + m.v_head_dim)
+        o_proj = nh * m.v_head_dim * h
+        per_layer_attn += kv_a_proj_with_mqa + kv_b_proj + o_proj
+        per_layer_norms += m.kv_lora_rank  # kv_a_layernorm
+    else:
+        q_out, kv_out = nh * m.head_dim, m.kv_heads * m.head_dim
+        q_proj, k_proj, v_proj = h * q_out, h * kv_out, h * kv_out
+        o_proj = q_out * h
+        biases = (q_out + 2 * kv_out) if m.qkv_bias else 0
+        per_layer_attn += q_proj + k_proj + v_proj + o_proj + biases
+
+    def gated_mlp(width: int) -> float:  # gate_proj + up_proj + down_proj
+        return float(h * width + h * width + width * h)
+
+    if m.n_routed_experts > 0:
+        moe_layers = m.layers - m.first_dense_layers
+        expert = gated_mlp(m.moe_intermediate_size)
+        router = h * m.n_routed_experts  # mlp.gate
+        dense_mlp = m.first_dense_layers * gated_mlp(m.intermediate_size) + moe_layers * (
+            m.n_shared_experts * expert + router
+        )
+        routed = moe_layers * m.n_routed_experts * expert
+        active_routed = moe_layers * m.experts_per_token * expert
+    else:
+        dense_mlp = m.layers * gated_mlp(m.intermediate_size)
+        routed = active_routed = 0.0
+    embed = float(m.vocab_size * h)
+    return {
+        "attention": m.layers * per_layer_attn,
+        "norms": m.layers * per_layer_norms + h,  # + model.norm
+        "dense_mlp": float(dense_mlp),
+        "routed": float(routed),
+        "active_routed": float(active_routed),
+        "embed": embed,
+        "lm_head": 0.0 if m.tied_embeddings else embed,
+    }
+
+
+def kv_bytes_per_token(m) -> float:
+    """docs/model.md §2.2: K and V of every layer, or the MLA latent plus its RoPE key."""
+    if m.kv_lora_rank > 0:
+        return m.layers * (m.kv_lora_rank + m.qk_rope_head_dim) * m.kv_bytes
+    return m.layers * (m.kv_heads * m.head_dim + m.kv_heads * m.head_dim) * m.kv_bytes
+
+
+def weights_bytes(m) -> float:
+    """All resident weights (every expert included), bytes."""
+    p = _module_params(m)
+    return sum(v for k, v in p.items() if k != "active_routed") * m.weight_bytes
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """The scenario's efficiency block as plain numbers (fractions; overheads in ms)."""
+
+    mfu_prefill: float
+    mfu_decode: float
+    mbu: float
+    prefill_overhead_ms: float
+    decode_overhead_ms: float
+
+    @classmethod
+    def of(cls, e) -> Efficiency:
+        return cls(e.mfu_prefill, e.mfu_decode, e.mbu, e.prefill_overhead_ms, e.decode_overhead_ms)
+
+
+class Roofline:
+    """Step times of one model on one instance (``devices`` accelerators, ideal TP, §2.8)."""
+
+    def __init__(self, model, accelerator, devices: int, eff: Efficiency) -> None:
+        p = _module_params(model)
+        self.peak = accelerator.peak_tflops * 1e12 * devices  # FLOP/s
+        self.hbm = accelerator.hbm_gbps * 1e9 * devices  # bytes/s
+        self.memory = accelerator.memory_gb * 1e9 * devices  # bytes
+        self.eff = eff
+        wb = model.weight_bytes
+        # Per token through the layers: 2 FLOPs per weight it multiplies (§2.1 F_lin).
+        self.f_lin = 2.0 * (p["attention"] + p["norms"] + p["dense_mlp"] + p["active_routed"])
+        self.f_head = 2.0 * model.hidden_size * model.vocab_size  # §2.1 F_head
+        if model.kv_lora_rank > 0:
+            d_qk, d_v = model.qk_nope_head_dim + model.qk_rope_head_dim, model.v_head_dim
+        else:
+            d_qk = d_v = model.head_dim
+        # QK^T (d_qk multiply-adds) and AV (d_v) per head, per layer, per (query, key) pair.
+        self.attn = model.layers * model.heads * (2.0 * d_qk + 2.0 * d_v)
+        self.kv = kv_bytes_per_token(model)
+        routed = p["routed"] * wb
+        self.w_all = (
+            p["attention"] + p["norms"] + p["dense_mlp"] + p["routed"] + p["embed"] + p["lm_head"]
+        ) * wb
+        self.w_dense = self.w_all - routed
+        self.w_routed = routed
+        self.route_frac = (
+            model.experts_per_token / model.n_routed_experts if model.n_routed_experts else 0.0
+        )
+
+    # ---------------------------------------------------------------- §2.7
+
+    def weights_read(self, tokens: float) -> float:
+        """W(B): dense weights plus the routed experts at least one of B tokens uses."""
+        if self.w_routed == 0.0:
+            return self.w_dense
+        untouched = (1.0 - self.route_frac) ** tokens
+        return self.w_dense + self.w_routed * (1.0 - untouched)
+
+    def _time(self, flops: float, nbytes: float, mfu: float, overhead_ms: float) -> float:
+        compute = flops / (self.peak * mfu)
+        memory = nbytes / (self.hbm * self.eff.mbu)
+        return (compute if compute > memory else memory) + overhead_ms * 1e-3
+
+    # ---------------------------------------------------------------- §2.3, §2.4, §2.6
+
+    def prefill_step(self, parts: list[tuple[int, int]]) -> float:
+        """One prefill step over requests given as (new tokens, cached tokens)."""
+        flops = 0.0
+        new = 0
+        kv_tokens = 0
+        for n, c in parts:
+            causal = n * c + n * (n + 1) / 2  # pairs (query, attended key)
+            flops += self.f_lin * n + self.f_head + self.attn * causal
+            new += n
+            kv_tokens += n + c
+        nbytes = self.weights_read(new) + self.kv * kv_tokens
+        e = self.eff
+        return self._time(flops, nbytes, e.mfu_prefill, e.prefill_overhead_ms)
+
+    def recompute(self, n: int) -> float:
+        """Rebuild n prefix tokens on this instance: a prefill without logits."""
+        flops = self.f_lin * n + self.attn * (n * (n + 1) / 2)
+        nbytes = self.weights_read(n) + self.kv * n
+        e = self.eff
+        return self._time(flops, nbytes, e.mfu_prefill, e.prefill_overhead_ms)
+
+    def decode_iteration(self, batch: int, context: int) -> float:
+        """One decode iteration: ``batch`` sequences attending to ``context`` tokens in all."""
+        flops = batch * self.f_lin + batch * self.f_head + self.attn * context
+        nbytes = self.weights_read(batch) + self.kv * context
+        e = self.eff
+        return self._time(flops, nbytes, e.mfu_decode, e.decode_overhead_ms)
+
+    def mixed_step(self, batch: int, context: int, chunks: list[tuple[int, int, bool]]) -> float:
+        """Colocated chunked step (docs/coupled.md): one decode token per running sequence
+        plus prefill chunks (n new tokens after ``done`` already prefilled, and whether the
+        chunk ends its prompt and so produces logits), priced at decode efficiency."""
+        flops = batch * (self.f_lin + self.f_head) + self.attn * context
+        tokens = batch
+        kv_tokens = context
+        for n, done, last in chunks:
+            flops += self.f_lin * n + self.attn * (n * done + n * (n + 1) / 2)
+            if last:
+                flops += self.f_head
+            tokens += n
+            kv_tokens += done + n
+        nbytes = self.weights_read(tokens) + self.kv * kv_tokens
+        e = self.eff
+        return self._time(flops, nbytes, e.mfu_decode, e.decode_overhead_ms)
+
+    def prefix_cache_tokens(self, fraction: float) -> int:
+        """§1.4: (HBM − weights) · prefill_cache_fraction / K tokens."""
+        return int((self.memory - self.w_all) * fraction / self.kv)
+
+
+# ---------------------------------------------------------------- §3.1 reference demand
+
+
+def reference_demand(req, decode: Roofline, instances: int, max_batch: int) -> float:
+    """Reference decode KV demand per instance, tokens (docs/model.md §3.1)."""
+    n = len(req)
+    arrival = [float(x) for x in req.arrival]
+    prompt = [int(x) for x in req.prompt_len]
+    output = [int(x) for x in req.output_len]
+    span = arrival[-1] - arrival[0] if n > 1 else 0.0
+    lam = (n - 1) / span / instances if span > 0 else 0.0
+    e_prompt = sum(prompt) / n
+    e_out = sum(output) / n
+    L = 1.0
+    for _ in range(100):
+        b = max(L, 1.0)
+        t_iter = decode.decode_iteration(b, b * (e_prompt + e_out / 2))
+        new = min(lam * e_out * t_iter, float(max_batch))
+        if abs(new - L) < 1e-9:
+            break
+        L = (L + new) / 2
+    active = (L + 3 * math.sqrt(L)) * (e_prompt + e_out) + max(
+        p + o for p, o in zip(prompt, output, strict=True)
+    )
+    # working set: shared blocks (>= 2 references), most referenced first (ties by hash),
+    # carrying >= 90 % of the references to shared blocks
+    refs: dict[int, int] = {}
+    toks: dict[int, int] = {}
+    for h, t in zip(req.blk_hash.tolist(), req.blk_tokens.tolist(), strict=True):
+        refs[h] = refs.get(h, 0) + 1
+        toks.setdefault(h, t)
+    shared = sorted((h for h in refs if refs[h] >= 2), key=lambda h: (-refs[h], h))
+    total = sum(refs[h] for h in shared)
+    ws = 0.0
+    covered = 0
+    for h in shared:
+        covered += refs[h]
+        ws += toks[h]
+        if covered / total >= 0.9:
+            break
+    return active + min(ws, active)
