@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import ScenarioError
-from ..scenario import Scenario, SyntheticWorkload
+from ..scenario import Scenario, SessionWorkload, SyntheticWorkload
 
 
 @dataclass
@@ -32,7 +32,7 @@ class Probe:
 
 def _with_rate(s: Scenario, rate: float) -> Scenario:
     w = s.workload
-    if isinstance(w, SyntheticWorkload):
+    if isinstance(w, (SyntheticWorkload, SessionWorkload)):  # sessions: sessions per second
         w2 = w.model_copy(update={"arrivals": w.arrivals.model_copy(update={"rate": rate})})
     else:
         w2 = w.model_copy(update={"rate": rate})
@@ -67,7 +67,11 @@ def max_rate(
     if not 0 < target <= 1:
         raise ScenarioError(f"target attainment must be in (0, 1], got {target}", where="--target")
     w = s.workload
-    rate = start or (w.arrivals.rate if isinstance(w, SyntheticWorkload) else (w.rate or 1.0))
+    rate = start or (
+        w.arrivals.rate
+        if isinstance(w, (SyntheticWorkload, SessionWorkload))
+        else (w.rate or 1.0)
+    )
     probes: list[Probe] = []
 
     def run(r: float) -> bool:
