@@ -39,6 +39,7 @@ class Sessions:
     session: np.ndarray  # int64 session index (in session arrival order)
     turn: np.ndarray  # int64 turn index within its session, 0-based
     shared_tokens: np.ndarray  # int64 tokens of the shared levels leading its prompt
+    levels: np.ndarray  # int64 (requests, levels): item index at each level, -1 = not carried
 
 
 def _streams(seed: int, levels: int) -> dict[str, np.random.Generator]:
@@ -52,15 +53,15 @@ def _streams(seed: int, levels: int) -> dict[str, np.random.Generator]:
     return out
 
 
-def _levels(w: SessionWorkload, n_sessions: int, rng) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per session and level: item length (0 if absent) and path id; prefix id of level 0."""
+def _levels(w: SessionWorkload, n_sessions: int, rng):
+    """Per session and level: item length (0 if absent), path id and item (-1 if absent)."""
     nl = len(w.shared)
     lengths = np.zeros((n_sessions, nl), dtype=np.int64)
     paths = np.zeros((n_sessions, nl), dtype=np.int64)
     carried = np.ones(n_sessions, dtype=bool)
     path = np.zeros(n_sessions, dtype=np.int64)
     radix = 1
-    prefix_id = np.full(n_sessions, -1, dtype=np.int64)
+    items = np.full((n_sessions, nl), -1, dtype=np.int64)
     for i, lv in enumerate(w.shared):
         radix *= lv.count + 1
         if radix >= _PATH_LIMIT:
@@ -76,9 +77,8 @@ def _levels(w: SessionWorkload, n_sessions: int, rng) -> tuple[np.ndarray, np.nd
         path = path * (lv.count + 1) + np.where(carried, rank + 1, 0)
         lengths[:, i] = np.where(carried, item_len[rank], 0)
         paths[:, i] = path
-        if i == 0:
-            prefix_id = np.where(carried, rank, -1).astype(np.int64)
-    return lengths, paths, prefix_id
+        items[:, i] = np.where(carried, rank, -1)
+    return lengths, paths, items
 
 
 def _turn_tables(w: SessionWorkload, n_sessions: int, rng, shared: np.ndarray):
@@ -136,7 +136,7 @@ def generate_sessions(w: SessionWorkload, n: int, block_size: int, seed: int) ->
     n_sessions = _enough_sessions(w, n)
     while True:
         rng = _streams(seed, len(w.shared))
-        lengths, paths, prefix_id = _levels(w, n_sessions, rng)
+        lengths, paths, items = _levels(w, n_sessions, rng)
         shared = lengths.sum(axis=1)
         horizon, sid, k, arrival, msg, out, prompt = _turn_tables(w, n_sessions, rng, shared)
         # exact once n turns arrive before the first session not generated could start
@@ -165,9 +165,10 @@ def generate_sessions(w: SessionWorkload, n: int, block_size: int, seed: int) ->
         blk_ptr=blk_ptr,
         blk_hash=blk_hash.astype(np.int64),
         blk_tokens=np.full(len(blk_hash), block_size, dtype=np.int64),
-        prefix_id=prefix_id[sid[pick]],
+        # per-prefix statistics group by the outermost level (the system prompt)
+        prefix_id=items[sid[pick], 0] if nl else np.full(len(pick), -1, dtype=np.int64),
     )
-    return Sessions(req, sid[pick], k[pick], shared[sid[pick]])
+    return Sessions(req, sid[pick], k[pick], shared[sid[pick]], items[sid[pick]])
 
 
 def generate(w: SessionWorkload, n: int, block_size: int, seed: int) -> Requests:
