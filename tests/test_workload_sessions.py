@@ -7,6 +7,8 @@ and 10-token later messages give prompts of 60, 77 and 94 tokens, so 3, 4 and 5 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -168,7 +170,9 @@ def test_nested_levels_share_exactly_the_intended_leading_blocks():
 
 
 def test_nested_share_fractions_and_prefix_lengths():
-    g = generate_sessions(_workload(shared=NESTED, turns={"kind": "fixed", "value": 1}), 4000, BS, 6)
+    g = generate_sessions(
+        _workload(shared=NESTED, turns={"kind": "fixed", "value": 1}), 4000, BS, 6
+    )
     tools = g.levels[:, 1] >= 0
     doc = g.levels[:, 2] >= 0
     assert (g.levels[:, 0] == 0).all()
@@ -363,3 +367,27 @@ def test_bad_session_field_is_one_line(tmp_path):
     assert r.exit_code != 0
     assert len(r.stderr.strip().splitlines()) == 1
     assert "workload" in r.stderr and "turns" in r.stderr and "Traceback" not in r.stderr
+
+
+SHARED_CONV = (
+    Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "conversation_trace.jsonl"
+)
+
+
+@pytest.mark.skipif(not SHARED_CONV.is_file(), reason="../shared/traces not present")
+def test_preset_cites_the_conversation_traces_session_statistics():
+    """multi_turn_chat's session shape is the Mooncake conversation trace's, measured by
+    tests/tracestats.py (docs/model.md, "Sessions"): the numbers in the YAML must match."""
+    from tracestats import session_stats
+
+    from prefixbench.loader import load_scenario
+
+    st = session_stats(SHARED_CONV)
+    w = load_scenario("multi_turn_chat", []).workload
+    hist = st["turns_hist"]
+    want = [hist.get(t, 0) for t in range(1, 12)] + [sum(v for t, v in hist.items() if t >= 12)]
+    assert w.turns.values == list(range(1, 13)) and w.turns.weights == want
+    assert w.turn_gap_ms.mean == pytest.approx(st["gap_mean_s"] * 1000, rel=0.005)
+    assert w.turn_gap_ms.cv == pytest.approx(st["gap_cv"], abs=0.005)
+    assert w.output_length.mean == pytest.approx(st["output_mean"], abs=0.5)
+    assert w.output_length.cv == pytest.approx(st["output_cv"], abs=0.005)

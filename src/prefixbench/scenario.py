@@ -177,7 +177,9 @@ class PrefixLevel(_M):
 
     name: str = Field("level", description="A label for the level (e.g. system, tools, document).")
     count: int = Field(ge=1, le=10_000_000, description="Number of distinct items at this level.")
-    zipf_s: float = Field(ge=0, le=20, description="Zipf exponent of item popularity (0 = uniform).")
+    zipf_s: float = Field(
+        ge=0, le=20, description="Zipf exponent of item popularity (0 = uniform)."
+    )
     length: Dist = Field(description="Item length (tokens), drawn once per item.")
     share_fraction: float = Field(
         1.0,

@@ -68,9 +68,7 @@ def max_rate(
         raise ScenarioError(f"target attainment must be in (0, 1], got {target}", where="--target")
     w = s.workload
     rate = start or (
-        w.arrivals.rate
-        if isinstance(w, (SyntheticWorkload, SessionWorkload))
-        else (w.rate or 1.0)
+        w.arrivals.rate if isinstance(w, (SyntheticWorkload, SessionWorkload)) else (w.rate or 1.0)
     )
     probes: list[Probe] = []
 

@@ -73,7 +73,9 @@ def _levels(w: SessionWorkload, n_sessions: int, rng):
             )
         item_len = sample(lv.length, rng[f"{i}.length"], lv.count)
         carried = carried & (rng[f"{i}.has"].random(n_sessions) < lv.share_fraction)
-        rank = rng[f"{i}.rank"].choice(lv.count, size=n_sessions, p=zipf_weights(lv.count, lv.zipf_s))
+        rank = rng[f"{i}.rank"].choice(
+            lv.count, size=n_sessions, p=zipf_weights(lv.count, lv.zipf_s)
+        )
         path = path * (lv.count + 1) + np.where(carried, rank + 1, 0)
         lengths[:, i] = np.where(carried, item_len[rank], 0)
         paths[:, i] = path
