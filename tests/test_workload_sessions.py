@@ -309,8 +309,8 @@ def test_unbounded_lru_reproduces_the_generators_infinite_cache_hit_ratio():
 
 
 def test_relaxed_budget_lru_approaches_the_infinite_cache_ratio():
-    """At 4x the reference demand (16.8 GB of an L4's 20.9 GB free) LRU evicts only blocks of
-    finished conversations: the steady hit rate is within 1 point of the unbounded ratio and
+    """At 4x the reference demand (16.3 GB of an L4's 20.9 GB free) LRU evicts only blocks of
+    finished conversations: the steady hit rate is within 0.2 points of the unbounded ratio and
     never above it."""
     from prefixbench.loader import load_scenario
     from prefixbench.study.runs import run_scenario
@@ -324,7 +324,7 @@ def test_relaxed_budget_lru_approaches_the_infinite_cache_ratio():
     oracle = _infinite_cache_hit_ratio(req, s.cluster.block_size, start=150)
     assert row["reject_rate"] == 0
     assert row["replica_hit_rate"] <= oracle + 1e-12
-    assert row["replica_hit_rate"] == pytest.approx(oracle, abs=0.01)
+    assert row["replica_hit_rate"] == pytest.approx(oracle, abs=0.002)
 
 
 def test_cli_run_multi_turn_chat_runs_every_policy(tmp_path):
