@@ -391,3 +391,17 @@ def test_preset_cites_the_conversation_traces_session_statistics():
     assert w.turn_gap_ms.cv == pytest.approx(st["gap_cv"], abs=0.005)
     assert w.output_length.mean == pytest.approx(st["output_mean"], abs=0.5)
     assert w.output_length.cv == pytest.approx(st["output_cv"], abs=0.005)
+
+
+def test_capacity_probes_sessions_in_requests_per_second():
+    """`capacity` searches a request rate; a sessions workload's arrivals are sessions, so a
+    probe at r req/s runs r / E[turns] sessions/s. The preset's turns histogram has
+    E[turns] = 11,872 / 8,056 (Σ turns·count / Σ count)."""
+    from prefixbench.loader import load_scenario
+    from prefixbench.study.capacity import _with_rate
+
+    s = load_scenario("multi_turn_chat", [])
+    mean_turns = 11_872 / 8_056
+    assert _with_rate(s, 3.0 * mean_turns).workload.arrivals.rate == pytest.approx(3.0)
+    syn = load_scenario("medium_chat", [])
+    assert _with_rate(syn, 7.0).workload.arrivals.rate == 7.0
