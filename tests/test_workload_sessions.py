@@ -67,6 +67,7 @@ def test_fixed_sessions_by_hand():
         assert req.output_len[idx].tolist() == [7, 7, 7]
         assert [req.blk_ptr[i + 1] - req.blk_ptr[i] for i in idx] == [3, 4, 5]
         a0 = req.arrival[idx[0]]
+        assert a0 == g.session_start[idx[0]]  # turn 0 arrives when its session starts
         assert req.arrival[idx[1]] == pytest.approx(a0 + 5.0, abs=1e-9)
         assert req.arrival[idx[2]] == pytest.approx(a0 + 10.0, abs=1e-9)
     assert (req.blk_tokens == BS).all()
@@ -117,20 +118,24 @@ def test_a_partial_last_block_is_never_shared():
     assert t1[3] not in earlier
 
 
-def test_sessions_share_exactly_the_common_system_prompt_blocks():
-    """One 40-token system prompt for all: two sessions share floor(40/16) = 2 blocks; block 2
-    (tokens 32-47) already holds each session's own first message."""
-    g = generate_sessions(_workload(), 90, BS, seed=4)
+@pytest.mark.parametrize("system", [40, 47, 48, 49])
+def test_sessions_share_exactly_the_common_system_prompt_blocks(system):
+    """One system prompt for all: two sessions share floor(system/16) blocks. At 40 tokens,
+    block 2 (tokens 32-47) already holds each session's own first message; at 47 only its
+    last token does, and that is enough to make it private; at 48 it is the third shared
+    block; at 49 block 3 starts with one system token and is private again."""
+    lv = {"name": "system", "count": 1, "zipf_s": 0, "length": {"kind": "fixed", "value": system}}
+    g = generate_sessions(_workload(shared=[lv]), 90, BS, seed=4)
     req = g.requests
     firsts = [v[0] for v in _by_session(g).values()]
     for a in firsts[:10]:
         for b in firsts[:10]:
             if a != b:
-                assert _common(_chain(req, a), _chain(req, b)) == 2
+                assert _common(_chain(req, a), _chain(req, b)) == system // BS
 
 
 NESTED = [
-    {"name": "system", "count": 1, "zipf_s": 0, "length": {"kind": "fixed", "value": 40}},
+    {"name": "system", "count": 2, "zipf_s": 0, "length": {"kind": "fixed", "value": 40}},
     {
         "name": "tools",
         "count": 3,
@@ -150,13 +155,15 @@ LEVEL_TOKENS = [40, 24, 48]
 
 
 def test_nested_levels_share_exactly_the_intended_leading_blocks():
-    """Same system only: floor(40/16) = 2 blocks; same system and tools: floor(64/16) = 4;
-    all three: floor(112/16) = 7 (then each session's own message)."""
+    """Different systems: 0 blocks, even under the same tool set (its KV depends on the
+    system prompt before it); same system only: floor(40/16) = 2 blocks; same system and
+    tools: floor(64/16) = 4; all three: floor(112/16) = 7 (then each session's own message)."""
     g = generate_sessions(_workload(shared=NESTED, turns={"kind": "fixed", "value": 1}), 400, BS, 5)
     req = g.requests
-    seen = {2: 0, 4: 0, 7: 0}
-    for a in range(80):
-        for b in range(a + 1, 80):
+    seen = {0: 0, 2: 0, 4: 0, 7: 0}
+    outer_differs_inner_same = 0
+    for a in range(120):
+        for b in range(a + 1, 120):
             same = 0  # tokens of the levels both carry with the same item, outermost first
             for lv, tokens in enumerate(LEVEL_TOKENS):
                 ia, ib = g.levels[a, lv], g.levels[b, lv]
@@ -166,7 +173,24 @@ def test_nested_levels_share_exactly_the_intended_leading_blocks():
             want = same // BS
             assert _common(_chain(req, a), _chain(req, b)) == want, (a, b)
             seen[want] += 1
+            # not only the leading run: equal hashes at a position <=> equal content so far
+            ca, cb = _chain(req, a), _chain(req, b)
+            for pos in range(min(len(ca), len(cb))):
+                assert (ca[pos] == cb[pos]) == ((pos + 1) * BS <= same), (a, b, pos)
+            la, lb = g.levels[a], g.levels[b]
+            outer_differs_inner_same += bool(la[0] != lb[0] and la[1] >= 0 and la[1] == lb[1])
     assert all(v > 0 for v in seen.values()), seen
+    assert outer_differs_inner_same > 0
+
+
+def test_a_block_hash_belongs_to_one_position():
+    """A hash names a whole token prefix, so it can never appear at two chain positions."""
+    w = _workload(shared=NESTED, turns={"kind": "uniform", "low": 1, "high": 4})
+    req = generate(w, 1000, BS, seed=12)
+    pos = np.arange(len(req.blk_hash)) - np.repeat(req.blk_ptr[:-1], np.diff(req.blk_ptr))
+    where: dict[int, int] = {}
+    for h, p in zip(req.blk_hash.tolist(), pos.tolist(), strict=True):
+        assert where.setdefault(h, p) == p
 
 
 def test_nested_share_fractions_and_prefix_lengths():
@@ -175,14 +199,14 @@ def test_nested_share_fractions_and_prefix_lengths():
     )
     tools = g.levels[:, 1] >= 0
     doc = g.levels[:, 2] >= 0
-    assert (g.levels[:, 0] == 0).all()
+    assert set(g.levels[:, 0].tolist()) == {0, 1}  # the system level is always carried
     assert tools.mean() == pytest.approx(0.5, abs=0.03)
     assert not (doc & ~tools).any()  # a level is carried only under the outer ones
     assert doc[tools].mean() == pytest.approx(0.5, abs=0.04)
     want = 40 + 24 * tools + 48 * doc
     assert np.array_equal(g.shared_tokens, want)
     assert np.array_equal(g.requests.prompt_len, want + 20)
-    assert (g.requests.prefix_id == 0).all()  # the outermost level's item
+    assert np.array_equal(g.requests.prefix_id, g.levels[:, 0])  # the outermost level's item
 
 
 def test_zipf_popularity_of_a_level():
@@ -199,7 +223,10 @@ def test_rates_session_and_request():
     g = generate_sessions(w, 30000, BS, seed=8)
     req = g.requests
     starts = req.arrival[g.turn == 0]
-    assert np.mean(np.diff(starts)) == pytest.approx(1 / 2.0, rel=0.03)  # Poisson, 2 sessions/s
+    assert np.array_equal(starts, g.session_start[g.turn == 0])
+    gaps = np.diff(starts)
+    assert np.mean(gaps) == pytest.approx(1 / 2.0, rel=0.03)  # Poisson, 2 sessions/s
+    assert np.std(gaps) / np.mean(gaps) == pytest.approx(1.0, abs=0.05)  # exponential gaps
     span = req.arrival[-1] - req.arrival[0]
     assert (len(req) - 1) / span == pytest.approx(2.0 * 3, rel=0.03)  # x 3 turns each
 
@@ -216,6 +243,16 @@ def test_the_first_n_requests_are_exact():
     assert np.array_equal(long.arrival[:300], short.arrival)
     assert np.array_equal(long.prompt_len[:300], short.prompt_len)
     assert np.array_equal(long.blk_hash[:cut], short.blk_hash)
+
+
+def test_the_first_n_requests_need_more_sessions_when_turns_come_late():
+    """Turns 10,000 s apart at one session per second: the first 300 requests are the first
+    turns of 300 sessions, although 100 sessions would hold 300 turns."""
+    w = _workload(turn_gap_ms={"kind": "fixed", "value": 10_000_000})
+    g = generate_sessions(w, 300, BS, seed=10)
+    assert (g.turn == 0).all() and g.session.tolist() == list(range(300))
+    longer = generate(w, 1000, BS, seed=10)
+    assert np.array_equal(longer.arrival[:300], g.requests.arrival)
 
 
 def test_deterministic_by_seed():
@@ -238,10 +275,11 @@ def test_arrivals_sorted_and_turns_in_order():
 
 
 def test_max_context_ends_a_session():
-    """Turn 2 would need 94 + 7 = 101 tokens > 90: every session stops after two turns."""
-    g = generate_sessions(_workload(max_context=90), 100, BS, seed=14)
-    assert g.turn.max() == 1
-    assert (g.requests.prompt_len + g.requests.output_len <= 90).all()
+    """Turn 2's prompt (94) fits 100, but with its 7-token answer it needs 101 > 100: every
+    session stops after two turns."""
+    g = generate_sessions(_workload(max_context=100), 100, BS, seed=14)
+    assert g.turn.max() == 1 and (g.turn == 1).sum() >= 45
+    assert (g.requests.prompt_len + g.requests.output_len <= 100).all()
 
 
 def test_too_many_level_combinations_is_refused():

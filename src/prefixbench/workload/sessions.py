@@ -40,6 +40,7 @@ class Sessions:
     turn: np.ndarray  # int64 turn index within its session, 0-based
     shared_tokens: np.ndarray  # int64 tokens of the shared levels leading its prompt
     levels: np.ndarray  # int64 (requests, levels): item index at each level, -1 = not carried
+    session_start: np.ndarray  # float64 its session's start (the session process's arrival)
 
 
 def _streams(seed: int, levels: int) -> dict[str, np.random.Generator]:
@@ -84,15 +85,15 @@ def _levels(w: SessionWorkload, n_sessions: int, rng):
 
 
 def _turn_tables(w: SessionWorkload, n_sessions: int, rng, shared: np.ndarray):
-    """Session-major turn arrays: session, turn, arrival, message, output, prompt (kept turns)."""
-    start = arrival_times(w, n_sessions + 1, rng["sessions"])  # the last start bounds the horizon
+    """Session starts (one more than sessions: the last bounds the horizon), then session-major
+    arrays of the kept turns: session, turn, arrival, message, output, prompt."""
+    start = arrival_times(w, n_sessions + 1, rng["sessions"])
     turns = np.maximum(sample(w.turns, rng["turns"], n_sessions), 1)
     total = int(turns.sum())
     first = np.concatenate(([0], np.cumsum(turns)[:-1]))
     sid = np.repeat(np.arange(n_sessions, dtype=np.int64), turns)
     k = np.arange(total, dtype=np.int64) - first[sid]
-    gap = sample(w.turn_gap_ms, rng["gaps"], total) / 1000.0
-    gap[k == 0] = 0.0
+    gap = sample(w.turn_gap_ms, rng["gaps"], total) / 1000.0  # a turn 0's gap is unused
     cs = np.cumsum(gap)
     arrival = start[:-1][sid] + (cs - cs[first[sid]])
     msg = sample(w.user_message, rng["message"], total)
@@ -105,7 +106,8 @@ def _turn_tables(w: SessionWorkload, n_sessions: int, rng, shared: np.ndarray):
     before = grown - (msg + out) - (grown[first[sid]] - (msg + out)[first[sid]])
     prompt = shared[sid] + before + msg
     keep = prompt + out <= w.max_context  # prompt + out grows with k: a session stops at once
-    return start[-1], sid[keep], k[keep], arrival[keep], msg[keep], out[keep], prompt[keep]
+    kept = (sid[keep], k[keep], arrival[keep], msg[keep], out[keep], prompt[keep])
+    return start, *kept
 
 
 def _chains(
@@ -140,9 +142,9 @@ def generate_sessions(w: SessionWorkload, n: int, block_size: int, seed: int) ->
         rng = _streams(seed, len(w.shared))
         lengths, paths, items = _levels(w, n_sessions, rng)
         shared = lengths.sum(axis=1)
-        horizon, sid, k, arrival, msg, out, prompt = _turn_tables(w, n_sessions, rng, shared)
+        start, sid, k, arrival, msg, out, prompt = _turn_tables(w, n_sessions, rng, shared)
         # exact once n turns arrive before the first session not generated could start
-        if int((arrival < horizon).sum()) >= n or n_sessions > 4 * n + 64:
+        if int((arrival < start[-1]).sum()) >= n or n_sessions > 4 * n + 64:
             break
         n_sessions *= 2
 
@@ -170,7 +172,8 @@ def generate_sessions(w: SessionWorkload, n: int, block_size: int, seed: int) ->
         # per-prefix statistics group by the outermost level (the system prompt)
         prefix_id=items[sid[pick], 0] if nl else np.full(len(pick), -1, dtype=np.int64),
     )
-    return Sessions(req, sid[pick], k[pick], shared[sid[pick]], items[sid[pick]])
+    s = sid[pick]
+    return Sessions(req, s, k[pick], shared[s], items[s], start[s])
 
 
 def generate(w: SessionWorkload, n: int, block_size: int, seed: int) -> Requests:
