@@ -59,6 +59,17 @@ def _pcts(col: str, name: str) -> list[pl.Expr]:
     ]
 
 
+def _reusable_rate(prep: Prepared, admitted: pl.DataFrame) -> float:
+    """Share of admitted prompt tokens an unbounded cache could serve (workload/reuse.py)."""
+    from .workload.reuse import reusable_tokens
+
+    prompt = admitted["prompt_tokens"].sum()
+    if not prompt:
+        return float("nan")
+    ids = admitted["request_id"].to_numpy()
+    return float(reusable_tokens(prep.requests)[ids].sum() / prompt)
+
+
 def summarize(prep: Prepared, policy: str, df: pl.DataFrame, res: SimResult) -> dict:
     """The run's summary row: latency percentiles, throughput, rejects, reuse, memory, links."""
     s = prep.scenario
@@ -127,6 +138,7 @@ def summarize(prep: Prepared, policy: str, df: pl.DataFrame, res: SimResult) -> 
         pl.col("recompute_tokens").mean().alias("recompute_tokens_per_request"),
         pl.col("recompute_tokens").sum().alias("recompute_tokens_total"),
     ).row(0, named=True)
+    adm["reusable_rate"] = _reusable_rate(prep, admitted)
     n_steady = steady.height
     completed = done.height
     rejected = steady.filter(pl.col("outcome") == "rejected").height

@@ -28,6 +28,7 @@ RUN_ROWS: list[tuple[str, str, str]] = [
     ("shared_request_fraction", "Shared-request fraction", "{:.3f}"),
     ("replica_hit_rate", "Replica hit rate (tokens)", "{:.3f}"),
     ("prefill_hit_rate", "Prefill cache hit rate (tokens)", "{:.3f}"),
+    ("reusable_rate", "Reusable, infinite cache (tokens)", "{:.3f}"),
     ("mean_replica_kv_gb", "Replica KV mean (GB)", "{:.3f}"),
     ("peak_replica_kv_gb", "Replica KV peak (GB)", "{:.3f}"),
     ("peak_kv_used_gb", "Decode KV peak (GB)", "{:.3f}"),

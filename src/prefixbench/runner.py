@@ -19,7 +19,7 @@ from .costmodel import InstanceCost, decode_iteration_time, kv_bytes_per_token, 
 from .engine.core import EngineConfig, SimResult, simulate
 from .engine.routing import DECODE_ROUTERS, PREFILL_ROUTERS
 from .errors import ScenarioError, SimulationError
-from .scenario import Scenario, SyntheticWorkload, TraceWorkload
+from .scenario import Scenario, SessionWorkload, SyntheticWorkload, TraceWorkload
 from .suggest import did_you_mean
 from .workload.requests import Requests
 
@@ -49,6 +49,11 @@ def build_requests(s: Scenario) -> tuple[Requests, list[str]]:
         from .workload.synthetic import generate
 
         return generate(w, s.run.requests or DEFAULT_REQUESTS, s.cluster.block_size, s.seed), []
+    if isinstance(w, SessionWorkload):
+        from .workload.sessions import generate as generate_sessions
+
+        n = s.run.requests or DEFAULT_REQUESTS
+        return generate_sessions(w, n, s.cluster.block_size, s.seed), []
     if isinstance(w, TraceWorkload):
         from .workload.replay import trace_requests
 

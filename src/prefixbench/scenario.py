@@ -170,7 +170,55 @@ class TraceWorkload(_M):
     )
 
 
-Workload = Annotated[SyntheticWorkload | TraceWorkload, Field(discriminator="kind")]
+class PrefixLevel(_M):
+    """One level of nested shared prefixes (system prompt, then tool schema, then document).
+
+    A session carries level k only if it carries level k-1 (docs/model.md, "Sessions")."""
+
+    name: str = Field("level", description="A label for the level (e.g. system, tools, document).")
+    count: int = Field(ge=1, le=10_000_000, description="Number of distinct items at this level.")
+    zipf_s: float = Field(
+        ge=0, le=20, description="Zipf exponent of item popularity (0 = uniform)."
+    )
+    length: Dist = Field(description="Item length (tokens), drawn once per item.")
+    share_fraction: float = Field(
+        1.0,
+        ge=0,
+        le=1,
+        description="Probability that a session carries this level, given it carries the outer ones.",
+    )
+
+
+class SessionWorkload(_M):
+    kind: Literal["sessions"] = Field(
+        "sessions", description="Generated multi-turn sessions with a growing history."
+    )
+    arrivals: Arrivals = Field(description="Session arrival process (rate in sessions per second).")
+    turns: Dist = Field(description="Turns per session (values below 1 count as 1).")
+    turn_gap_ms: Dist = Field(
+        description="Gap from one turn's arrival to the next turn's arrival, ms (generation of the "
+        "previous answer plus the user's think time)."
+    )
+    shared: list[PrefixLevel] = Field(
+        default_factory=list,
+        description="Nested shared prefixes, outermost first, at the start of every turn's prompt.",
+    )
+    first_message: Dist | None = Field(
+        None, description="Tokens of a session's first user message (default: user_message)."
+    )
+    user_message: Dist = Field(description="Tokens of each later turn's new user message (>= 1).")
+    output_length: Dist = Field(description="Output length per turn (tokens, >= 1).")
+    max_context: int = Field(
+        32_768,
+        ge=2,
+        le=MAX_TOKENS,
+        description="A session ends before a turn whose prompt + output would exceed this (tokens).",
+    )
+
+
+Workload = Annotated[
+    SyntheticWorkload | TraceWorkload | SessionWorkload, Field(discriminator="kind")
+]
 
 
 # ------------------------------------------------------------------ system

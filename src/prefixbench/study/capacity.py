@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import ScenarioError
-from ..scenario import Scenario, SyntheticWorkload
+from ..scenario import Scenario, SessionWorkload, SyntheticWorkload
 
 
 @dataclass
@@ -30,10 +30,18 @@ class Probe:
         return self.stable and self.attainment >= target
 
 
+def _turns(w) -> float:
+    """Requests per arrival: a session's expected turns (its arrivals are sessions)."""
+    from ..workload.distributions import mean
+
+    return max(mean(w.turns), 1.0) if isinstance(w, SessionWorkload) else 1.0
+
+
 def _with_rate(s: Scenario, rate: float) -> Scenario:
     w = s.workload
-    if isinstance(w, SyntheticWorkload):
-        w2 = w.model_copy(update={"arrivals": w.arrivals.model_copy(update={"rate": rate})})
+    if isinstance(w, (SyntheticWorkload, SessionWorkload)):
+        arrivals = w.arrivals.model_copy(update={"rate": rate / _turns(w)})
+        w2 = w.model_copy(update={"arrivals": arrivals})
     else:
         w2 = w.model_copy(update={"rate": rate})
     return s.model_copy(update={"workload": w2})
@@ -67,7 +75,11 @@ def max_rate(
     if not 0 < target <= 1:
         raise ScenarioError(f"target attainment must be in (0, 1], got {target}", where="--target")
     w = s.workload
-    rate = start or (w.arrivals.rate if isinstance(w, SyntheticWorkload) else (w.rate or 1.0))
+    rate = start or (
+        w.arrivals.rate * _turns(w)
+        if isinstance(w, (SyntheticWorkload, SessionWorkload))
+        else (w.rate or 1.0)
+    )
     probes: list[Probe] = []
 
     def run(r: float) -> bool:
