@@ -49,12 +49,14 @@ def catalog_show(
 ) -> None:
     """Derived figures of one entry: KV bytes/token, parameters, FLOPs/token, ridge point…"""
     from ..catalog.describe import show
-    from ..render import kv_table
+    from ..render import kv_table, safe_text
 
     info = show(name, accelerator)
     if as_json:
         out.print_json(json.dumps(info))
         return
+    # long links go under the table, unwrapped, so they stay whole and clickable
+    links = {k: v for k, v in info.items() if isinstance(v, str) and "://" in v}
     rows = [
         {
             "field": k,
@@ -63,5 +65,8 @@ def catalog_show(
             else (f"{v:,.4g}" if isinstance(v, float) else str(v)),
         }
         for k, v in info.items()
+        if k not in links
     ]
     out.print(kv_table(f"{info['kind']}: {info.get('name', name)}", rows))
+    for k, v in links.items():
+        out.print(f"{k}: {safe_text(v)}", markup=False, highlight=False, soft_wrap=True)

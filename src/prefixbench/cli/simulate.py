@@ -11,6 +11,7 @@ import typer
 from .app import (
     Overrides,
     PolicyChoice,
+    PolicyName,
     TraceFormatOpt,
     TraceOpt,
     app,
@@ -99,8 +100,9 @@ def run(
 def compare(
     scenario: Annotated[str | None, typer.Argument(help="Scenario YAML or built-in name.")] = None,
     policy: Annotated[
-        str, typer.Option("--policy", "-p", help="Hand-off policy of the disaggregated system.")
-    ] = "transfer_per_request",
+        PolicyName,
+        typer.Option("--policy", "-p", help="Hand-off policy of the disaggregated system."),
+    ] = PolicyName.transfer_per_request,
     overrides: Overrides = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
@@ -110,7 +112,7 @@ def compare(
     from ..study.compare import compare as run_compare
 
     s = load_scenario(scenario, list(overrides or []))
-    c = run_compare(s, check_policy(policy))
+    c = run_compare(s, check_policy(policy.value))
     if as_json:
         out.print_json(
             json.dumps({"systems": c.rows, "ttft_breakdown": c.breakdown, "verdict": c.verdict})
@@ -137,8 +139,8 @@ def compare(
 def capacity(
     scenario: Annotated[str | None, typer.Argument(help="Scenario YAML or built-in name.")] = None,
     policy: Annotated[
-        str, typer.Option("--policy", "-p", help="Policy (disaggregated mode).")
-    ] = "transfer_per_request",
+        PolicyName, typer.Option("--policy", "-p", help="Policy (disaggregated mode).")
+    ] = PolicyName.transfer_per_request,
     target: Annotated[float, typer.Option("--target", help="SLO attainment to hold (0-1).")] = 0.9,
     overrides: Overrides = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
@@ -150,7 +152,7 @@ def capacity(
     from ..render import kv_table
     from ..study.capacity import max_rate
 
-    check_policy(policy)
+    policy = check_policy(policy.value)
     s = load_scenario(scenario, list(overrides or []))
     rate, probes = max_rate(
         s,
