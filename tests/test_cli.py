@@ -67,7 +67,7 @@ def test_unknown_model_suggests_closest():
 def test_run_json_and_files(tmp_path):
     r = invoke("run", "enterprise_hotset", *SMALL, "--out", str(tmp_path), "--json")
     assert r.exit_code == 0, r.stderr
-    rows = json.loads(r.stdout)
+    rows = json.loads(r.stdout)["results"]
     assert [row["policy"] for row in rows] == [
         "transfer_per_request",
         "recompute_on_decode",
@@ -106,3 +106,21 @@ def test_capacity_unknown_policy_is_one_line():
     r = invoke("capacity", "--policy", "replicate_al_lru")
     assert r.exit_code == 2
     assert "did you mean 'replicate_all_lru'?" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_timeline_write_errors_are_one_line(tmp_path):
+    (tmp_path / "adir").mkdir()
+    r = invoke("run", *SMALL, "--policy", "replicate_hotset", "--out", str(tmp_path / "o"),
+               "--timeline", str(tmp_path / "adir"))
+    assert r.exit_code != 0 and "Traceback" not in r.stderr
+    assert "cannot write the timeline" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert list((tmp_path / "adir").iterdir()) == []
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_timeline_has_the_parquet_file_mode(tmp_path):
+    r = invoke("run", *SMALL, "--policy", "replicate_hotset", "--out", str(tmp_path),
+               "--timeline", str(tmp_path / "t.json"))
+    assert r.exit_code == 0, r.stderr
+    mode = (tmp_path / "summary.parquet").stat().st_mode & 0o777
+    assert (tmp_path / "t.json").stat().st_mode & 0o777 == mode

@@ -17,7 +17,6 @@ runner = CliRunner(env={"COLUMNS": "120", "NO_COLOR": "1"})
 
 EXPECTED = [
     "01_mean_ttft_by_policy.png",
-    "02_throughput_vs_reject.png",
     "03_replica_memory_tradeoff.png",
     "04_transfer_recompute_crossover.png",
     "05_recommendation_matrix.png",
@@ -99,3 +98,44 @@ def test_cli_plot_missing_folder_is_one_line(tmp_path):
     assert len(r.stderr.strip().splitlines()) == 1
     assert "nowhere" in r.stderr and "prefixbench sweep" in r.stderr
     assert "Traceback" not in r.output + r.stderr
+
+
+def test_single_seed_sweep_plots(tmp_path):
+    """One seed: every CI column is null; the figures must still draw (no scale TypeError)."""
+    from prefixbench.study.crossover import run_crossover
+    from prefixbench.study.grid import build_spec
+    from prefixbench.study.sweep import run_sweep
+
+    grid = {
+        "models": ["qwen2-0.5b"],
+        "workloads": ["tool_call"],
+        "budgets": [1.0],
+        "seeds": [0],
+        "set": ["run.requests=600", "run.warmup_requests=100"],
+    }
+    run_sweep(build_spec(grid), tmp_path / "r", jobs=1)
+    run_crossover(tmp_path / "r")
+    written = render_plots(tmp_path / "r", tmp_path / "p")
+    assert {p.name for p in written} >= {"01_mean_ttft_by_policy.png", "06_ttft_distribution.png"}
+
+
+def test_figures_have_the_parquet_file_mode(plots, results):
+    mode = (results / "agg.parquet").stat().st_mode & 0o777
+    for p in plots[1]:
+        assert p.stat().st_mode & 0o777 == mode, p.name
+
+
+def test_full_disk_is_one_line(results, tmp_path, monkeypatch):
+    import errno
+
+    import plotnine
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(plotnine.ggplot, "save", full)
+    r = runner.invoke(app, ["plot", str(results), "--out", str(tmp_path / "p")])
+    assert r.exit_code != 0
+    assert "No space left on device" in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert not list((tmp_path / "p").iterdir())  # no temp file left behind

@@ -278,6 +278,13 @@ class _Progress:
         self.stop()
 
 
+def echo_json(obj) -> None:
+    """Strict JSON on stdout (null for NaN/inf), unstyled and unwrapped."""
+    from ..export import dumps
+
+    typer.echo(dumps(obj))
+
+
 def check_policy(policy: str) -> str:
     """A hand-off policy name typed by the user, or a one-line error with a suggestion."""
     from ..scenario import POLICIES

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated
 
 import typer
 
 from .app import (
     catalog_app,
+    echo_json,
     guarded,
     out,
 )
@@ -30,7 +30,7 @@ def catalog_list(
 
     entries = list_entries()
     if as_json:
-        out.print_json(json.dumps(entries))
+        echo_json(entries)
         return
     for kind, rows in entries.items():
         print_rows(out, rows, kind)
@@ -53,7 +53,7 @@ def catalog_show(
 
     info = show(name, accelerator)
     if as_json:
-        out.print_json(json.dumps(info))
+        echo_json(info)
         return
     # long links go under the table, unwrapped, so they stay whole and clickable
     links = {k: v for k, v in info.items() if isinstance(v, str) and "://" in v}

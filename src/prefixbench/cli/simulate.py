@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
@@ -15,7 +14,9 @@ from .app import (
     TraceFormatOpt,
     TraceOpt,
     app,
+    _Progress,
     check_policy,
+    echo_json,
     err,
     guarded,
     out,
@@ -43,7 +44,26 @@ def run(
     out_dir: Annotated[
         Path, typer.Option("--out", help="Directory for requests/summary Parquet.")
     ] = Path("results/run"),
-    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="Print the scenario and each policy's results as JSON, with vllm bench serve metric names.",
+        ),
+    ] = False,
+    percentiles: Annotated[
+        str | None,
+        typer.Option(
+            "--percentiles", help="Percentiles for --json, comma-separated (default 50,90,99)."
+        ),
+    ] = None,
+    requests_out: Annotated[
+        Path | None,
+        typer.Option(
+            "--requests-out",
+            help="Also write the per-request table as JSONL (.jsonl) or CSV (.csv).",
+        ),
+    ] = None,
     trace: TraceOpt = None,
     trace_format: TraceFormatOpt = None,
     skip_bad: Annotated[
@@ -55,8 +75,9 @@ def run(
     ] = None,
 ) -> None:
     """Simulate one scenario under the four policies (or one) and compare them."""
+    from ..export import parse_percentiles, run_result, write_requests
     from ..loader import load_scenario
-    from ..render import run_table
+    from ..render import run_table, safe_text
     from ..scenario import POLICIES
     from ..study.runs import run_scenario, write_run
 
@@ -72,14 +93,24 @@ def run(
         trace_format=trace_format.value if trace_format else None,
         skip_bad=skip_bad,
     )
+    pcts = parse_percentiles(percentiles)
     policies = list(POLICIES) if policy == PolicyChoice.all else [policy.value]
-    tables = run_scenario(s, policies, timeline=timeline)
+    bar = _Progress("simulating", "policies")
+    with bar:
+        bar.start(len(policies))
+        tables = run_scenario(s, policies, timeline=timeline, on_policy=bar.point)
     paths = write_run(tables, out_dir)
+    if requests_out is not None:
+        paths.append(write_requests(tables.requests, requests_out))
     rows = tables.summary.to_dicts()
     for note in tables.prepared.notes:
-        err.print(f"note: {note}", highlight=False)
+        err.print(f"note: {safe_text(note)}", markup=False, highlight=False)
     if as_json:
-        out.print_json(json.dumps(rows))
+        result = run_result(
+            s.model_dump(mode="json"), tables.requests, rows, pcts, tables.prepared.notes
+        )
+        echo_json(result)
+        err.print(f"wrote {', '.join(str(p) for p in paths)}", markup=False, highlight=False)
         return
     prep = tables.prepared
     title = (
@@ -89,7 +120,7 @@ def run(
         f"{len(prep.requests):,} requests (seed {s.seed})"
     )
     out.print(run_table(rows, title))
-    err.print(f"wrote {', '.join(str(p) for p in paths)}", highlight=False)
+    err.print(f"wrote {', '.join(str(p) for p in paths)}", markup=False, highlight=False)
 
 
 # ------------------------------------------------------------------ coupled vs disaggregated
@@ -107,6 +138,7 @@ def compare(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Coupled (colocated) vs disaggregated on the same instance count, and where time goes."""
+    from ..export import renamed
     from ..loader import load_scenario
     from ..render import kv_table, run_table
     from ..study.compare import compare as run_compare
@@ -114,8 +146,13 @@ def compare(
     s = load_scenario(scenario, list(overrides or []))
     c = run_compare(s, check_policy(policy.value))
     if as_json:
-        out.print_json(
-            json.dumps({"systems": c.rows, "ttft_breakdown": c.breakdown, "verdict": c.verdict})
+        echo_json(
+            {
+                "scenario": s.model_dump(mode="json"),
+                "systems": [{**renamed(r), "prefixbench": r} for r in c.rows],
+                "ttft_breakdown": c.breakdown,
+                "verdict": c.verdict,
+            }
         )
         return
     n = s.cluster.prefill_instances + s.cluster.decode_instances
@@ -163,10 +200,14 @@ def capacity(
         ),
     )
     if as_json:
-        out.print_json(
-            json.dumps(
-                {"max_rate_rps": rate, "target": target, "probes": [asdict(p) for p in probes]}
-            )
+        echo_json(
+            {
+                "scenario": s.model_dump(mode="json"),
+                "policy": policy,
+                "max_rate_rps": rate,
+                "target": target,
+                "probes": [asdict(p) for p in probes],
+            }
         )
         return
     out.print(

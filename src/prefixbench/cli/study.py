@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from enum import Enum
 from pathlib import Path
 from typing import Annotated
@@ -17,6 +16,7 @@ from .app import (
     TraceOpt,
     _csv,
     _Progress,
+    echo_json,
     app,
     err,
     guarded,
@@ -64,7 +64,14 @@ def sweep(
     force: Annotated[
         bool, typer.Option("--force", help="Add to a results folder holding another grid.")
     ] = False,
-    out_dir: Annotated[Path, typer.Option("--out", help="Results folder.")] = Path("results"),
+    out_dir: Annotated[
+        Path | None,
+        typer.Option("--out", help="Results folder (default: results/; results-quick/ with --quick)."),
+    ] = None,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="Print the grid, the files written and the aggregated rows as JSON."),
+    ] = False,
     study: Annotated[
         Study,
         typer.Option(
@@ -95,8 +102,12 @@ def sweep(
     from ..study.grid import QUICK, build_spec, load_sweep_file
     from ..study.sweep import run_sweep
 
+    if out_dir is None:
+        # the smoke grid differs from the reference grid: its own folder, so a later full
+        # `sweep` (or a `--quick` after one) never meets "a different sweep grid"
+        out_dir = Path("results-quick") if quick else Path("results")
     if study is not None and study.value == "disagg":
-        _disagg_study(out_dir, jobs, quick)
+        _disagg_study(out_dir, jobs, quick, as_json)
         return
 
     base = load_sweep_file(grid) if grid else (dict(QUICK) if quick else {})
@@ -143,7 +154,26 @@ def sweep(
     finally:
         bar.stop()
     n = len(spec.points()) * len(spec.policies)
-    out.print(f"{n} runs → " + ", ".join(str(p) for p in paths.values()), highlight=False)
+    if as_json:
+        from ..artifacts import read_artifact
+        from ..export import renamed
+
+        agg = read_artifact(paths["agg"], "agg").to_dicts()
+        echo_json(
+            {
+                "grid": spec.fingerprint(),
+                "runs": n,
+                "files": {k: str(v) for k, v in paths.items()},
+                "agg": [renamed(r) for r in agg],
+            }
+        )
+        return
+    out.print(
+        f"{n} runs → " + ", ".join(str(p) for p in paths.values()),
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 @app.command()
@@ -172,14 +202,14 @@ def crossover(
 
     table, path = run_crossover(results, _csv(models), _csv(accelerators), _csv(links))
     if as_json:
-        out.print_json(json.dumps(table.to_dicts()))
+        echo_json(table.to_dicts())
         return
     for line in verdicts(table, accelerator, link):
         out.print(f"• {line}", highlight=False)
     err.print(f"wrote {path}", highlight=False)
 
 
-def _disagg_study(out_dir: Path, jobs: int | None, quick: bool) -> None:
+def _disagg_study(out_dir: Path, jobs: int | None, quick: bool, as_json: bool = False) -> None:
     import polars as pl
 
     from ..study.disagg import headline, heatmaps, run_study
@@ -199,6 +229,9 @@ def _disagg_study(out_dir: Path, jobs: int | None, quick: bool) -> None:
     df = pl.read_parquet(path)
     h = headline(df)
     pngs = heatmaps(df, out_dir / "plots")
+    if as_json:
+        echo_json({"headline": h, "files": [str(path), *map(str, pngs)]})
+        return
     for key, label in (("throughput_gain", "throughput gain"), ("ttft_speedup", "TTFT speedup")):
         v = h[key]
         out.print(
@@ -261,7 +294,7 @@ def recommend(
         bar.stop()
     rows = sel.to_dicts()
     if as_json:
-        out.print_json(json.dumps(rows))
+        echo_json(rows)
         return
     out.print(recommend_table(rows, f"{model} at budget {budget:g} ({objective.value})"))
     err.print(f"wrote {path}", highlight=False)
@@ -277,12 +310,17 @@ def plot(
         Path, typer.Argument(help="Results folder (agg, runs and crossover Parquet).")
     ] = Path("results"),
     out_dir: Annotated[Path, typer.Option("--out", help="Folder for the PNGs.")] = Path("plots"),
+    as_json: Annotated[bool, typer.Option("--json", help="Print the files written as JSON.")] = False,
 ) -> None:
     """Draw the study's figures (PNG, 150 dpi) from a results folder."""
     from ..study.plots import render_plots
 
-    for path in render_plots(results, out_dir):
-        out.print(str(path), highlight=False, soft_wrap=True)
+    paths = render_plots(results, out_dir)
+    if as_json:
+        echo_json({"figures": [str(p) for p in paths]})
+        return
+    for path in paths:
+        out.print(str(path), markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -297,8 +335,13 @@ def report(
     plots: Annotated[
         Path | None, typer.Option("--plots", help="Embed the PNGs in this folder (from `plot`).")
     ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the file written as JSON.")] = False,
 ) -> None:
     """Write the study's findings as Markdown; every number comes from the Parquet files."""
     from ..study.report import write_report
 
-    out.print(str(write_report(results, out_file, plots)), highlight=False, soft_wrap=True)
+    path = write_report(results, out_file, plots)
+    if as_json:
+        echo_json({"report": str(path)})
+        return
+    out.print(str(path), markup=False, highlight=False, soft_wrap=True)

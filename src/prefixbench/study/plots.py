@@ -75,7 +75,9 @@ def _pd(df: pl.DataFrame):
 
     frame = pd.DataFrame(df.to_dict(as_series=False))
     for col, dtype in df.schema.items():
-        if isinstance(dtype, pl.Enum):
+        if dtype.is_float():  # an all-null column (one seed: no CI) must stay numeric
+            frame[col] = pd.to_numeric(frame[col], errors="coerce").astype("float64")
+        elif isinstance(dtype, pl.Enum):
             frame[col] = pd.Categorical(frame[col], categories=list(dtype.categories), ordered=True)
     return frame
 
@@ -134,15 +136,28 @@ def _save(plot, path: Path, size: tuple[float, float]) -> Path:
     """Draw at DPI into a temp file next to ``path``, then rename into place."""
     import warnings
 
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
-    os.close(fd)
+    from ..artifacts import _UMASK
+
+    tmp = None
     try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
+        os.close(fd)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # plotnine warns about saving/size and removed NaN rows
             plot.save(tmp, width=size[0], height=size[1], dpi=DPI, format="png", verbose=False)
+        os.chmod(tmp, 0o666 & ~_UMASK)  # the same mode as the Parquet files (mkstemp: 0600)
         os.replace(tmp, path)
+    except OSError as e:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        raise ArtifactError(
+            f"cannot write the figure ({e.strerror or e.__class__.__name__})",
+            where=str(path),
+            fix="free some disk space or choose another --out; earlier figures are unchanged",
+        ) from None
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
         raise
     return path
 
@@ -172,45 +187,6 @@ def plot_mean_ttft(agg: pl.DataFrame):
             title="Mean time to first token by policy",
             subtitle="bars: mean over seeds; error bars: 95% confidence interval "
             "(Student t over seeds)\ny scales differ per panel",
-        )
-        + _theme()
-    )
-    return p, _size(rows, cols)
-
-
-def plot_throughput_vs_reject(agg: pl.DataFrame):
-    """02: throughput against reject rate; each policy's path runs through the budgets."""
-    from plotnine import (
-        aes,
-        facet_wrap,
-        geom_path,
-        geom_point,
-        ggplot,
-        guide_legend,
-        guides,
-        labs,
-        scale_x_continuous,
-    )
-
-    df = (
-        _with_labels(agg)
-        .with_columns((pl.col("reject_rate") * 100).alias("reject_pct"))
-        .sort(["model", "workload", "policy", "budget_factor"])
-    )
-    rows, cols = _facet_panels(df)
-    p = (
-        ggplot(_pd(df), aes("reject_pct", "throughput_rps", color="policy"))
-        + geom_path(aes(group="policy"), size=0.6, alpha=0.7)
-        + geom_point(aes(shape="budget"), size=2.6, alpha=0.9)
-        + facet_wrap(["model", "workload"], ncol=cols, scales="free", labeller="label_both")
-        + _policy_scales("color")
-        + scale_x_continuous(labels=lambda xs: [f"{x:g}%" for x in xs])
-        + guides(color=guide_legend(nrow=2), shape=guide_legend(title="budget factor"))
-        + labs(
-            x="requests rejected at admission (%)",
-            y="steady-state throughput (req/s)",
-            title="Throughput vs admission rejects",
-            subtitle="one point per budget factor (mean over seeds)\nlines join a policy's budgets",
         )
         + _theme()
     )
@@ -626,7 +602,6 @@ def render_plots(results: Path, out: Path) -> list[Path]:
 
     figures: list[tuple[str, Callable[[], tuple]]] = [
         ("01_mean_ttft_by_policy.png", lambda: plot_mean_ttft(agg)),
-        ("02_throughput_vs_reject.png", lambda: plot_throughput_vs_reject(agg)),
         ("03_replica_memory_tradeoff.png", lambda: plot_replica_memory(agg)),
         ("04_transfer_recompute_crossover.png", lambda: plot_crossover(crossover)),
         ("05_recommendation_matrix.png", lambda: plot_recommendations(rec)),

@@ -27,7 +27,6 @@ BASELINE = "transfer_per_request"
 
 PLOT_TITLES = {
     "01_mean_ttft_by_policy.png": "Mean TTFT by policy (95% CI over seeds)",
-    "02_throughput_vs_reject.png": "Throughput vs reject rate",
     "03_replica_memory_tradeoff.png": "Replica memory vs TTFT reduction",
     "04_transfer_recompute_crossover.png": "Transfer vs recompute over prefix length",
     "05_recommendation_matrix.png": "Recommendation matrix",
