@@ -97,6 +97,19 @@ def safe_text(value) -> str:
     return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in s)
 
 
+def unit_names(obj):
+    """Keys that say GB/s unambiguously: the catalog's ``*_gbps`` fields hold gigabytes per
+    second, which network people read as gigabits, so they are shown as ``*_gbytes_per_s``."""
+    if isinstance(obj, dict):
+        return {
+            (k[: -len("_gbps")] + "_gbytes_per_s" if k.endswith("_gbps") else k): unit_names(v)
+            for k, v in obj.items()
+        }
+    if isinstance(obj, list):
+        return [unit_names(v) for v in obj]
+    return obj
+
+
 def _cell(value) -> Text:
     return Text(safe_text(value))
 
@@ -155,8 +168,34 @@ def kv_table(title: str, rows: list[dict]) -> Table:
     return t
 
 
+_UNIT_LABELS = (
+    ("_gbytes_per_s", " GB/s"),
+    ("_flops_per_byte", " FLOP/byte"),
+    ("_per_token", " per token"),
+    ("_tflops", " TFLOP/s"),
+    ("_gb", " GB"),
+    ("_us", " µs"),
+    ("_b", " (billions)"),
+)
+
+
+def header_label(key: str) -> str:
+    """A column key as a header that wraps at spaces: hbm_gbytes_per_s → hbm GB/s."""
+    for suffix, unit in _UNIT_LABELS:
+        if key.endswith(suffix):
+            return key[: -len(suffix)].replace("_", " ") + unit
+    return key.replace("_", " ")
+
+
 def print_rows(console: Console, rows: list[dict], title: str) -> None:
-    console.print(kv_table(title, rows))
+    """A list of records as a compact table whose headers wrap at word boundaries."""
+    t = Table(title=safe_text(title), title_justify="left", box=box.SIMPLE_HEAD)
+    if rows:
+        for i, k in enumerate(rows[0]):
+            t.add_column(header_label(k), overflow="fold", no_wrap=i == 0)
+        for r in rows:
+            t.add_row(*(_cell(v) for v in r.values()))
+    console.print(t)
 
 
 def _margin(r: dict) -> str:

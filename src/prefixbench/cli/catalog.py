@@ -26,9 +26,9 @@ def catalog_list(
     if ctx.invoked_subcommand is not None:
         return
     from ..catalog.describe import list_entries
-    from ..render import print_rows
+    from ..render import print_rows, unit_names
 
-    entries = list_entries()
+    entries = unit_names(list_entries())
     if as_json:
         echo_json(entries)
         return
@@ -49,9 +49,9 @@ def catalog_show(
 ) -> None:
     """Derived figures of one entry: KV bytes/token, parameters, FLOPs/token, ridge point…"""
     from ..catalog.describe import show
-    from ..render import kv_table, safe_text
+    from ..render import kv_table, safe_text, unit_names
 
-    info = show(name, accelerator)
+    info = unit_names(show(name, accelerator))
     if as_json:
         echo_json(info)
         return

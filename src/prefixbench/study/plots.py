@@ -344,7 +344,7 @@ def plot_crossover(crossover: pl.DataFrame):
         sub = curves.filter(pl.col("model") == r["model"])
         ymax = float(sub["time_ms"].max()) if sub.height else top
         lines = [
-            f"tie bandwidth at {REFERENCE_PREFIX} tok: {r['tie_bandwidth_gbps']:.2f} GB/s",
+            f"tie bandwidth at {REFERENCE_PREFIX} tok: {r['tie_bandwidth_gbytes_per_s']:.2f} GB/s",
             f"this link: {_link_bw(link):.3g} GB/s → {_short(r['winner_at_ref'])} wins",
         ]
         if r["breakeven_prefix_tokens"] == r["breakeven_prefix_tokens"]:  # not NaN
