@@ -124,3 +124,22 @@ def test_timeline_has_the_parquet_file_mode(tmp_path):
     assert r.exit_code == 0, r.stderr
     mode = (tmp_path / "summary.parquet").stat().st_mode & 0o777
     assert (tmp_path / "t.json").stat().st_mode & 0o777 == mode
+
+
+def test_run_trace_says_which_system_it_uses(tmp_path):
+    from pathlib import Path
+
+    trace = Path(__file__).parent / "data" / "conversation_trace_head300.jsonl"
+    r = invoke("run", "--trace", str(trace), "--set", "run.warmup_requests=30",
+               "--policy", "replicate_hotset", "--out", str(tmp_path))
+    assert r.exit_code == 0, r.stderr
+    assert "trace_replay preset's system" in r.stderr and "h100-sxm" in r.stderr
+
+
+def test_sweep_quick_writes_its_own_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    r = invoke("sweep", "--quick", "--seeds", "0", "--budgets", "1.0", "--workloads", "tool_call",
+               "--set", "run.requests=400", "--set", "run.warmup_requests=50", "-j", "1")
+    assert r.exit_code == 0, r.stderr
+    assert (tmp_path / "results-quick" / "agg.parquet").is_file()
+    assert not (tmp_path / "results").exists()

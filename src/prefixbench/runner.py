@@ -111,6 +111,8 @@ def hot_blocks(req: Requests, upto: int, budget_tokens: float) -> list[tuple[int
 
 def prepare(s: Scenario) -> Prepared:
     """Resolve names, generate requests and size the memory budget (policy-independent)."""
+    from .sizing import fit_fix
+
     model = catalog.get_model(s.model)
     c = s.cluster
     if c.prefill_router not in PREFILL_ROUTERS:
@@ -138,7 +140,7 @@ def prepare(s: Scenario) -> Prepared:
                 f"{model.name} weights ({wbytes / 1e9:.1f} GB) do not fit a {role} instance "
                 f"({grp.devices}x {grp.accelerator}, {cost.memory_bytes / 1e9:.0f} GB)",
                 where=f"cluster.{role}",
-                fix=f"raise cluster.{role}.devices or pick a larger accelerator",
+                fix=fit_fix(wbytes, role, grp.accelerator, grp.devices),
             )
 
     req, notes = build_requests(s)
@@ -179,7 +181,8 @@ def prepare(s: Scenario) -> Prepared:
             f"decode KV budget {shown:.2f} GB exceeds the {free / 1e9:.2f} GB a decode "
             f"instance has left after weights",
             where="memory",
-            fix="lower memory.budget_factor / memory.kv_budget_gb, or add decode devices",
+            fix=fit_fix(wbytes + budget * kv_bpt, "decode", c.decode.accelerator, c.decode.devices)
+            + "; or lower memory.budget_factor / memory.kv_budget_gb",
         )
     smallest = int((req.prompt_len + req.output_len).min())
     if budget < smallest:

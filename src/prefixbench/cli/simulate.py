@@ -84,7 +84,8 @@ def run(
     sets = list(overrides or [])
     if seed is not None:
         sets.append(f"seed={seed}")
-    if scenario is None and trace is not None:
+    preset_for_trace = scenario is None and trace is not None
+    if preset_for_trace:
         scenario = "trace_replay"
     s = load_scenario(
         scenario,
@@ -93,6 +94,17 @@ def run(
         trace_format=trace_format.value if trace_format else None,
         skip_bad=skip_bad,
     )
+    if preset_for_trace:
+        c = s.cluster
+        err.print(
+            f"note: --trace replays on the trace_replay preset's system: "
+            f"{c.prefill_instances}P{c.decode_instances}D {c.prefill.accelerator}/"
+            f"{c.decode.accelerator} over {c.link.name}, {s.model}; "
+            f"`run SCENARIO --trace …` replays on that scenario's system instead",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
     pcts = parse_percentiles(percentiles)
     policies = list(POLICIES) if policy == PolicyChoice.all else [policy.value]
     bar = _Progress("simulating", "policies")
@@ -104,7 +116,7 @@ def run(
         paths.append(write_requests(tables.requests, requests_out))
     rows = tables.summary.to_dicts()
     for note in tables.prepared.notes:
-        err.print(f"note: {safe_text(note)}", markup=False, highlight=False)
+        err.print(f"note: {safe_text(note)}", markup=False, highlight=False, soft_wrap=True)
     if as_json:
         result = run_result(
             s.model_dump(mode="json"), tables.requests, rows, pcts, tables.prepared.notes
@@ -144,7 +156,9 @@ def compare(
     from ..study.compare import compare as run_compare
 
     s = load_scenario(scenario, list(overrides or []))
-    c = run_compare(s, check_policy(policy.value))
+    with _Progress("simulating", "systems") as bar:
+        bar.start(3)
+        c = run_compare(s, check_policy(policy.value), on_system=bar.point)
     if as_json:
         echo_json(
             {
@@ -191,14 +205,15 @@ def capacity(
 
     policy = check_policy(policy.value)
     s = load_scenario(scenario, list(overrides or []))
-    rate, probes = max_rate(
-        s,
-        policy,
-        target,
-        on_probe=lambda p: err.print(
-            f"  rate {p.rate:.3g} req/s → attainment {p.attainment:.1%}", highlight=False
-        ),
-    )
+    max_probes = 24
+
+    def on_probe(p) -> None:
+        bar.point()
+        err.print(f"  rate {p.rate:.3g} req/s → attainment {p.attainment:.1%}", highlight=False)
+
+    with _Progress("probing", f"rates (at most {max_probes})") as bar:
+        bar.start(max_probes)
+        rate, probes = max_rate(s, policy, target, max_probes=max_probes, on_probe=on_probe)
     if as_json:
         echo_json(
             {
