@@ -50,7 +50,10 @@ def build_requests(s: Scenario) -> tuple[Requests, list[str]]:
     if isinstance(w, TraceWorkload):
         from .workload.replay import trace_requests
 
-        return trace_requests(w, s.run.requests, s.cluster.block_size, s.seed)
+        m = catalog.get_model(s.model)
+        return trace_requests(
+            w, s.run.requests, s.cluster.block_size, s.seed, m.max_context, m.name
+        )
     raise ScenarioError(f"unknown workload kind {w!r}")
 
 

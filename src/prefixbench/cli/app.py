@@ -159,6 +159,8 @@ Study = _Study | None
 class _TraceFormat(str, Enum):
     mooncake = "mooncake"
     azure = "azure"
+    burstgpt = "burstgpt"
+    bailian = "bailian"
 
 
 TraceFormat = _TraceFormat | None
@@ -209,7 +211,9 @@ def _main(
 TraceOpt = Annotated[
     str | None,
     typer.Option(
-        "--trace", help="Replay this trace (Mooncake .jsonl or Azure .csv) as the workload."
+        "--trace",
+        help="Replay this trace as the workload: Mooncake or Qwen-Bailian .jsonl, Azure or "
+        "BurstGPT .csv (see docs/traces.md).",
     ),
 ]
 TraceFormatOpt = Annotated[TraceFormat, typer.Option("--trace-format", help="Trace format.")]
