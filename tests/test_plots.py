@@ -139,3 +139,52 @@ def test_full_disk_is_one_line(results, tmp_path, monkeypatch):
     assert "No space left on device" in r.stderr and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
     assert not list((tmp_path / "p").iterdir())  # no temp file left behind
+
+
+def test_ttft_cdf_pools_requests_over_seeds():
+    import polars as pl
+
+    from prefixbench.study.plots import ttft_cdf_frame
+
+    ev = pl.DataFrame(
+        {
+            "model": ["m"] * 4, "workload": ["w"] * 4, "budget_factor": [1.0] * 4,
+            "policy": ["replicate_hotset"] * 4, "seed": [0, 0, 0, 1],
+            "warmup": [False] * 4, "outcome": ["completed"] * 4,
+            "ttft_ms": [1.0, 2.0, 3.0, 10.0],
+        }
+    )
+    cdf = ttft_cdf_frame(ev, n=101)
+    # pooled median of {1, 2, 3, 10} is 2.5; averaging the seeds' medians would give 6
+    assert cdf.filter(pl.col("cdf").round(2) == 0.5)["ttft_ms"][0] == pytest.approx(2.5)
+    assert cdf["requests"][0] == 4 and cdf["seeds"][0] == 2
+
+
+def test_link_sweep_decision_map(tmp_path):
+    import polars as pl
+
+    from prefixbench.study.decision import run_link_sweep
+    from prefixbench.study.grid import build_spec
+
+    spec = build_spec(
+        {
+            "models": ["qwen2-0.5b"], "workloads": ["tool_call"], "budgets": [1.0],
+            "seeds": [0, 1], "set": ["run.requests=600", "run.warmup_requests=100"],
+        }
+    )
+    paths = run_link_sweep(spec, ["eth-10g", "roce-200g"], tmp_path / "d", jobs=1)
+    dec = pl.read_parquet(paths["decision"])
+    assert dec["link"].to_list() == ["eth-10g", "roce-200g"]
+    assert dec["link_gbytes_per_s"].to_list() == [1.25, 25.0]  # 10 and 200 Gbit/s
+    for r in dec.iter_rows(named=True):
+        runs = pl.read_parquet(tmp_path / "d" / "links" / r["link"] / "runs.parquet")
+        t = {(x["seed"], x["policy"]): x["ttft_mean_ms"] for x in runs.to_dicts()}
+        diffs = [t[(s, r["runner_up"])] - t[(s, r["winner"])] for s in (0, 1)]
+        assert r["margin_ms"] == pytest.approx(sum(diffs) / 2)
+        # two seeds: CI half-width = t(0.975, 1) · sd / sqrt(2), t = 12.706
+        sd = abs(diffs[0] - diffs[1]) / 2**0.5
+        assert r["margin_ci95_ms"] == pytest.approx(12.706 * sd / 2**0.5, rel=1e-3)
+        assert (r["decision"] == "tie") == (abs(r["margin_ms"]) <= r["margin_ci95_ms"])
+    written = render_plots(tmp_path / "d", tmp_path / "p")
+    assert [p.name for p in written] == ["08_decision_map.png"]
+    assert _png_size(written[0])[0] >= 1000

@@ -96,6 +96,14 @@ def sweep(
     ] = None,
     trace: TraceOpt = None,
     trace_format: TraceFormatOpt = None,
+    links: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--links",
+            help="Repeat the grid over these links (e.g. eth-10g,eth-25g,roce-200g) and write "
+            "decision.parquet, the winner per budget × link (the decision map of `plot`).",
+        ),
+    ] = None,
 ) -> None:
     """Run a grid (default: the 384-run reference study), resumably, on a process pool or Ray."""
     from ..study.backends import make_backend
@@ -133,16 +141,30 @@ def sweep(
     )
     bar = _Progress("sweep")
     try:
-        paths = run_sweep(
-            spec,
-            out_dir,
-            jobs=jobs,
-            events=events,
-            force=force,
-            backend=runner,
-            on_start=bar.start,
-            on_point=bar.point,
-        )
+        if links:
+            from ..study.decision import run_link_sweep
+
+            paths = run_link_sweep(
+                spec,
+                _csv(links),
+                out_dir,
+                jobs=jobs,
+                force=force,
+                backend=runner,
+                on_start=bar.start,
+                on_point=bar.point,
+            )
+        else:
+            paths = run_sweep(
+                spec,
+                out_dir,
+                jobs=jobs,
+                events=events,
+                force=force,
+                backend=runner,
+                on_start=bar.start,
+                on_point=bar.point,
+            )
     except KeyboardInterrupt:
         bar.stop()
         err.print(
@@ -153,11 +175,16 @@ def sweep(
         raise typer.Exit(130) from None
     finally:
         bar.stop()
-    n = len(spec.points()) * len(spec.policies)
+    n = len(spec.points()) * len(spec.policies) * len(_csv(links) or [None])
     if as_json:
         from ..artifacts import read_artifact
         from ..export import renamed
 
+        if links:
+            rows = read_artifact(paths["decision"], "decision").to_dicts()
+            echo_json({"grid": spec.fingerprint(), "links": _csv(links), "runs": n,
+                       "files": {k: str(v) for k, v in paths.items()}, "decision": rows})
+            return
         agg = read_artifact(paths["agg"], "agg").to_dicts()
         echo_json(
             {

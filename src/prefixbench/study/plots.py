@@ -578,6 +578,172 @@ def plot_ttft_distribution(agg: pl.DataFrame):
     return p, _size(rows, cols)
 
 
+def decision_tiles(dec: pl.DataFrame) -> pl.DataFrame:
+    """One rectangle per (budget, link): x spans the midpoints between neighbouring links'
+    log10 bandwidths, y the budget's row; alpha grows with margin ÷ CI (ties are grey)."""
+    bws = sorted(set(dec["link_gbytes_per_s"]))
+    logs = [math.log10(b) for b in bws]
+    gaps = [b - a for a, b in zip(logs, logs[1:], strict=False)] or [0.6]
+    edges = (
+        [logs[0] - gaps[0] / 2]
+        + [(a + b) / 2 for a, b in zip(logs, logs[1:], strict=False)]
+        + [logs[-1] + gaps[-1] / 2]
+    )
+    lo = {b: edges[i] for i, b in enumerate(bws)}
+    hi = {b: edges[i + 1] for i, b in enumerate(bws)}
+    budgets = sorted(set(dec["budget_factor"]))
+    row = {b: i for i, b in enumerate(budgets)}
+    return dec.with_columns(
+        pl.col("link_gbytes_per_s").replace_strict(lo, return_dtype=pl.Float64).alias("xmin"),
+        pl.col("link_gbytes_per_s").replace_strict(hi, return_dtype=pl.Float64).alias("xmax"),
+        (pl.col("budget_factor").replace_strict(row, return_dtype=pl.Float64) - 0.5).alias("ymin"),
+        (pl.col("budget_factor").replace_strict(row, return_dtype=pl.Float64) + 0.5).alias("ymax"),
+        pl.col("link_gbytes_per_s").log10().alias("x"),
+        pl.col("budget_factor").replace_strict(row, return_dtype=pl.Float64).alias("y"),
+        pl.when(pl.col("decision") == "tie")
+        .then(1.0)
+        .otherwise(0.35 + 0.65 * (pl.col("strength").fill_nan(1.0).fill_null(1.0).clip(0, 3) / 3))
+        .alias("shade"),
+        pl.struct(["margin_ms", "margin_ci95_ms"])
+        .map_elements(
+            lambda r: "" if r["margin_ms"] is None or r["margin_ms"] != r["margin_ms"]
+            else (f"{r['margin_ms']:+.1f}" + (f"\n±{r['margin_ci95_ms']:.1f}"
+                  if r["margin_ci95_ms"] == r["margin_ci95_ms"] and r["margin_ci95_ms"] is not None else "")),
+            return_dtype=pl.Utf8,
+        )
+        .alias("label"),
+        (pl.col("model") + " on " + pl.col("accelerator")).alias("system"),
+    )
+
+
+def plot_decision_map(dec: pl.DataFrame):
+    """08: the winning policy over decode KV budget × link bandwidth (log axis), per model ×
+    accelerator and workload; grey where the margin's CI spans 0 (a tie)."""
+    from plotnine import (
+        aes,
+        element_blank,
+        facet_grid,
+        geom_rect,
+        geom_text,
+        ggplot,
+        guide_legend,
+        guides,
+        labs,
+        scale_alpha_identity,
+        scale_fill_manual,
+        scale_x_continuous,
+        scale_y_continuous,
+        theme,
+    )
+
+    df = decision_tiles(dec)
+    bws = sorted(set(dec["link_gbytes_per_s"]))
+    names = {r["link_gbytes_per_s"]: r["link"] for r in dec.select("link", "link_gbytes_per_s").unique().to_dicts()}
+    budgets = sorted(set(dec["budget_factor"]))
+    colors = {**POLICY_COLORS, "tie": "#bdbdbd"}
+    present = [k for k in colors if k in set(df["decision"])]
+    n_sys, n_work = df["system"].n_unique(), df["workload"].n_unique()
+    p = (
+        ggplot(_pd(df))
+        + geom_rect(
+            aes(xmin="xmin", xmax="xmax", ymin="ymin", ymax="ymax", fill="decision", alpha="shade"),
+            color="white",
+            size=0.6,
+        )
+        + geom_text(aes("x", "y", label="label"), size=BASE_SIZE - 4, color="#1a1a1a", lineheight=0.9)
+        + facet_grid("workload ~ system")
+        + scale_fill_manual(values=colors, breaks=present, name="winner (mean TTFT)")
+        + scale_alpha_identity()
+        + scale_x_continuous(
+            breaks=[math.log10(b) for b in bws],
+            labels=[f"{b:g}\n{names[b]}" for b in bws],
+            expand=(0, 0),
+        )
+        + scale_y_continuous(
+            breaks=list(range(len(budgets))), labels=[f"{b:g}" for b in budgets], expand=(0, 0)
+        )
+        + guides(fill=guide_legend(nrow=2))
+        + labs(
+            x="prefill→decode link bandwidth per channel (GB/s, log scale)",
+            y="decode KV budget factor",
+            title="Which policy wins: budget × link bandwidth",
+            subtitle="winner: lowest mean TTFT among the policies that do not reject more\n"
+            "label: runner-up − winner mean TTFT (ms) ± 95% CI over seeds; "
+            "grey: a tie (the CI spans 0)\n"
+            "paler: the margin clears fewer CI half-widths; negative: the runner-up is "
+            "faster but rejects more",
+        )
+        + _theme()
+        + theme(panel_grid=element_blank())
+    )
+    return p, (max(8.0, 2.5 + 4.6 * n_sys), max(4.5, 2.6 + 2.3 * n_work))
+
+
+def ttft_cdf_frame(events: pl.DataFrame, n: int = 200) -> pl.DataFrame:
+    """Empirical TTFT CDF per model × workload × budget × policy with the completed
+    steady-state requests of every seed pooled (not percentiles averaged over seeds)."""
+    done = events.filter(~pl.col("warmup") & (pl.col("outcome") == "completed"))
+    keys = ["model", "workload", "budget_factor", "policy"]
+    qs = np.linspace(0.0, 1.0, n)
+    frames = []
+    for key, grp in done.group_by(keys, maintain_order=True):
+        vals = np.sort(grp["ttft_ms"].drop_nulls().drop_nans().to_numpy())
+        if vals.size == 0:
+            continue
+        frames.append(
+            pl.DataFrame(
+                {
+                    **{k: [v] * n for k, v in zip(keys, key, strict=True)},
+                    "ttft_ms": np.quantile(vals, qs),
+                    "cdf": qs,
+                    "requests": [int(vals.size)] * n,
+                    "seeds": [int(grp["seed"].n_unique())] * n,
+                }
+            )
+        )
+    return pl.concat(frames) if frames else pl.DataFrame()
+
+
+def plot_ttft_cdf(events: pl.DataFrame):
+    """09: TTFT CDF per policy, requests pooled over seeds, facets workload × budget."""
+    from plotnine import aes, facet_grid, geom_step, ggplot, labs, scale_x_log10
+
+    cdf = ttft_cdf_frame(events)
+    if cdf.height == 0:
+        return None, None
+    df = _with_labels(cdf.with_columns(pl.col("model")))
+    df = df.with_columns((pl.col("model") + " / " + pl.col("workload")).alias("scenario"))
+    seeds = int(cdf["seeds"].max())
+    p = (
+        ggplot(_pd(df), aes("ttft_ms", "cdf", color="policy"))
+        + geom_step(size=0.8)
+        + facet_grid("scenario ~ budget", labeller="label_both")
+        + scale_x_log10()
+        + _policy_scales("color")
+        + labs(
+            x="TTFT (ms, log scale)",
+            y="fraction of completed requests",
+            title="TTFT distribution by policy",
+            subtitle=f"steady-state completed requests pooled over {seeds} seed(s) "
+            "(not per-seed percentiles averaged)",
+        )
+        + _theme()
+    )
+    rows, cols = df["scenario"].n_unique(), df["budget"].n_unique()
+    return p, _size(rows, cols)
+
+
+def _events(results: Path) -> pl.DataFrame | None:
+    """Per-request tables of a sweep run with --events (events/*.parquet), or None."""
+    files = sorted((Path(results) / "events").glob("*.parquet"))
+    if not files:
+        return None
+    frames = [read_artifact(f, "requests") for f in files]
+    need = ["model", "workload", "budget_factor", "seed", "policy", "warmup", "outcome", "ttft_ms"]
+    frames = [f.select(need) for f in frames if set(need) <= set(f.columns)]
+    return pl.concat(frames, how="vertical_relaxed") if frames else None
+
+
 # ---------------------------------------------------------------- entry point
 
 
@@ -587,27 +753,39 @@ def render_plots(results: Path, out: Path) -> list[Path]:
 
     matplotlib.use("Agg")  # files only: never open a window or need a display
 
+    from . import decision as _decision  # noqa: F401 - registers the decision artifact
     from .report import recommendations
 
     results, out = Path(results), Path(out)
-    agg = load(results, "agg")
-    crossover = load(results, "crossover")
-    rec = recommendations(results, agg)
+    decision = (
+        read_artifact(results / "decision.parquet", "decision")
+        if (results / "decision.parquet").is_file()
+        else None
+    )
+    figures: list[tuple[str, Callable[[], tuple]]] = []
+    if decision is None or (results / "agg.parquet").is_file():  # a link sweep has no agg
+        agg = load(results, "agg")
+        crossover = load(results, "crossover")
+        rec = recommendations(results, agg)
+        events = _events(results)
+        figures += [
+            ("01_mean_ttft_by_policy.png", lambda: plot_mean_ttft(agg)),
+            ("03_replica_memory_tradeoff.png", lambda: plot_replica_memory(agg)),
+            ("04_transfer_recompute_crossover.png", lambda: plot_crossover(crossover)),
+            ("05_recommendation_matrix.png", lambda: plot_recommendations(rec)),
+            ("06_ttft_distribution.png", lambda: plot_ttft_distribution(agg)),
+            ("07_crossover_map.png", lambda: plot_crossover_map(crossover)),
+        ]
+        if events is not None and events.height:
+            figures.append(("09_ttft_cdf.png", lambda: plot_ttft_cdf(events)))
+    if decision is not None and decision.height:
+        figures.append(("08_decision_map.png", lambda: plot_decision_map(decision)))
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise ArtifactError(
             f"cannot create the plots folder ({e.strerror})", where=str(out)
         ) from None
-
-    figures: list[tuple[str, Callable[[], tuple]]] = [
-        ("01_mean_ttft_by_policy.png", lambda: plot_mean_ttft(agg)),
-        ("03_replica_memory_tradeoff.png", lambda: plot_replica_memory(agg)),
-        ("04_transfer_recompute_crossover.png", lambda: plot_crossover(crossover)),
-        ("05_recommendation_matrix.png", lambda: plot_recommendations(rec)),
-        ("06_ttft_distribution.png", lambda: plot_ttft_distribution(agg)),
-        ("07_crossover_map.png", lambda: plot_crossover_map(crossover)),
-    ]
     written = []
     for name, build in figures:
         plot, size = build()

@@ -32,6 +32,8 @@ PLOT_TITLES = {
     "05_recommendation_matrix.png": "Recommendation matrix",
     "06_ttft_distribution.png": "TTFT p50 / p90 / p99",
     "07_crossover_map.png": "Transfer ÷ recompute per accelerator × link",
+    "08_decision_map.png": "Decision map: winner over budget × link bandwidth",
+    "09_ttft_cdf.png": "TTFT CDFs, requests pooled over seeds",
 }
 
 
