@@ -360,15 +360,37 @@ def report(
         Path | None, typer.Option("--out", help="Report file (default: RESULTS/report.md).")
     ] = None,
     plots: Annotated[
-        Path | None, typer.Option("--plots", help="Embed the PNGs in this folder (from `plot`).")
+        Path | None,
+        typer.Option(
+            "--plots",
+            help="Embed the PNGs already in this folder (from `plot`) instead of drawing them "
+            "into RESULTS/plots.",
+        ),
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the file written as JSON.")] = False,
+    figures: Annotated[
+        bool,
+        typer.Option("--figures/--no-figures", help="Draw and embed the figures (default: yes)."),
+    ] = True,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the files written as JSON.")] = False,
 ) -> None:
-    """Write the study's findings as Markdown; every number comes from the Parquet files."""
+    """Write the study's findings as Markdown and as a self-contained report.html (figures
+    inline, sortable tables); every number comes from the Parquet files."""
+    from ..study.plots import render_plots
     from ..study.report import write_report
 
-    path = write_report(results, out_file, plots)
+    drawn: list[Path] = []
+    if figures and plots is None:
+        plots = Path(results) / "plots"
+        drawn = render_plots(results, plots)
+    path = write_report(results, out_file, plots if figures else None, html=True)
+    html_path = path.with_suffix(".html")
     if as_json:
-        echo_json({"report": str(path)})
+        echo_json({"report": str(path), "html": str(html_path), "figures": [str(p) for p in drawn]})
         return
     out.print(str(path), markup=False, highlight=False, soft_wrap=True)
+    err.print(
+        f"wrote {html_path}" + (f" and {len(drawn)} figures in {plots}" if drawn else ""),
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )

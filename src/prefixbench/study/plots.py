@@ -345,7 +345,7 @@ def plot_crossover(crossover: pl.DataFrame):
         ymax = float(sub["time_ms"].max()) if sub.height else top
         lines = [
             f"tie bandwidth at {REFERENCE_PREFIX} tok: {r['tie_bandwidth_gbytes_per_s']:.2f} GB/s",
-            f"this link: {_link_bw(link):.3g} GB/s → {_short(r['winner_at_ref'])} wins",
+            f"this link: {_link_bw(link):.3g} GB/s → {r['winner_at_ref']} wins",
         ]
         if r["breakeven_prefix_tokens"] == r["breakeven_prefix_tokens"]:  # not NaN
             lines.append(f"break-even: {r['breakeven_prefix_tokens']:.0f} tokens")
@@ -506,11 +506,11 @@ def plot_recommendations(rec: pl.DataFrame):
 
 
 def _tile_label(r: dict) -> str:
-    name = _short(r["recommended"]) + ("" if r["seeds_agree"] else " *")
+    name = r["recommended"] + ("" if r["seeds_agree"] else " *")
     m, ci = r["margin_ms"], r["margin_ci95_ms"]
     if m is None or math.isnan(m):
         return name
-    vs = f"\nvs {_short(r['runner_up'])}" if r["runner_up"] else ""
+    vs = f"\nvs {r['runner_up']}" if r["runner_up"] else ""
     if ci is None or math.isnan(ci):
         return f"{name}\n{m:+.1f} ms{vs}"
     return f"{name}\n{m:+.1f} ± {ci:.1f} ms{vs}"

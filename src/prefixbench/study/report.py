@@ -498,11 +498,18 @@ def build_report(results: Path, report_dir: Path, plots: Path | None = None) -> 
     return "\n".join(lines).rstrip() + "\n"
 
 
-def write_report(results: Path, out: Path | None = None, plots: Path | None = None) -> Path:
-    """Write ``report.md`` (default: in ``results``); embeds the PNGs of ``plots`` if given."""
+def write_report(
+    results: Path, out: Path | None = None, plots: Path | None = None, html: bool = False
+) -> Path:
+    """Write ``report.md`` (default: in ``results``); embeds the PNGs of ``plots`` if given;
+    with ``html``, also a self-contained ``report.html`` beside it (figures inline)."""
     results = Path(results)
     path = Path(out) if out is not None else results / "report.md"
     text = build_report(results, path.parent, plots)
+    if html:
+        from .report_html import write_html
+
+        write_html(text, path.with_suffix(".html"), path.parent)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.tmp")
