@@ -94,6 +94,16 @@ def run(
         trace_format=trace_format.value if trace_format else None,
         skip_bad=skip_bad,
     )
+    pcts = parse_percentiles(percentiles)
+    policies = list(POLICIES) if policy == PolicyChoice.all else [policy.value]
+    bar = _Progress("simulating", "policies")
+    with bar:
+        bar.start(len(policies))
+        tables = run_scenario(s, policies, timeline=timeline, on_policy=bar.point)
+    paths = write_run(tables, out_dir)
+    if requests_out is not None:
+        paths.append(write_requests(tables.requests, requests_out))
+    # after the run: an impossible replay's error stays the only stderr line
     if preset_for_trace:
         c = s.cluster
         err.print(
@@ -105,15 +115,6 @@ def run(
             highlight=False,
             soft_wrap=True,
         )
-    pcts = parse_percentiles(percentiles)
-    policies = list(POLICIES) if policy == PolicyChoice.all else [policy.value]
-    bar = _Progress("simulating", "policies")
-    with bar:
-        bar.start(len(policies))
-        tables = run_scenario(s, policies, timeline=timeline, on_policy=bar.point)
-    paths = write_run(tables, out_dir)
-    if requests_out is not None:
-        paths.append(write_requests(tables.requests, requests_out))
     rows = tables.summary.to_dicts()
     for note in tables.prepared.notes:
         err.print(f"note: {safe_text(note)}", markup=False, highlight=False, soft_wrap=True)
