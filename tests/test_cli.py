@@ -110,8 +110,16 @@ def test_capacity_unknown_policy_is_one_line():
 
 def test_timeline_write_errors_are_one_line(tmp_path):
     (tmp_path / "adir").mkdir()
-    r = invoke("run", *SMALL, "--policy", "replicate_hotset", "--out", str(tmp_path / "o"),
-               "--timeline", str(tmp_path / "adir"))
+    r = invoke(
+        "run",
+        *SMALL,
+        "--policy",
+        "replicate_hotset",
+        "--out",
+        str(tmp_path / "o"),
+        "--timeline",
+        str(tmp_path / "adir"),
+    )
     assert r.exit_code != 0 and "Traceback" not in r.stderr
     assert "cannot write the timeline" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert list((tmp_path / "adir").iterdir()) == []
@@ -119,8 +127,16 @@ def test_timeline_write_errors_are_one_line(tmp_path):
 
 
 def test_timeline_has_the_parquet_file_mode(tmp_path):
-    r = invoke("run", *SMALL, "--policy", "replicate_hotset", "--out", str(tmp_path),
-               "--timeline", str(tmp_path / "t.json"))
+    r = invoke(
+        "run",
+        *SMALL,
+        "--policy",
+        "replicate_hotset",
+        "--out",
+        str(tmp_path),
+        "--timeline",
+        str(tmp_path / "t.json"),
+    )
     assert r.exit_code == 0, r.stderr
     mode = (tmp_path / "summary.parquet").stat().st_mode & 0o777
     assert (tmp_path / "t.json").stat().st_mode & 0o777 == mode
@@ -130,16 +146,39 @@ def test_run_trace_says_which_system_it_uses(tmp_path):
     from pathlib import Path
 
     trace = Path(__file__).parent / "data" / "conversation_trace_head300.jsonl"
-    r = invoke("run", "--trace", str(trace), "--set", "run.warmup_requests=30",
-               "--policy", "replicate_hotset", "--out", str(tmp_path))
+    r = invoke(
+        "run",
+        "--trace",
+        str(trace),
+        "--set",
+        "run.warmup_requests=30",
+        "--policy",
+        "replicate_hotset",
+        "--out",
+        str(tmp_path),
+    )
     assert r.exit_code == 0, r.stderr
     assert "trace_replay preset's system" in r.stderr and "h100-sxm" in r.stderr
 
 
 def test_sweep_quick_writes_its_own_folder(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    r = invoke("sweep", "--quick", "--seeds", "0", "--budgets", "1.0", "--workloads", "tool_call",
-               "--set", "run.requests=400", "--set", "run.warmup_requests=50", "-j", "1")
+    r = invoke(
+        "sweep",
+        "--quick",
+        "--seeds",
+        "0",
+        "--budgets",
+        "1.0",
+        "--workloads",
+        "tool_call",
+        "--set",
+        "run.requests=400",
+        "--set",
+        "run.warmup_requests=50",
+        "-j",
+        "1",
+    )
     assert r.exit_code == 0, r.stderr
     assert (tmp_path / "results-quick" / "agg.parquet").is_file()
     assert not (tmp_path / "results").exists()

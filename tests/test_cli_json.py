@@ -55,9 +55,23 @@ def test_every_command_json_parses_strictly(study, tmp_path):
     cap = invoke_json("capacity", "tool_call", *SMALL, "--target", "0.5")
     assert cap["probes"] and cap["scenario"]["name"] == "tool_call"
     sw = invoke_json(
-        "sweep", "--models", "qwen2-0.5b", "--workloads", "tool_call", "--budgets", "1.0",
-        "--seeds", "0", "--set", "run.requests=600", "--set", "run.warmup_requests=100",
-        "--out", str(tmp_path / "sw"), "-j", "1",
+        "sweep",
+        "--models",
+        "qwen2-0.5b",
+        "--workloads",
+        "tool_call",
+        "--budgets",
+        "1.0",
+        "--seeds",
+        "0",
+        "--set",
+        "run.requests=600",
+        "--set",
+        "run.warmup_requests=100",
+        "--out",
+        str(tmp_path / "sw"),
+        "-j",
+        "1",
     )
     # one seed: the CI columns are missing, which must be null, never NaN
     assert sw["agg"] and sw["agg"][0]["mean_ttft_ms_ci95"] is None
@@ -65,8 +79,15 @@ def test_every_command_json_parses_strictly(study, tmp_path):
     xo = invoke_json("crossover", str(study))
     assert xo
     rec = invoke_json(
-        "recommend", "--model", "qwen2-0.5b", "--budget", "0.35", "--results", str(study),
-        "--workload", ",".join(TINY_STUDY["workloads"]),
+        "recommend",
+        "--model",
+        "qwen2-0.5b",
+        "--budget",
+        "0.35",
+        "--results",
+        str(study),
+        "--workload",
+        ",".join(TINY_STUDY["workloads"]),
     )
     assert {r["workload"] for r in rec} == set(TINY_STUDY["workloads"])
     figs = invoke_json("plot", str(study), "--out", str(tmp_path / "plots"))["figures"]
@@ -77,14 +98,31 @@ def test_every_command_json_parses_strictly(study, tmp_path):
 
 def test_run_json_uses_vllm_bench_serve_names_and_percentiles(tmp_path):
     res = invoke_json(
-        "run", "tool_call", *SMALL, "--policy", "replicate_hotset", "--percentiles", "50,90,99.9",
-        "--out", str(tmp_path),
+        "run",
+        "tool_call",
+        *SMALL,
+        "--policy",
+        "replicate_hotset",
+        "--percentiles",
+        "50,90,99.9",
+        "--out",
+        str(tmp_path),
     )
     r = res["results"][0]
     for key in (
-        "mean_ttft_ms", "median_ttft_ms", "p90_ttft_ms", "p99.9_ttft_ms", "mean_tpot_ms",
-        "p99.9_e2el_ms", "request_throughput", "output_throughput", "total_token_throughput",
-        "request_goodput", "completed", "failed", "duration",
+        "mean_ttft_ms",
+        "median_ttft_ms",
+        "p90_ttft_ms",
+        "p99.9_ttft_ms",
+        "mean_tpot_ms",
+        "p99.9_e2el_ms",
+        "request_throughput",
+        "output_throughput",
+        "total_token_throughput",
+        "request_goodput",
+        "completed",
+        "failed",
+        "duration",
     ):
         assert r[key] is not None, key
     assert "p99_ttft_ms" not in r  # only the percentiles asked for
@@ -101,11 +139,20 @@ def test_run_json_uses_vllm_bench_serve_names_and_percentiles(tmp_path):
 
 
 def test_result_json_reruns(tmp_path):
-    first = invoke_json("run", "tool_call", *SMALL, "--policy", "replicate_hotset", "--out", str(tmp_path / "a"))
+    first = invoke_json(
+        "run", "tool_call", *SMALL, "--policy", "replicate_hotset", "--out", str(tmp_path / "a")
+    )
     import yaml
 
     (tmp_path / "again.yaml").write_text(yaml.safe_dump(first["scenario"]))
-    again = invoke_json("run", str(tmp_path / "again.yaml"), "--policy", "replicate_hotset", "--out", str(tmp_path / "b"))
+    again = invoke_json(
+        "run",
+        str(tmp_path / "again.yaml"),
+        "--policy",
+        "replicate_hotset",
+        "--out",
+        str(tmp_path / "b"),
+    )
     assert again["results"][0]["mean_ttft_ms"] == first["results"][0]["mean_ttft_ms"]
 
 
@@ -114,7 +161,17 @@ def test_per_request_export(tmp_path, suffix):
     dest = tmp_path / f"requests{suffix}"
     r = runner.invoke(
         app,
-        ["run", "tool_call", *SMALL, "--policy", "replicate_hotset", "--out", str(tmp_path), "--requests-out", str(dest)],
+        [
+            "run",
+            "tool_call",
+            *SMALL,
+            "--policy",
+            "replicate_hotset",
+            "--out",
+            str(tmp_path),
+            "--requests-out",
+            str(dest),
+        ],
     )
     assert r.exit_code == 0, r.stderr
     if suffix == ".jsonl":

@@ -6,12 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from studyutil import make_tiny_study
 from typer.testing import CliRunner
 
 from prefixbench.cli import app
 from prefixbench.scenario import POLICIES
-
-from studyutil import make_tiny_study
 
 runner = CliRunner(env={"COLUMNS": "80", "NO_COLOR": "1", "TERM": "dumb"})
 SMALL = ["--set", "run.requests=600", "--set", "run.warmup_requests=100"]
@@ -84,8 +83,15 @@ def test_help_never_breaks_a_policy_name_and_shows_no_python_types():
 def test_escape_sequences_in_names_do_not_reach_the_terminal(tmp_path):
     name = "x\x1b]0;pwned\x07\x1b[2J"
     r = invoke(
-        "run", "tool_call", *SMALL, "--set", f"name={name}", "--policy", "replicate_hotset",
-        "--out", str(tmp_path),
+        "run",
+        "tool_call",
+        *SMALL,
+        "--set",
+        f"name={name}",
+        "--policy",
+        "replicate_hotset",
+        "--out",
+        str(tmp_path),
     )
     assert r.exit_code == 0, r.stderr
     assert "\x1b" not in r.stdout + r.stderr and "\x07" not in r.stdout + r.stderr

@@ -25,7 +25,9 @@ def test_simulated_difference_only_on_the_simulated_row(study):
     # the tiny study's scenarios decode on one L4 joined by 25 GbE
     assert sim.select("model", "accelerator", "link").rows() == [("qwen2-0.5b", "l4", "eth-25g")]
     agg = pl.read_parquet(study / "agg.parquet")
-    t = {(r["workload"], r["budget_factor"], r["policy"]): r["ttft_mean_ms"] for r in agg.to_dicts()}
+    t = {
+        (r["workload"], r["budget_factor"], r["policy"]): r["ttft_mean_ms"] for r in agg.to_dicts()
+    }
     diffs = [
         t[(w, b, "transfer_per_request")] - t[(w, b, "recompute_on_decode")]
         for (w, b, p) in t
@@ -49,5 +51,7 @@ def test_bandwidths_are_named_in_gigabytes(study):
 def test_verdict_quotes_the_simulation_only_for_its_system(study):
     here = runner.invoke(app, ["crossover", str(study)]).stdout
     assert "simulated on l4 over eth-25g" in here and "GB/s" in here
-    other = runner.invoke(app, ["crossover", str(study), "--accelerator", "a100-80gb", "--link", "eth-10g"])
+    other = runner.invoke(
+        app, ["crossover", str(study), "--accelerator", "a100-80gb", "--link", "eth-10g"]
+    )
     assert other.exit_code == 0 and "simulated" not in other.stdout

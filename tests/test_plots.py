@@ -148,9 +148,13 @@ def test_ttft_cdf_pools_requests_over_seeds():
 
     ev = pl.DataFrame(
         {
-            "model": ["m"] * 4, "workload": ["w"] * 4, "budget_factor": [1.0] * 4,
-            "policy": ["replicate_hotset"] * 4, "seed": [0, 0, 0, 1],
-            "warmup": [False] * 4, "outcome": ["completed"] * 4,
+            "model": ["m"] * 4,
+            "workload": ["w"] * 4,
+            "budget_factor": [1.0] * 4,
+            "policy": ["replicate_hotset"] * 4,
+            "seed": [0, 0, 0, 1],
+            "warmup": [False] * 4,
+            "outcome": ["completed"] * 4,
             "ttft_ms": [1.0, 2.0, 3.0, 10.0],
         }
     )
@@ -168,8 +172,11 @@ def test_link_sweep_decision_map(tmp_path):
 
     spec = build_spec(
         {
-            "models": ["qwen2-0.5b"], "workloads": ["tool_call"], "budgets": [1.0],
-            "seeds": [0, 1], "set": ["run.requests=600", "run.warmup_requests=100"],
+            "models": ["qwen2-0.5b"],
+            "workloads": ["tool_call"],
+            "budgets": [1.0],
+            "seeds": [0, 1],
+            "set": ["run.requests=600", "run.warmup_requests=100"],
         }
     )
     paths = run_link_sweep(spec, ["eth-10g", "roce-200g"], tmp_path / "d", jobs=1)

@@ -222,7 +222,11 @@ def test_cli_report_embeds_figures_and_writes_self_contained_html(results, tmp_p
     assert len(page.imgs) == len(pngs)
     inline = {base64.b64decode(src.split(",", 1)[1]) for src in page.imgs}
     assert inline == {p.read_bytes() for p in pngs}
-    md_tables = sum(1 for line in md.splitlines() if line.startswith("|---") or line.startswith("| ---"))
+    md_tables = sum(
+        1 for line in md.splitlines() if line.startswith("|---") or line.startswith("| ---")
+    )
     assert page.tables == md_tables > 0
     assert page.links == []
-    assert (out.with_suffix(".html").stat().st_mode & 0o777) == ((results / "agg.parquet").stat().st_mode & 0o777)
+    assert (out.with_suffix(".html").stat().st_mode & 0o777) == (
+        (results / "agg.parquet").stat().st_mode & 0o777
+    )

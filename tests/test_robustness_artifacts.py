@@ -175,7 +175,9 @@ def wrong_files(draw):
     elif op == "no_kind":
         meta = {}
     elif op == "version":
-        meta["prefixbench.schema_version"] = draw(st.sampled_from(["0", str(SCHEMA_VERSION + 1), "", "1.0", "x"]))
+        meta["prefixbench.schema_version"] = draw(
+            st.sampled_from(["0", str(SCHEMA_VERSION + 1), "", "1.0", "x"])
+        )
     elif op == "meta_json":
         meta["prefixbench.meta"] = draw(st.sampled_from(["{", "[1,", "nan", "\x00"]))
     elif op == "digest":

@@ -78,7 +78,9 @@ def test_bailian_uses_16_token_blocks_and_seconds():
     recs = [json.loads(x) for x in path.read_text().splitlines()]
     r = load.requests
     assert load.format == "bailian"
-    assert r.arrival.tolist() == pytest.approx([x["timestamp"] - recs[0]["timestamp"] for x in recs])
+    assert r.arrival.tolist() == pytest.approx(
+        [x["timestamp"] - recs[0]["timestamp"] for x in recs]
+    )
     # request 0: 221 tokens = 13 full 16-token blocks + a 13-token last block (14 hash_ids)
     b0, b1 = r.blk_ptr[0], r.blk_ptr[1]
     assert recs[0]["input_length"] == 221 and b1 - b0 == 14
@@ -118,8 +120,12 @@ def test_overlength_truncate_caps_output_first():
     from prefixbench.workload.requests import Requests
 
     req = Requests(
-        arrival=np.array([0.0]), prompt_len=np.array([100]), output_len=np.array([50]),
-        blk_ptr=np.array([0, 1]), blk_hash=np.array([7]), blk_tokens=np.array([100]),
+        arrival=np.array([0.0]),
+        prompt_len=np.array([100]),
+        output_len=np.array([50]),
+        blk_ptr=np.array([0, 1]),
+        blk_hash=np.array([7]),
+        blk_tokens=np.array([100]),
         prefix_id=np.array([7]),
     )
     cut, _ = apply_overlength(req, 120, "truncate")  # 100-token prompt fits: output → 20
@@ -129,9 +135,20 @@ def test_overlength_truncate_caps_output_first():
 def test_cli_replays_overlength_trace_with_skip(tmp_path):
     r = runner.invoke(
         app,
-        ["run", "--trace", str(DATA / "mooncake_synthetic_overlength.jsonl"),
-         "--set", "workload.overlength=skip", "--set", "run.warmup_requests=5",
-         "--policy", "replicate_all_lru", "--out", str(tmp_path), "--json"],
+        [
+            "run",
+            "--trace",
+            str(DATA / "mooncake_synthetic_overlength.jsonl"),
+            "--set",
+            "workload.overlength=skip",
+            "--set",
+            "run.warmup_requests=5",
+            "--policy",
+            "replicate_all_lru",
+            "--out",
+            str(tmp_path),
+            "--json",
+        ],
     )
     assert r.exit_code == 0, r.stderr
     assert "skipped 2 of 42 requests" in r.stderr
@@ -140,13 +157,26 @@ def test_cli_replays_overlength_trace_with_skip(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "name", ["BurstGPT_sample.csv", "qwen_bailian_blksz_16_sample.jsonl",
-             "AzureLLMInferenceTrace_2024_sample.csv"],
+    "name",
+    [
+        "BurstGPT_sample.csv",
+        "qwen_bailian_blksz_16_sample.jsonl",
+        "AzureLLMInferenceTrace_2024_sample.csv",
+    ],
 )
 def test_cli_replays_every_new_format(tmp_path, name):
     r = runner.invoke(
         app,
-        ["run", "--trace", str(DATA / name), "--set", "run.warmup_requests=5",
-         "--policy", "replicate_all_lru", "--out", str(tmp_path)],
+        [
+            "run",
+            "--trace",
+            str(DATA / name),
+            "--set",
+            "run.warmup_requests=5",
+            "--policy",
+            "replicate_all_lru",
+            "--out",
+            str(tmp_path),
+        ],
     )
     assert r.exit_code == 0, r.stderr

@@ -138,14 +138,21 @@ def bench_metrics(requests, summary: dict, percentiles=DEFAULT_PERCENTILES) -> d
         "output_throughput": summary.get("throughput_tok_s"),
         "total_token_throughput": (total_in + total_out) / duration if duration else None,
     }
-    for metric, col in (("ttft", "ttft_ms"), ("tpot", "tpot_ms"), ("itl", None), ("e2el", "e2e_ms")):
+    for metric, col in (
+        ("ttft", "ttft_ms"),
+        ("tpot", "tpot_ms"),
+        ("itl", None),
+        ("e2el", "e2e_ms"),
+    ):
         vals = done[col].drop_nulls().drop_nans() if col else None
         have = vals is not None and len(vals) > 0
         out[f"mean_{metric}_ms"] = float(vals.mean()) if have else None
         out[f"median_{metric}_ms"] = float(vals.quantile(0.5, "linear")) if have else None
         out[f"std_{metric}_ms"] = float(vals.std(ddof=0)) if have else None
         for p in percentiles:
-            out[f"{pkey(p)}_{metric}_ms"] = float(vals.quantile(p / 100, "linear")) if have else None
+            out[f"{pkey(p)}_{metric}_ms"] = (
+                float(vals.quantile(p / 100, "linear")) if have else None
+            )
     return out
 
 

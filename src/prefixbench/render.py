@@ -129,7 +129,7 @@ def _metric_table(rows: list[dict], title: str, metrics, label: str) -> Table:
         pad_edge=False,
     )
     t.add_column(label, style="bold", **_NAME)
-    for _, header, _fmt_ in metrics:
+    for _col, header, _f in metrics:
         t.add_column(header, justify="right", no_wrap=False, overflow="fold")
     columns = []
     for col, _, fmt in metrics:
@@ -242,8 +242,7 @@ def recommend_table(rows: list[dict], title: str) -> Group:
             )
         )
     caption = Text(
-        "margin ms: runner-up's mean TTFT minus the recommended one's "
-        "(paired over seeds, 95% CI)",
+        "margin ms: runner-up's mean TTFT minus the recommended one's (paired over seeds, 95% CI)",
         style="dim",
     )
     return Group(t, caption, *notes)

@@ -164,14 +164,12 @@ class TraceWorkload(_M):
     block_size: int | None = Field(
         None,
         ge=1,
-        description="Tokens per hash_ids block; null: the format's own (Mooncake 512, "
-        "Bailian 16).",
+        description="Tokens per hash_ids block; null: the format's own (Mooncake 512, Bailian 16).",
     )
     time_unit_s: float | None = Field(
         None,
         gt=0,
-        description="Seconds per timestamp unit; null: the format's own (Mooncake ms, "
-        "Bailian s).",
+        description="Seconds per timestamp unit; null: the format's own (Mooncake ms, Bailian s).",
     )
     overlength: Literal["error", "skip", "truncate"] = Field(
         "error",

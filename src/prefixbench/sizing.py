@@ -22,7 +22,7 @@ def devices_needed(need_bytes: float, memory_gb: float) -> int:
 
 
 def fit_fix(need_bytes: float, role: str, accelerator: str, devices: int) -> str:
-    """"use cluster.decode.accelerator=X (… GB), or cluster.decode.devices=N" for a need."""
+    """ "use cluster.decode.accelerator=X (… GB), or cluster.decode.devices=N" for a need."""
     here = catalog.get_accelerator(accelerator)
     n_here = devices_needed(need_bytes, here.memory_gb)
     options = []

@@ -16,8 +16,8 @@ from .app import (
     TraceOpt,
     _csv,
     _Progress,
-    echo_json,
     app,
+    echo_json,
     err,
     guarded,
     out,
@@ -66,11 +66,15 @@ def sweep(
     ] = False,
     out_dir: Annotated[
         Path | None,
-        typer.Option("--out", help="Results folder (default: results/; results-quick/ with --quick)."),
+        typer.Option(
+            "--out", help="Results folder (default: results/; results-quick/ with --quick)."
+        ),
     ] = None,
     as_json: Annotated[
         bool,
-        typer.Option("--json", help="Print the grid, the files written and the aggregated rows as JSON."),
+        typer.Option(
+            "--json", help="Print the grid, the files written and the aggregated rows as JSON."
+        ),
     ] = False,
     study: Annotated[
         Study,
@@ -182,8 +186,15 @@ def sweep(
 
         if links:
             rows = read_artifact(paths["decision"], "decision").to_dicts()
-            echo_json({"grid": spec.fingerprint(), "links": _csv(links), "runs": n,
-                       "files": {k: str(v) for k, v in paths.items()}, "decision": rows})
+            echo_json(
+                {
+                    "grid": spec.fingerprint(),
+                    "links": _csv(links),
+                    "runs": n,
+                    "files": {k: str(v) for k, v in paths.items()},
+                    "decision": rows,
+                }
+            )
             return
         agg = read_artifact(paths["agg"], "agg").to_dicts()
         echo_json(
@@ -337,7 +348,9 @@ def plot(
         Path, typer.Argument(help="Results folder (agg, runs and crossover Parquet).")
     ] = Path("results"),
     out_dir: Annotated[Path, typer.Option("--out", help="Folder for the PNGs.")] = Path("plots"),
-    as_json: Annotated[bool, typer.Option("--json", help="Print the files written as JSON.")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the files written as JSON.")
+    ] = False,
 ) -> None:
     """Draw the study's figures (PNG, 150 dpi) from a results folder."""
     from ..study.plots import render_plots
@@ -371,7 +384,9 @@ def report(
         bool,
         typer.Option("--figures/--no-figures", help="Draw and embed the figures (default: yes)."),
     ] = True,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the files written as JSON.")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the files written as JSON.")
+    ] = False,
 ) -> None:
     """Write the study's findings as Markdown and as a self-contained report.html (figures
     inline, sortable tables); every number comes from the Parquet files."""

@@ -37,6 +37,7 @@ AGG_METRICS = [
     "kv_budget_gb",
 ]
 
+
 def t975(df: int) -> float:
     """Two-sided 95% Student-t quantile for ``df`` degrees of freedom (NaN for df < 1),
     from scipy (exact for every df; a hand table returned 1.96 beyond 30)."""

@@ -96,8 +96,13 @@ def simulated_differences(agg: pl.DataFrame, systems: pl.DataFrame) -> pl.DataFr
     )
     if not set(both) <= set(piv.columns):
         return pl.DataFrame(
-            schema={"model": pl.Utf8, "accelerator": pl.Utf8, "link": pl.Utf8,
-                    "sim_ttft_transfer_minus_recompute_ms": pl.Float64, "sim_scenarios": pl.Int64}
+            schema={
+                "model": pl.Utf8,
+                "accelerator": pl.Utf8,
+                "link": pl.Utf8,
+                "sim_ttft_transfer_minus_recompute_ms": pl.Float64,
+                "sim_scenarios": pl.Int64,
+            }
         )
     return (
         piv.join(systems, on=key, how="inner")

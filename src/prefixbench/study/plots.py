@@ -606,9 +606,19 @@ def decision_tiles(dec: pl.DataFrame) -> pl.DataFrame:
         .alias("shade"),
         pl.struct(["margin_ms", "margin_ci95_ms"])
         .map_elements(
-            lambda r: "" if r["margin_ms"] is None or r["margin_ms"] != r["margin_ms"]
-            else (f"{r['margin_ms']:+.1f}" + (f"\n±{r['margin_ci95_ms']:.1f}"
-                  if r["margin_ci95_ms"] == r["margin_ci95_ms"] and r["margin_ci95_ms"] is not None else "")),
+            lambda r: (
+                ""
+                if r["margin_ms"] is None or r["margin_ms"] != r["margin_ms"]
+                else (
+                    f"{r['margin_ms']:+.1f}"
+                    + (
+                        f"\n±{r['margin_ci95_ms']:.1f}"
+                        if r["margin_ci95_ms"] == r["margin_ci95_ms"]
+                        and r["margin_ci95_ms"] is not None
+                        else ""
+                    )
+                )
+            ),
             return_dtype=pl.Utf8,
         )
         .alias("label"),
@@ -638,7 +648,10 @@ def plot_decision_map(dec: pl.DataFrame):
 
     df = decision_tiles(dec)
     bws = sorted(set(dec["link_gbytes_per_s"]))
-    names = {r["link_gbytes_per_s"]: r["link"] for r in dec.select("link", "link_gbytes_per_s").unique().to_dicts()}
+    names = {
+        r["link_gbytes_per_s"]: r["link"]
+        for r in dec.select("link", "link_gbytes_per_s").unique().to_dicts()
+    }
     budgets = sorted(set(dec["budget_factor"]))
     colors = {**POLICY_COLORS, "tie": "#bdbdbd"}
     present = [k for k in colors if k in set(df["decision"])]
@@ -650,7 +663,9 @@ def plot_decision_map(dec: pl.DataFrame):
             color="white",
             size=0.6,
         )
-        + geom_text(aes("x", "y", label="label"), size=BASE_SIZE - 4, color="#1a1a1a", lineheight=0.9)
+        + geom_text(
+            aes("x", "y", label="label"), size=BASE_SIZE - 4, color="#1a1a1a", lineheight=0.9
+        )
         + facet_grid("workload ~ system")
         + scale_fill_manual(values=colors, breaks=present, name="winner (mean TTFT)")
         + scale_alpha_identity()

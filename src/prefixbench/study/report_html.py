@@ -69,7 +69,7 @@ def render_html(markdown: str, base: Path, title: str = "prefixbench study repor
 
     body = _IMG.sub(inline, body)
     return (
-        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{html.escape(title)}</title><style>{_CSS}</style></head>\n"
         f"<body>\n{body}\n<script>{_JS}</script>\n</body></html>\n"
     )

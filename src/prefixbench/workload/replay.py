@@ -15,7 +15,6 @@ from .requests import Requests
 from .synthetic import streams, zipf_weights
 from .traces import read_trace
 
-
 NO_PREFIX_INFO = ("azure", "burstgpt")  # CSV traces with lengths only
 
 
@@ -107,9 +106,7 @@ def trace_requests(
                 fix="remove workload.overlay for Mooncake and Bailian traces",
             )
         req = overlay_prefixes(req, w, block_size, seed)
-        notes.append(
-            f"prefix sharing is overlaid synthetically (the {load.format} trace has none)"
-        )
+        notes.append(f"prefix sharing is overlaid synthetically (the {load.format} trace has none)")
     elif load.format in NO_PREFIX_INFO:
         notes.append(
             f"the {load.format} trace has no prefix information and no overlay is set: "

@@ -630,7 +630,9 @@ def read_burstgpt(path: str | os.PathLike[str], *, skip_bad: bool = False) -> Tr
                     skips[bad.reason] += 1
                     continue
                 if not skip_bad:
-                    raise TraceFormatError(bad.what, where=f"{path}:{lineno}", fix=bad.fix) from None
+                    raise TraceFormatError(
+                        bad.what, where=f"{path}:{lineno}", fix=bad.fix
+                    ) from None
                 skips[bad.reason] += 1
                 continue
             prev_t, prev_line = ts, lineno
@@ -710,9 +712,7 @@ def sniff_format(path: str | os.PathLike[str]) -> str | None:
         return fmt  # the reader reports the error
     if fmt == "azure" and "Request tokens" in first:
         return "burstgpt"
-    if fmt == "mooncake" and (
-        "blksz_16" in p.name or ('"chat_id"' in first and '"turn"' in first)
-    ):
+    if fmt == "mooncake" and ("blksz_16" in p.name or ('"chat_id"' in first and '"turn"' in first)):
         return "bailian"
     return fmt
 
