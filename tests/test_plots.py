@@ -195,3 +195,38 @@ def test_link_sweep_decision_map(tmp_path):
     written = render_plots(tmp_path / "d", tmp_path / "p")
     assert [p.name for p in written] == ["08_decision_map.png"]
     assert _png_size(written[0])[0] >= 1000
+
+
+def test_regret_is_zero_for_the_best_policy_only(results):
+    import polars as pl
+
+    from prefixbench.study.plots import regret_frame
+
+    agg = pl.read_parquet(results / "agg.parquet")
+    reg = regret_frame(agg)
+    for _, grp in reg.group_by(["model", "workload", "budget_factor"]):
+        ttft = grp["ttft_mean_ms"].to_list()
+        assert grp["regret_ms"].to_list() == pytest.approx([t - min(ttft) for t in ttft])
+        assert min(grp["regret_ms"]) == 0
+
+
+def test_breakeven_band_brackets_the_hand_tie_bandwidth():
+    from prefixbench import catalog
+    from prefixbench.costmodel import Efficiency, InstanceCost, recompute_time
+    from prefixbench.study.plots import breakeven_frame
+
+    df = breakeven_frame(["qwen2-0.5b"], ["l4"], n=60)
+    # a 2048-token prefix: transfer = 20 µs + 2048 · 12,288 B / bw; recompute = t_r(2048)
+    cost = InstanceCost.build(
+        catalog.get_model("qwen2-0.5b"), catalog.get_accelerator("l4"), 1, Efficiency()
+    )
+    tie = 2048 * 12288 / (float(recompute_time(cost, 2048)) - 20e-6) / 1e9  # GB/s
+    below = df.filter(df["gbytes_per_s"] < tie * 0.9)
+    above = df.filter(df["gbytes_per_s"] > tie * 1.1)
+    assert (below["recompute_until"] >= 2048).all()
+    assert (
+        above["recompute_until"].is_nan().all()
+        or (above["recompute_until"].fill_nan(0) < 2048).all()
+    )
+    until = df["recompute_until"].fill_nan(0).to_list()
+    assert until == sorted(until, reverse=True)  # faster links: recompute wins for less

@@ -775,6 +775,153 @@ def _events(results: Path) -> pl.DataFrame | None:
     return pl.concat(frames, how="vertical_relaxed") if frames else None
 
 
+def regret_frame(agg: pl.DataFrame) -> pl.DataFrame:
+    """Per scenario and policy: mean TTFT minus the best policy's (ms, ≥ 0) and relative."""
+    keys = ["model", "workload", "budget_factor"]
+    best = agg.group_by(keys).agg(pl.col("ttft_mean_ms").min().alias("best_ms"))
+    return agg.join(best, on=keys).with_columns(
+        (pl.col("ttft_mean_ms") - pl.col("best_ms")).alias("regret_ms"),
+        (pl.col("ttft_mean_ms") / pl.col("best_ms") - 1).alias("regret_rel"),
+    )
+
+
+def plot_regret(agg: pl.DataFrame):
+    """10: each policy's mean-TTFT cost against the best policy of its scenario."""
+    from mizani.bounds import squish
+    from plotnine import (
+        aes,
+        element_blank,
+        facet_wrap,
+        geom_text,
+        geom_tile,
+        ggplot,
+        labs,
+        scale_fill_gradient,
+        theme,
+    )
+
+    df = _with_labels(regret_frame(agg)).with_columns(
+        pl.col("policy")
+        .cast(pl.Utf8)
+        .cast(pl.Enum(list(reversed(agg["policy"].unique(maintain_order=True).to_list())))),
+        pl.struct(["regret_ms", "regret_rel"])
+        .map_elements(
+            lambda r: (
+                "best"
+                if r["regret_ms"] == 0
+                else f"+{r['regret_ms']:.1f} ms\n+{r['regret_rel']:.0%}"
+            ),
+            return_dtype=pl.Utf8,
+        )
+        .alias("label"),
+        (pl.col("regret_rel") * 100).alias("regret_pct"),
+    )
+    rows, cols = _facet_panels(df)
+    p = (
+        ggplot(_pd(df), aes("budget", "policy", fill="regret_pct"))
+        + geom_tile(color="white", size=0.8)
+        + geom_text(aes(label="label"), size=BASE_SIZE - 4, lineheight=0.95)
+        + facet_wrap(["model", "workload"], ncol=cols, labeller="label_both")
+        + scale_fill_gradient(
+            low="#f7f7f7", high="#D55E00", limits=(0, 100), oob=squish, name="TTFT over best (%)"
+        )
+        + labs(
+            x="decode KV budget factor",
+            y="policy",
+            title="Regret: what each policy costs against the best one",
+            subtitle="mean TTFT minus the lowest mean TTFT of the scenario (mean over seeds); "
+            "colour saturates at +100%",
+        )
+        + _theme()
+        + theme(panel_grid=element_blank())
+    )
+    return p, _size(rows, cols, w=4.2, h=2.6)
+
+
+def breakeven_frame(models: list[str], accelerators: list[str], n: int = 60) -> pl.DataFrame:
+    """Prefix lengths over which recompute beats transfer, against link bandwidth (roofline,
+    no queueing, latency of 20 µs), per model and decode accelerator."""
+    from .. import catalog
+    from ..catalog.specs import LinkSpec
+    from ..costmodel import (
+        Efficiency,
+        InstanceCost,
+        kv_bytes_per_token,
+        recompute_time,
+        transfer_time,
+    )
+
+    frames = []
+    for name in models:
+        m = catalog.get_model(name)
+        kv = kv_bytes_per_token(m)
+        lengths = np.unique(np.geomspace(1, m.max_context, 400).astype(np.int64)).astype(float)
+        for acc in accelerators:
+            cost = InstanceCost.build(m, catalog.get_accelerator(acc), 1, Efficiency())
+            t_r = recompute_time(cost, lengths)
+            for bw in np.geomspace(0.1, 1000.0, n):
+                link = LinkSpec(name="x", kind="ethernet", bandwidth_gbps=bw, latency_us=20.0)
+                wins = np.flatnonzero(t_r < transfer_time(link, lengths * kv))
+                frames.append(
+                    {
+                        "model": m.name,
+                        "accelerator": acc,
+                        "gbytes_per_s": float(bw),
+                        "recompute_from": float(lengths[wins[0]]) if wins.size else math.nan,
+                        "recompute_until": float(lengths[wins[-1]]) if wins.size else math.nan,
+                    }
+                )
+    return pl.DataFrame(frames)
+
+
+def plot_breakeven(crossover: pl.DataFrame):
+    """11: the longest prefix recompute still beats transfer for, over link bandwidth."""
+    from plotnine import (
+        aes,
+        facet_wrap,
+        geom_line,
+        geom_ribbon,
+        geom_vline,
+        ggplot,
+        labs,
+        scale_x_log10,
+        scale_y_log10,
+    )
+
+    from .. import catalog
+
+    models = sorted(set(crossover["model"]) & set(catalog.MODELS))
+    accels = [a for a in sorted(set(crossover["accelerator"])) if a in catalog.ACCELERATORS]
+    if not models or not accels:
+        return None, None
+    df = breakeven_frame(models, accels).drop_nans()
+    links = sorted(
+        {(k, catalog.get_link(k).bandwidth_gbps) for k in crossover["link"] if k in catalog.LINKS},
+        key=lambda x: x[1],
+    )
+    p = (
+        ggplot(_pd(df), aes("gbytes_per_s", color="accelerator", fill="accelerator"))
+        + geom_ribbon(aes(ymin="recompute_from", ymax="recompute_until"), alpha=0.12, size=0)
+        + geom_line(aes(y="recompute_until"), size=1.0)
+        + geom_vline(
+            xintercept=[bw for _, bw in links], linetype="dotted", color="#999999", size=0.3
+        )
+        + facet_wrap("model", ncol=len(models), labeller="label_both")
+        + scale_x_log10()
+        + scale_y_log10()
+        + labs(
+            x="link bandwidth per channel (GB/s, log scale); dotted: the catalog links",
+            y="prefix length (tokens, log scale)",
+            title="Break-even prefix length against link bandwidth",
+            subtitle="shaded: prefix lengths for which recomputing on the decode node is "
+            "cheaper than transferring the KV;\nline: the longest such prefix (above it, "
+            "transfer wins); roofline, no queueing, 20 µs link latency",
+        )
+        + _theme()
+    )
+    return p, (max(8.0, 1.5 + 5.5 * len(models)), 5.6)
+
+
 # ---------------------------------------------------------------- entry point
 
 
@@ -806,6 +953,8 @@ def render_plots(results: Path, out: Path) -> list[Path]:
             ("05_recommendation_matrix.png", lambda: plot_recommendations(rec)),
             ("06_ttft_distribution.png", lambda: plot_ttft_distribution(agg)),
             ("07_crossover_map.png", lambda: plot_crossover_map(crossover)),
+            ("10_regret.png", lambda: plot_regret(agg)),
+            ("11_breakeven_prefix.png", lambda: plot_breakeven(crossover)),
         ]
         if events is not None and events.height:
             figures.append(("09_ttft_cdf.png", lambda: plot_ttft_cdf(events)))

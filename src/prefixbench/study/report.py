@@ -34,6 +34,8 @@ PLOT_TITLES = {
     "07_crossover_map.png": "Transfer ÷ recompute per accelerator × link",
     "08_decision_map.png": "Decision map: winner over budget × link bandwidth",
     "09_ttft_cdf.png": "TTFT CDFs, requests pooled over seeds",
+    "10_regret.png": "Regret: each policy's TTFT against the best",
+    "11_breakeven_prefix.png": "Break-even prefix length against link bandwidth",
 }
 
 
