@@ -230,3 +230,30 @@ def test_breakeven_band_brackets_the_hand_tie_bandwidth():
     )
     until = df["recompute_until"].fill_nan(0).to_list()
     assert until == sorted(until, reverse=True)  # faster links: recompute wins for less
+
+
+def test_capacity_probes_file_and_goodput_figure(tmp_path):
+    import polars as pl
+
+    args = [
+        "capacity",
+        "tool_call",
+        "--set",
+        "run.requests=400",
+        "--set",
+        "run.warmup_requests=50",
+        "--target",
+        "0.5",
+        "--out",
+        str(tmp_path / "c"),
+    ]
+    for policy in ("transfer_per_request", "replicate_all_lru", "replicate_all_lru"):
+        r = runner.invoke(app, [*args, "--policy", policy, "--json"])
+        assert r.exit_code == 0, r.stderr
+    cap = pl.read_parquet(tmp_path / "c" / "capacity.parquet")
+    probes = __import__("json").loads(r.stdout)["probes"]
+    # the rerun replaced its policy's rows instead of appending a second copy
+    assert cap.filter(pl.col("policy") == "replicate_all_lru").height == len(probes)
+    assert set(cap["policy"]) == {"transfer_per_request", "replicate_all_lru"}
+    written = render_plots(tmp_path / "c", tmp_path / "p")
+    assert [p.name for p in written] == ["12_goodput_vs_rate.png"]

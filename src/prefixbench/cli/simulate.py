@@ -195,6 +195,14 @@ def capacity(
     ] = PolicyName.transfer_per_request,
     target: Annotated[float, typer.Option("--target", help="SLO attainment to hold (0-1).")] = 0.9,
     overrides: Overrides = None,
+    out_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            help="Also write the probes to OUT/capacity.parquet (`plot OUT` draws goodput "
+            "against offered rate).",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Highest arrival rate meeting the scenario's TTFT and TPOT SLOs for `target` of requests."""
@@ -215,6 +223,11 @@ def capacity(
     with _Progress("probing", f"rates (at most {max_probes})") as bar:
         bar.start(max_probes)
         rate, probes = max_rate(s, policy, target, max_probes=max_probes, on_probe=on_probe)
+    if out_dir is not None:
+        from ..study.capacity_table import write_probes
+
+        path = write_probes(out_dir, s.name, policy, target, rate, probes)
+        err.print(f"wrote {path}", markup=False, highlight=False, soft_wrap=True)
     if as_json:
         echo_json(
             {

@@ -922,6 +922,56 @@ def plot_breakeven(crossover: pl.DataFrame):
     return p, (max(8.0, 1.5 + 5.5 * len(models)), 5.6)
 
 
+def plot_goodput(cap: pl.DataFrame):
+    """12: goodput against offered rate from `capacity --out`, one line per policy."""
+    from plotnine import (
+        aes,
+        facet_wrap,
+        geom_abline,
+        geom_line,
+        geom_point,
+        geom_vline,
+        ggplot,
+        labs,
+    )
+
+    df = _with_policies(cap)
+    best = df.group_by(["scenario", "policy"]).agg(pl.col("max_rate_rps").first())
+    n = df["scenario"].n_unique()
+    target = sorted(set(cap["target"]))
+    p = (
+        ggplot(_pd(df), aes("rate", "goodput_rps", color="policy"))
+        + geom_abline(slope=1, intercept=0, linetype="dashed", color="#999999")
+        + geom_line(size=0.8)
+        + geom_point(size=2.2)
+        + geom_vline(
+            aes(xintercept="max_rate_rps", color="policy"),
+            data=_pd(_with_policies(best)),
+            linetype="dotted",
+            size=0.7,
+        )
+        + facet_wrap("scenario", ncol=min(n, 3), scales="free", labeller="label_both")
+        + _policy_scales("color")
+        + labs(
+            x="offered rate (req/s)",
+            y="goodput (req/s meeting the TTFT and TPOT SLOs)",
+            title="Goodput against offered rate",
+            subtitle="points: the capacity search's probes; dashed: goodput = offered rate\n"
+            f"dotted: the highest rate holding {', '.join(f'{t:.0%}' for t in target)} "
+            "SLO attainment",
+        )
+        + _theme()
+    )
+    return p, (max(8.0, 1.5 + 5.0 * min(n, 3)), 5.4 + 3.0 * ((n - 1) // 3))
+
+
+def _with_policies(df: pl.DataFrame) -> pl.DataFrame:
+    pols = [p for p in POLICIES if p in set(df["policy"])] + sorted(
+        set(df["policy"]) - set(POLICIES)
+    )
+    return df.with_columns(pl.col("policy").cast(pl.Enum(pols)))
+
+
 # ---------------------------------------------------------------- entry point
 
 
@@ -931,17 +981,20 @@ def render_plots(results: Path, out: Path) -> list[Path]:
 
     matplotlib.use("Agg")  # files only: never open a window or need a display
 
+    from . import capacity_table as _capacity  # noqa: F401 - registers the capacity artifact
     from . import decision as _decision  # noqa: F401 - registers the decision artifact
     from .report import recommendations
 
     results, out = Path(results), Path(out)
-    decision = (
-        read_artifact(results / "decision.parquet", "decision")
-        if (results / "decision.parquet").is_file()
-        else None
-    )
+
+    def optional(kind: str) -> pl.DataFrame | None:
+        path = results / f"{kind}.parquet"
+        return read_artifact(path, kind) if path.is_file() else None
+
+    decision, capacity = optional("decision"), optional("capacity")
     figures: list[tuple[str, Callable[[], tuple]]] = []
-    if decision is None or (results / "agg.parquet").is_file():  # a link sweep has no agg
+    # a link sweep or a capacity search alone has no agg: draw just its figure
+    if (decision is None and capacity is None) or (results / "agg.parquet").is_file():
         agg = load(results, "agg")
         crossover = load(results, "crossover")
         rec = recommendations(results, agg)
@@ -960,6 +1013,8 @@ def render_plots(results: Path, out: Path) -> list[Path]:
             figures.append(("09_ttft_cdf.png", lambda: plot_ttft_cdf(events)))
     if decision is not None and decision.height:
         figures.append(("08_decision_map.png", lambda: plot_decision_map(decision)))
+    if capacity is not None and capacity.height:
+        figures.append(("12_goodput_vs_rate.png", lambda: plot_goodput(capacity)))
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:

@@ -36,6 +36,7 @@ PLOT_TITLES = {
     "09_ttft_cdf.png": "TTFT CDFs, requests pooled over seeds",
     "10_regret.png": "Regret: each policy's TTFT against the best",
     "11_breakeven_prefix.png": "Break-even prefix length against link bandwidth",
+    "12_goodput_vs_rate.png": "Goodput against offered rate",
 }
 
 
