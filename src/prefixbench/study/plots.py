@@ -710,22 +710,23 @@ def plot_decision_map(dec: pl.DataFrame):
     return p, (max(8.0, 2.5 + 4.6 * n_sys), max(4.5, 2.6 + 2.3 * n_work))
 
 
-def ttft_cdf_frame(events: pl.DataFrame, n: int = 200) -> pl.DataFrame:
-    """Empirical TTFT CDF per model × workload × budget × policy with the completed
-    steady-state requests of every seed pooled (not percentiles averaged over seeds)."""
+def ttft_cdf_frame(events: pl.DataFrame, n: int = 200, col: str = "ttft_ms") -> pl.DataFrame:
+    """Empirical CDF of ``col`` (TTFT by default) per model × workload × budget × policy
+    with the completed steady-state requests of every seed pooled (not percentiles
+    averaged over seeds); the values are returned in column ``ttft_ms`` / ``col``."""
     done = events.filter(~pl.col("warmup") & (pl.col("outcome") == "completed"))
     keys = ["model", "workload", "budget_factor", "policy"]
     qs = np.linspace(0.0, 1.0, n)
     frames = []
     for key, grp in done.group_by(keys, maintain_order=True):
-        vals = np.sort(grp["ttft_ms"].drop_nulls().drop_nans().to_numpy())
+        vals = np.sort(grp[col].drop_nulls().drop_nans().to_numpy())
         if vals.size == 0:
             continue
         frames.append(
             pl.DataFrame(
                 {
                     **{k: [v] * n for k, v in zip(keys, key, strict=True)},
-                    "ttft_ms": np.quantile(vals, qs),
+                    col: np.quantile(vals, qs),
                     "cdf": qs,
                     "requests": [int(vals.size)] * n,
                     "seeds": [int(grp["seed"].n_unique())] * n,
@@ -735,33 +736,50 @@ def ttft_cdf_frame(events: pl.DataFrame, n: int = 200) -> pl.DataFrame:
     return pl.concat(frames) if frames else pl.DataFrame()
 
 
-def plot_ttft_cdf(events: pl.DataFrame):
-    """09: TTFT CDF per policy, requests pooled over seeds, facets workload × budget."""
-    from plotnine import aes, facet_grid, geom_step, ggplot, labs, scale_x_log10
+CDF_METRICS = {
+    "ttft_ms": ("TTFT", "TTFT (ms, log scale)"),
+    "tpot_ms": ("TPOT", "TPOT (ms, log scale)"),
+}
 
-    cdf = ttft_cdf_frame(events)
+
+def plot_ttft_cdf(events: pl.DataFrame, col: str = "ttft_ms"):
+    """09/13: TTFT (or TPOT) CDF per policy, requests pooled over seeds, facets scenario ×
+    budget. ITL has no CDF: the engine does not record per-token gaps."""
+    from plotnine import (
+        aes,
+        facet_grid,
+        geom_step,
+        ggplot,
+        label_both,
+        labeller,
+        labs,
+        scale_x_log10,
+    )
+
+    name, axis = CDF_METRICS[col]
+    cdf = ttft_cdf_frame(events, col=col)
     if cdf.height == 0:
         return None, None
     df = _with_labels(cdf.with_columns(pl.col("model")))
     df = df.with_columns((pl.col("model") + " / " + pl.col("workload")).alias("scenario"))
     seeds = int(cdf["seeds"].max())
     p = (
-        ggplot(_pd(df), aes("ttft_ms", "cdf", color="policy"))
+        ggplot(_pd(df), aes(col, "cdf", color="policy"))
         + geom_step(size=0.8)
-        + facet_grid("scenario ~ budget", labeller="label_both")
+        + facet_grid("budget ~ scenario", labeller=labeller(rows=label_both))
         + scale_x_log10()
         + _policy_scales("color")
         + labs(
-            x="TTFT (ms, log scale)",
+            x=axis,
             y="fraction of completed requests",
-            title="TTFT distribution by policy",
+            title=f"{name} distribution by policy",
             subtitle=f"steady-state completed requests pooled over {seeds} seed(s) "
             "(not per-seed percentiles averaged)",
         )
         + _theme()
     )
-    rows, cols = df["scenario"].n_unique(), df["budget"].n_unique()
-    return p, _size(rows, cols)
+    rows, cols = df["budget"].n_unique(), df["scenario"].n_unique()
+    return p, _size(rows, cols, w=4.4)
 
 
 def _events(results: Path) -> pl.DataFrame | None:
@@ -771,6 +789,7 @@ def _events(results: Path) -> pl.DataFrame | None:
         return None
     frames = [read_artifact(f, "requests") for f in files]
     need = ["model", "workload", "budget_factor", "seed", "policy", "warmup", "outcome", "ttft_ms"]
+    need += ["tpot_ms"]
     frames = [f.select(need) for f in frames if set(need) <= set(f.columns)]
     return pl.concat(frames, how="vertical_relaxed") if frames else None
 
@@ -1011,6 +1030,7 @@ def render_plots(results: Path, out: Path) -> list[Path]:
         ]
         if events is not None and events.height:
             figures.append(("09_ttft_cdf.png", lambda: plot_ttft_cdf(events)))
+            figures.append(("13_tpot_cdf.png", lambda: plot_ttft_cdf(events, "tpot_ms")))
     if decision is not None and decision.height:
         figures.append(("08_decision_map.png", lambda: plot_decision_map(decision)))
     if capacity is not None and capacity.height:

@@ -37,6 +37,7 @@ PLOT_TITLES = {
     "10_regret.png": "Regret: each policy's TTFT against the best",
     "11_breakeven_prefix.png": "Break-even prefix length against link bandwidth",
     "12_goodput_vs_rate.png": "Goodput against offered rate",
+    "13_tpot_cdf.png": "TPOT CDFs, requests pooled over seeds",
 }
 
 
