@@ -67,7 +67,7 @@ def test_unknown_model_suggests_closest():
 def test_run_json_and_files(tmp_path):
     r = invoke("run", "enterprise_hotset", *SMALL, "--out", str(tmp_path), "--json")
     assert r.exit_code == 0, r.stderr
-    rows = json.loads(r.stdout)
+    rows = json.loads(r.stdout)["results"]
     assert [row["policy"] for row in rows] == [
         "transfer_per_request",
         "recompute_on_decode",
@@ -80,7 +80,7 @@ def test_run_json_and_files(tmp_path):
 def test_run_table_prints_policies(tmp_path):
     r = invoke("run", *SMALL, "--policy", "replicate_all_lru", "--out", str(tmp_path))
     assert r.exit_code == 0, r.stderr
-    assert "replicate_all_lru" in r.stdout and "TTFT mean (ms)" in r.stdout
+    assert "replicate_all_lru" in r.stdout and "latency (ms)" in r.stdout and "TTFT" in r.stdout
 
 
 def test_run_bad_override_names_field(tmp_path):
@@ -106,3 +106,79 @@ def test_capacity_unknown_policy_is_one_line():
     r = invoke("capacity", "--policy", "replicate_al_lru")
     assert r.exit_code == 2
     assert "did you mean 'replicate_all_lru'?" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_timeline_write_errors_are_one_line(tmp_path):
+    (tmp_path / "adir").mkdir()
+    r = invoke(
+        "run",
+        *SMALL,
+        "--policy",
+        "replicate_hotset",
+        "--out",
+        str(tmp_path / "o"),
+        "--timeline",
+        str(tmp_path / "adir"),
+    )
+    assert r.exit_code != 0 and "Traceback" not in r.stderr
+    assert "cannot write the timeline" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert list((tmp_path / "adir").iterdir()) == []
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_timeline_has_the_parquet_file_mode(tmp_path):
+    r = invoke(
+        "run",
+        *SMALL,
+        "--policy",
+        "replicate_hotset",
+        "--out",
+        str(tmp_path),
+        "--timeline",
+        str(tmp_path / "t.json"),
+    )
+    assert r.exit_code == 0, r.stderr
+    mode = (tmp_path / "summary.parquet").stat().st_mode & 0o777
+    assert (tmp_path / "t.json").stat().st_mode & 0o777 == mode
+
+
+def test_run_trace_says_which_system_it_uses(tmp_path):
+    from pathlib import Path
+
+    trace = Path(__file__).parent / "data" / "conversation_trace_head300.jsonl"
+    r = invoke(
+        "run",
+        "--trace",
+        str(trace),
+        "--set",
+        "run.warmup_requests=30",
+        "--policy",
+        "replicate_hotset",
+        "--out",
+        str(tmp_path),
+    )
+    assert r.exit_code == 0, r.stderr
+    assert "trace_replay preset's system" in r.stderr and "h100-sxm" in r.stderr
+
+
+def test_sweep_quick_writes_its_own_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    r = invoke(
+        "sweep",
+        "--quick",
+        "--seeds",
+        "0",
+        "--budgets",
+        "1.0",
+        "--workloads",
+        "tool_call",
+        "--set",
+        "run.requests=400",
+        "--set",
+        "run.warmup_requests=50",
+        "-j",
+        "1",
+    )
+    assert r.exit_code == 0, r.stderr
+    assert (tmp_path / "results-quick" / "agg.parquet").is_file()
+    assert not (tmp_path / "results").exists()

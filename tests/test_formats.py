@@ -402,7 +402,7 @@ def test_crossover_at_fp8_kv_halves_the_tie_bandwidth():
     assert fp8["kv_bytes_per_token"] == 2 * 28 * 2 * 128 * 1
     # Same recompute time, half the bytes to move: the tie bandwidth halves exactly.
     assert fp8["recompute_ms_at_ref"] == bf16["recompute_ms_at_ref"]
-    assert fp8["tie_bandwidth_gbps"] == pytest.approx(bf16["tie_bandwidth_gbps"] / 2)
+    assert fp8["tie_bandwidth_gbytes_per_s"] == pytest.approx(bf16["tie_bandwidth_gbytes_per_s"] / 2)
     latency_ms = 30e-3  # eth-25g, 30 µs
     moved = (bf16["transfer_ms_at_ref"] - latency_ms) / 2
     assert fp8["transfer_ms_at_ref"] == pytest.approx(moved + latency_ms)

@@ -53,7 +53,7 @@ def test_crossover_tie_bandwidth_is_a_tie():
     m = catalog.get_model("qwen2-1.5b")
     cost = InstanceCost.build(m, catalog.get_accelerator("l4"), 1, Efficiency())
     link = catalog.get_link("eth-25g").model_copy(
-        update={"bandwidth_gbps": r["tie_bandwidth_gbps"]}
+        update={"bandwidth_gbps": r["tie_bandwidth_gbytes_per_s"]}
     )
     t_x = float(transfer_time(link, 2048 * kv_bytes_per_token(m)))
     t_r = float(recompute_time(cost, 2048))

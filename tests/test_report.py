@@ -189,3 +189,44 @@ def test_cli_report_missing_folder_is_one_line(tmp_path):
     assert len(r.stderr.strip().splitlines()) == 1
     assert "nowhere" in r.stderr
     assert "Traceback" not in r.output + r.stderr
+
+
+def test_cli_report_embeds_figures_and_writes_self_contained_html(results, tmp_path):
+    import base64
+    from html.parser import HTMLParser
+
+    out = tmp_path / "r.md"
+    r = runner.invoke(app, ["report", str(results), "--out", str(out)])
+    assert r.exit_code == 0, r.stderr
+    md = out.read_text(encoding="utf-8")
+    pngs = sorted((results / "plots").glob("*.png"))
+    assert pngs and all(f"{p.name})" in md for p in pngs)  # embedded by default
+
+    class Page(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.imgs, self.tables, self.links = [], 0, []
+
+        def handle_starttag(self, tag, attrs):
+            a = dict(attrs)
+            if tag == "img":
+                self.imgs.append(a["src"])
+            elif tag == "table":
+                self.tables += 1
+            elif tag in ("link", "script") and (a.get("href") or a.get("src")):
+                self.links.append(a.get("href") or a.get("src"))
+
+    page = Page()
+    page.feed(out.with_suffix(".html").read_text(encoding="utf-8"))
+    # every figure inline (the PNG's own bytes), every Markdown table, nothing fetched
+    assert len(page.imgs) == len(pngs)
+    inline = {base64.b64decode(src.split(",", 1)[1]) for src in page.imgs}
+    assert inline == {p.read_bytes() for p in pngs}
+    md_tables = sum(
+        1 for line in md.splitlines() if line.startswith("|---") or line.startswith("| ---")
+    )
+    assert page.tables == md_tables > 0
+    assert page.links == []
+    assert (out.with_suffix(".html").stat().st_mode & 0o777) == (
+        (results / "agg.parquet").stat().st_mode & 0o777
+    )

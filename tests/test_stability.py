@@ -160,7 +160,8 @@ def test_overloaded_example_is_flagged_with_the_decode_slots(tmp_path):
         ],
     )
     assert r.exit_code == 0, r.stderr
-    (row,) = json.loads(r.stdout)
+    (res,) = json.loads(r.stdout)["results"]
+    row = res["prefixbench"]
     assert row["stable"] is False and row["saturated_stage"] == "decode_slots"
     # Little's law by hand: λ · E[output] · (time per iteration of the full batch) / 64 slots,
     # the iteration time read off the run's own TPOT (the batch is full all the time)

@@ -388,7 +388,7 @@ def test_cli_run_multi_turn_chat_runs_every_policy(tmp_path):
         ],
     )
     assert r.exit_code == 0, r.stderr
-    rows = json.loads(r.stdout)
+    rows = [res["prefixbench"] for res in json.loads(r.stdout)["results"]]
     assert sorted(row["policy"] for row in rows) == sorted(POLICIES)
     hit = {row["policy"]: row["replica_hit_rate"] for row in rows}
     assert hit["transfer_per_request"] == 0 and hit["replicate_all_lru"] > 0.3

@@ -22,7 +22,7 @@ import polars as pl
 
 from .errors import ArtifactError
 
-SCHEMA_VERSION = 2  # 2: summary/runs/agg carry the stability verdict (docs/model.md)
+SCHEMA_VERSION = 2  # 2: stability verdict in summary/runs/agg; crossover tie_bandwidth_gbytes_per_s
 DIGEST_KEY = "prefixbench.data_sha256"
 _UMASK = os.umask(0o022)
 os.umask(_UMASK)

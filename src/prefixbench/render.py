@@ -1,48 +1,88 @@
-"""Rich rendering of results for the terminal (no simulation logic here)."""
+"""Rich rendering of results for the terminal (no simulation logic here).
+
+Every table must read at 80 columns without cutting a policy, model or workload name or a
+number: name columns never wrap (they fold only if a name is wider than the terminal),
+metric tables keep at most six narrow numeric columns, and prose goes under the table.
+"""
 
 from __future__ import annotations
 
-from rich.console import Console
+from rich import box
+from rich.console import Console, Group
 from rich.table import Table
+from rich.text import Text
 
-# (column, label, format) of the run comparison, in display order
-RUN_ROWS: list[tuple[str, str, str]] = [
-    ("stable", "Stable run", "{}"),
-    ("bottleneck_stage", "Bottleneck stage", "{}"),
-    ("rho_bottleneck", "Bottleneck load ρ", "{:.2f}"),
-    ("capacity_rps", "Stable below (req/s)", "{:.3g}"),
-    ("ttft_mean_ms", "TTFT mean (ms)", "{:.1f}"),
-    ("ttft_p50_ms", "TTFT p50 (ms)", "{:.1f}"),
-    ("ttft_p99_ms", "TTFT p99 (ms)", "{:.1f}"),
-    ("ttft_prefill_mean_ms", "TTFT to prefill done, mean (ms)", "{:.1f}"),
-    ("tpot_mean_ms", "TPOT mean (ms)", "{:.2f}"),
-    ("tpot_p99_ms", "TPOT p99 (ms)", "{:.2f}"),
-    ("itl_max_p50_ms", "Worst token gap per request, p50 (ms)", "{:.1f}"),
-    ("itl_max_p99_ms", "Worst token gap per request, p99 (ms)", "{:.1f}"),
-    ("e2e_mean_ms", "E2E mean (ms)", "{:.0f}"),
-    ("throughput_rps", "Throughput (req/s)", "{:.2f}"),
-    ("throughput_tok_s", "Throughput (output tok/s)", "{:.0f}"),
-    ("reject_rate", "Reject rate", "{:.1%}"),
-    ("slo_attainment", "SLO attainment", "{:.1%}"),
-    ("goodput_rps", "Goodput (req/s)", "{:.2f}"),
-    ("shared_request_fraction", "Shared-request fraction", "{:.3f}"),
-    ("replica_hit_rate", "Replica hit rate (tokens)", "{:.3f}"),
-    ("prefill_hit_rate", "Prefill cache hit rate (tokens)", "{:.3f}"),
-    ("reusable_rate", "Reusable, infinite cache (tokens)", "{:.3f}"),
-    ("mean_replica_kv_gb", "Replica KV mean (GB)", "{:.3f}"),
-    ("peak_replica_kv_gb", "Replica KV peak (GB)", "{:.3f}"),
-    ("peak_kv_used_gb", "Decode KV peak (GB)", "{:.3f}"),
-    ("transfer_mb_per_request", "Moved per request (MB)", "{:.2f}"),
-    ("recompute_tokens_per_request", "Recomputed per request (tokens)", "{:.0f}"),
-    ("link_wait_ms", "Link wait mean (ms)", "{:.2f}"),
-    ("transfer_ms", "Transfer mean (ms)", "{:.2f}"),
-    ("recompute_ms", "Recompute mean (ms)", "{:.2f}"),
-    ("decode_queue_ms", "Wait for decode slot (ms)", "{:.2f}"),
-    ("link_util", "Link utilisation", "{:.1%}"),
-    ("prefill_util", "Prefill utilisation", "{:.1%}"),
-    ("decode_util", "Decode busy fraction", "{:.1%}"),
-    ("mean_decode_batch", "Decode batch, mean", "{:.1f}"),
+# (column, short header, format) per group of the run comparison, in display order; the
+# group title carries the unit so the headers stay short enough for 80 columns
+RUN_GROUPS: list[tuple[str, list[tuple[str, str, str]]]] = [
+    (
+        "stability (an unstable run is not a result: docs/model.md)",
+        [
+            ("stable", "stable", "{}"),
+            ("bottleneck_stage", "bottleneck", "{}"),
+            ("rho_bottleneck", "load ρ", "{:.2f}"),
+            ("capacity_rps", "stable below\nreq/s", "{:.3g}"),
+        ],
+    ),
+    (
+        "latency (ms)",
+        [
+            ("ttft_mean_ms", "TTFT\nmean", "{:.1f}"),
+            ("ttft_p50_ms", "TTFT\np50", "{:.1f}"),
+            ("ttft_p99_ms", "TTFT\np99", "{:.1f}"),
+            ("ttft_prefill_mean_ms", "prefill\ndone", "{:.1f}"),
+            ("tpot_mean_ms", "TPOT\nmean", "{:.2f}"),
+            ("tpot_p99_ms", "TPOT\np99", "{:.2f}"),
+            ("e2e_mean_ms", "E2E\nmean", "{:.0f}"),
+        ],
+    ),
+    (
+        "throughput, SLOs, worst token gap per request (ms)",
+        [
+            ("throughput_rps", "req/s", "{:.2f}"),
+            ("throughput_tok_s", "out\ntok/s", "{:.0f}"),
+            ("goodput_rps", "goodput\nreq/s", "{:.2f}"),
+            ("reject_rate", "rejected", "{:.1%}"),
+            ("slo_attainment", "SLO\nmet", "{:.1%}"),
+            ("itl_max_p50_ms", "gap\np50", "{:.1f}"),
+            ("itl_max_p99_ms", "gap\np99", "{:.1f}"),
+        ],
+    ),
+    (
+        "reuse (fractions) and memory (GB)",
+        [
+            ("shared_request_fraction", "shared\nreqs", "{:.3f}"),
+            ("replica_hit_rate", "replica\nhits", "{:.3f}"),
+            ("prefill_hit_rate", "prefill\nhits", "{:.3f}"),
+            ("mean_replica_kv_gb", "replica\nmean", "{:.3f}"),
+            ("peak_replica_kv_gb", "replica\npeak", "{:.3f}"),
+            ("peak_kv_used_gb", "KV\npeak", "{:.3f}"),
+        ],
+    ),
+    (
+        "hand-off per request and its waits (ms)",
+        [
+            ("transfer_mb_per_request", "MB\nmoved", "{:.2f}"),
+            ("recompute_tokens_per_request", "tokens\nrecomp.", "{:.0f}"),
+            ("link_wait_ms", "link\nwait", "{:.2f}"),
+            ("transfer_ms", "transfer", "{:.2f}"),
+            ("recompute_ms", "recompute", "{:.2f}"),
+            ("decode_queue_ms", "decode\nslot", "{:.2f}"),
+        ],
+    ),
+    (
+        "utilisation",
+        [
+            ("link_util", "link\nbusy", "{:.1%}"),
+            ("prefill_util", "prefill\nbusy", "{:.1%}"),
+            ("decode_util", "decode\nbusy", "{:.1%}"),
+            ("mean_decode_batch", "decode\nbatch", "{:.1f}"),
+        ],
+    ),
 ]
+
+# (column, label, format) of every metric the run comparison shows, in display order
+RUN_ROWS: list[tuple[str, str, str]] = [m for _, group in RUN_GROUPS for m in group]
 
 LOWER_IS_BETTER = {
     "ttft_mean_ms",
@@ -56,68 +96,179 @@ LOWER_IS_BETTER = {
     "itl_max_p99_ms",
 }
 
+_NAME = {"no_wrap": True, "overflow": "fold"}
+
+
+def safe_text(value) -> str:
+    """A user-supplied string (scenario, workload, file name) with control characters made
+    visible, so an escape sequence in a name cannot retitle or clear the terminal."""
+    s = str(value)
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in s)
+
+
+def unit_names(obj):
+    """Keys that say GB/s unambiguously: the catalog's ``*_gbps`` fields hold gigabytes per
+    second, which network people read as gigabits, so they are shown as ``*_gbytes_per_s``."""
+    if isinstance(obj, dict):
+        return {
+            (k[: -len("_gbps")] + "_gbytes_per_s" if k.endswith("_gbps") else k): unit_names(v)
+            for k, v in obj.items()
+        }
+    if isinstance(obj, list):
+        return [unit_names(v) for v in obj]
+    return obj
+
+
+def _cell(value) -> Text:
+    return Text(safe_text(value))
+
 
 def _fmt(fmt: str, v) -> str:
-    if v is None or (isinstance(v, float) and v != v):
+    if v is None or (isinstance(v, float) and (v != v or v in (float("inf"), float("-inf")))):
         return "–"
     if isinstance(v, bool):  # the stability flag: an unstable run is not a result
-        return "yes" if v else "[bold red]NO[/]"
+        return "yes" if v else "NO"
     return fmt.format(v)
 
 
-def run_table(rows: list[dict], title: str, label: str = "policy") -> Table:
-    """Policies (or systems) side by side as columns, metrics as rows; the best in green."""
-    t = Table(title=title, title_justify="left")
-    t.add_column("metric", style="bold")
-    for r in rows:
-        t.add_column(str(r[label]), justify="right")
-    for col, label, fmt in RUN_ROWS:
+def _metric_table(rows: list[dict], title: str, metrics, label: str) -> Table:
+    t = Table(
+        title=title,
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+    )
+    t.add_column(label, style="bold", **_NAME)
+    for _col, header, _f in metrics:
+        t.add_column(header, justify="right", no_wrap=False, overflow="fold")
+    columns = []
+    for col, _, fmt in metrics:
         vals = [r.get(col) for r in rows]
         nums = [v for v in vals if isinstance(v, (int, float)) and v == v]
-        best = None
-        if col in LOWER_IS_BETTER and nums and len(set(nums)) > 1:
-            best = min(nums)
-        cells = [
-            f"[bold green]{_fmt(fmt, v)}[/]" if best is not None and v == best else _fmt(fmt, v)
-            for v in vals
-        ]
-        t.add_row(label, *cells)
+        best = min(nums) if col in LOWER_IS_BETTER and nums and len(set(nums)) > 1 else None
+        columns.append(
+            [
+                Text(
+                    _fmt(fmt, v),
+                    style="bold red"
+                    if v is False
+                    else "bold green"
+                    if best is not None and v == best
+                    else "",
+                )
+                for v in vals
+            ]
+        )
+    for i, r in enumerate(rows):
+        t.add_row(_cell(r[label]), *(c[i] for c in columns))
     return t
+
+
+def run_table(rows: list[dict], title: str, label: str = "policy") -> Group:
+    """Policies (or systems) as rows, metrics as columns in small themed tables; the best
+    lower-is-better value of each column in green."""
+    parts = [Text(safe_text(title), style="bold")]
+    reusable = [r.get("reusable_rate") for r in rows if r.get("reusable_rate") is not None]
+    if reusable:  # a workload property, the same for every policy: the hit-rate ceiling
+        parts.append(
+            Text(
+                f"reusable with an infinite cache: {_fmt('{:.3f}', reusable[0])} of prompt"
+                " tokens (hit-rate ceiling)"
+            )
+        )
+    for group_title, metrics in RUN_GROUPS:
+        parts.append(_metric_table(rows, group_title, metrics, label))
+    return Group(*parts)
 
 
 def kv_table(title: str, rows: list[dict]) -> Table:
-    t = Table(title=title, title_justify="left")
+    """Rows of plain fields; values fold rather than being cut with an ellipsis."""
+    t = Table(title=safe_text(title), title_justify="left")
     if not rows:
         return t
-    for k in rows[0]:
-        t.add_column(k)
+    for i, k in enumerate(rows[0]):
+        t.add_column(k, overflow="fold", no_wrap=i == 0)
     for r in rows:
-        t.add_row(*(str(v) for v in r.values()))
+        t.add_row(*(_cell(v) for v in r.values()))
     return t
+
+
+_UNIT_LABELS = (
+    ("_gbytes_per_s", " GB/s"),
+    ("_flops_per_byte", " FLOP/byte"),
+    ("_per_token", " per token"),
+    ("_tflops", " TFLOP/s"),
+    ("_gb", " GB"),
+    ("_us", " µs"),
+    ("_b", " (billions)"),
+)
+
+
+def header_label(key: str) -> str:
+    """A column key as a header that wraps at spaces: hbm_gbytes_per_s → hbm GB/s."""
+    for suffix, unit in _UNIT_LABELS:
+        if key.endswith(suffix):
+            return key[: -len(suffix)].replace("_", " ") + unit
+    return key.replace("_", " ")
 
 
 def print_rows(console: Console, rows: list[dict], title: str) -> None:
-    console.print(kv_table(title, rows))
+    """A list of records as a compact table whose headers wrap at word boundaries."""
+    t = Table(title=safe_text(title), title_justify="left", box=box.SIMPLE_HEAD)
+    if rows:
+        for i, k in enumerate(rows[0]):
+            t.add_column(header_label(k), overflow="fold", no_wrap=i == 0)
+        for r in rows:
+            t.add_row(*(_cell(v) for v in r.values()))
+    console.print(t)
 
 
-def recommend_table(rows: list[dict], title: str) -> Table:
-    t = Table(title=title, title_justify="left")
-    for c in ("workload", "recommended", "margin vs runner-up (mean TTFT)", "seeds agree", "why"):
-        t.add_column(c)
+def _margin(r: dict) -> str:
+    ci, m = r.get("margin_ci95_ms"), r.get("margin_ms")
+    if m is None or m != m:
+        return "–"
+    pm = f" ± {ci:.1f}" if ci is not None and ci == ci else ""
+    return f"{m:+.1f}{pm}"
+
+
+def recommend_table(rows: list[dict], title: str) -> Group:
+    """The recommended policy per workload in a narrow table (full names, never cut), the
+    margin against the runner-up, and the reasoning as lines under the table."""
+    t = Table(title=safe_text(title), title_justify="left", box=box.SIMPLE_HEAD)
+    t.add_column("workload", **_NAME)
+    t.add_column("recommended", style="bold", **_NAME)
+    t.add_column("margin ms", justify="right", **_NAME)
+    t.add_column("seeds agree", justify="center")
+    notes: list[Text] = []
     for r in rows:
-        ci, m = r["margin_ci95_ms"], r["margin_ms"]
-        pm = f" ± {ci:.1f}" if ci is not None and ci == ci else ""
-        if m is None or m != m:
-            margin = "–"
-        elif m >= 0:
-            margin = f"{m:.1f}{pm} ms faster than {r['runner_up']}"
-        else:
-            margin = f"{-m:.1f}{pm} ms slower than {r['runner_up']} (less memory or fewer rejects)"
         t.add_row(
-            r["workload"],
-            f"[bold]{r['recommended']}[/]" if r["recommended"] else "[bold red]none[/]",
-            margin,
+            _cell(r["workload"]),
+            _cell(r["recommended"]) if r["recommended"] else Text("none", style="bold red"),
+            _margin(r),
             "yes" if r["seeds_agree"] else "no",
-            r["reason"],
         )
-    return t
+        m = r.get("margin_ms")
+        up = r.get("runner_up")
+        if up and m is not None and m == m:
+            ci = r.get("margin_ci95_ms")
+            pm = f" ± {ci:.1f}" if ci is not None and ci == ci else ""
+            side = (
+                f"{m:.1f}{pm} ms faster than {up}"
+                if m >= 0
+                else f"{-m:.1f}{pm} ms slower than {up} (less memory or fewer rejects)"
+            )
+        else:
+            side = "no runner-up to compare with"
+        notes.append(
+            Text.assemble(
+                ("• ", ""),
+                (safe_text(r["workload"]), "bold"),
+                f": {safe_text(r['recommended'])}, mean TTFT {side}; {safe_text(r['reason'])}",
+            )
+        )
+    caption = Text(
+        "margin ms: runner-up's mean TTFT minus the recommended one's (paired over seeds, 95% CI)",
+        style="dim",
+    )
+    return Group(t, caption, *notes)

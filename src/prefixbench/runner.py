@@ -57,7 +57,10 @@ def build_requests(s: Scenario) -> tuple[Requests, list[str]]:
     if isinstance(w, TraceWorkload):
         from .workload.replay import trace_requests
 
-        return trace_requests(w, s.run.requests, s.cluster.block_size, s.seed)
+        m = catalog.get_model(s.model)
+        return trace_requests(
+            w, s.run.requests, s.cluster.block_size, s.seed, m.max_context, m.name
+        )
     raise ScenarioError(f"unknown workload kind {w!r}")
 
 
@@ -118,6 +121,8 @@ def hot_blocks(req: Requests, upto: int, budget_tokens: float) -> list[tuple[int
 
 def prepare(s: Scenario) -> Prepared:
     """Resolve names, generate requests and size the memory budget (policy-independent)."""
+    from .sizing import fit_fix
+
     model = with_formats(catalog.get_model(s.model), **s.model_format.model_dump())
     c = s.cluster
     if c.prefill_router not in PREFILL_ROUTERS:
@@ -145,7 +150,7 @@ def prepare(s: Scenario) -> Prepared:
                 f"{model.name} weights ({wbytes / 1e9:.1f} GB) do not fit a {role} instance "
                 f"({grp.devices}x {grp.accelerator}, {cost.memory_bytes / 1e9:.0f} GB)",
                 where=f"cluster.{role}",
-                fix=f"raise cluster.{role}.devices or pick a larger accelerator",
+                fix=fit_fix(wbytes, role, grp.accelerator, grp.devices),
             )
 
     req, notes = build_requests(s)
@@ -187,7 +192,8 @@ def prepare(s: Scenario) -> Prepared:
             f"decode KV budget {shown:.2f} GB exceeds the {free / 1e9:.2f} GB a decode "
             f"instance has left after weights",
             where="memory",
-            fix="lower memory.budget_factor / memory.kv_budget_gb, or add decode devices",
+            fix=fit_fix(wbytes + budget * kv_bpt, "decode", c.decode.accelerator, c.decode.devices)
+            + "; or lower memory.budget_factor / memory.kv_budget_gb",
         )
     smallest = int((req.prompt_len + req.output_len).min())
     if budget < smallest:

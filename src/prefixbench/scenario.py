@@ -152,10 +152,31 @@ class SyntheticWorkload(_M):
 
 class TraceWorkload(_M):
     kind: Literal["trace"] = Field("trace", description="Replay of a request trace file.")
-    path: str = Field(description="Trace file path (Mooncake JSONL or Azure CSV).")
-    format: Literal["mooncake", "azure", "auto"] = Field("auto", description="Trace format.")
-    block_size: int = Field(512, ge=1, description="Tokens per hash_ids block (Mooncake: 512).")
-    time_unit_s: float = Field(1e-3, gt=0, description="Seconds per timestamp unit (Mooncake: ms).")
+    path: str = Field(
+        description="Trace file path (Mooncake or Qwen-Bailian JSONL, Azure or BurstGPT CSV)."
+    )
+    format: Literal["mooncake", "azure", "burstgpt", "bailian", "auto"] = Field(
+        "auto",
+        description="Trace format; auto: from the extension and the first line (.jsonl: "
+        "mooncake, or bailian for chat_id/turn records; .csv: azure, or burstgpt for a "
+        "'Request tokens' column).",
+    )
+    block_size: int | None = Field(
+        None,
+        ge=1,
+        description="Tokens per hash_ids block; null: the format's own (Mooncake 512, Bailian 16).",
+    )
+    time_unit_s: float | None = Field(
+        None,
+        gt=0,
+        description="Seconds per timestamp unit; null: the format's own (Mooncake ms, Bailian s).",
+    )
+    overlength: Literal["error", "skip", "truncate"] = Field(
+        "error",
+        description="Requests longer than the model's context: error (stop), skip (drop "
+        "them) or truncate (cap the output to what fits after the prompt, and a prompt "
+        "that alone does not fit to the context minus one token); counts are reported.",
+    )
     rate: float | None = Field(
         None, gt=0, description="Rescale arrivals to this mean rate (req/s)."
     )

@@ -18,6 +18,19 @@ from rich.markup import escape
 from ..errors import PrefixbenchError, one_line
 
 
+def _suggestion(e) -> str:
+    """'; did you mean …?' for a mistyped choice (a policy, a format)."""
+    import re
+
+    from ..suggest import closest
+
+    m = re.search(r"'([^']*)' is not one of (.*)", e.format_message())
+    if not m:
+        return ""
+    best = closest(m.group(1), re.findall(r"'([^']*)'", m.group(2)))
+    return f"; did you mean '{best}'?" if best else ""
+
+
 class _OneLineUsageErrors(typer.core.TyperGroup):
     """Command-line usage errors (unknown option, bad choice, missing value) as one stderr
     line, like library errors, instead of a multi-line usage panel."""
@@ -25,6 +38,7 @@ class _OneLineUsageErrors(typer.core.TyperGroup):
     def main(self, *args, standalone_mode: bool = True, **kwargs):
         import sys
 
+        tidy_help(self)
         if not standalone_mode:
             return super().main(*args, standalone_mode=False, **kwargs)
         try:
@@ -36,7 +50,7 @@ class _OneLineUsageErrors(typer.core.TyperGroup):
             ctx = getattr(e, "ctx", None)
             path = ctx.command_path if ctx is not None else "prefixbench"
             what = e.format_message().replace("Value error, ", "").rstrip(". ")
-            line = f"{path}: {what}; see '{path} --help'"
+            line = f"{path}: {what}{_suggestion(e)}; see '{path} --help'"
             err.print(
                 f"[bold red]error:[/] {escape(one_line(line))}",
                 markup=True,
@@ -48,6 +62,55 @@ class _OneLineUsageErrors(typer.core.TyperGroup):
             err.print("aborted", highlight=False)
             sys.exit(1)
         sys.exit(rv if isinstance(rv, int) else 0)
+
+
+_METAVARS = {"str": "TEXT", "int": "N", "float": "X", "Path": "PATH"}
+
+
+def _metavar(param) -> str | None:
+    """What a value of ``param`` looks like in help, instead of a Python type name."""
+    desc = getattr(param, "type_descriptor", None)
+    if desc is None:
+        return None
+    if desc.is_choice:
+        label = param.name.replace("_", "-").upper()
+        return f"{label},…" if desc.is_list else label
+    base = getattr(desc.annotation, "__name__", "")
+    if param.name == "overrides":
+        return "FIELD=VALUE"
+    if desc.is_list:
+        args = getattr(desc.annotation, "__args__", ())
+        base = getattr(args[0], "__name__", "") if args else ""
+        return f"{_METAVARS.get(base, 'TEXT')},…"
+    if desc.is_path:
+        return "PATH"
+    return _METAVARS.get(base, "VALUE")
+
+
+def tidy_help(group) -> None:
+    """Help lists choices in the help text, where words wrap whole, and shows a short
+    placeholder (TEXT, N, PATH, nothing for a flag) instead of a Python type name."""
+    import click
+
+    commands = [group]
+    while commands:
+        cmd = commands.pop()
+        commands.extend(getattr(cmd, "commands", {}).values())
+        params = list(cmd.params)
+        if cmd.add_help_option:
+            params.append(cmd.get_help_option(click.Context(cmd, info_name=cmd.name)))
+        for param in params:
+            if param is None or getattr(param, "_tidied", False):
+                continue
+            param._tidied = True
+            desc = getattr(param, "type_descriptor", None)
+            mv = "" if getattr(param, "is_flag", False) else _metavar(param)
+            if mv is None:
+                continue
+            if desc is not None and desc.is_choice and desc.choices:
+                names = ", ".join(str(getattr(c, "value", c)) for c in desc.choices)
+                param.help = f"{param.help or ''} One of: {names}.".strip()
+            param.display_type_rich = lambda ctx, _mv=mv: _mv
 
 
 app = typer.Typer(
@@ -65,6 +128,16 @@ app.add_typer(catalog_app, name="catalog")
 out = Console()
 err = Console(stderr=True)
 _state = {"debug": False}
+
+
+class PolicyName(str, Enum):
+    """The hand-off policies (kept equal to scenario.POLICIES by a test; importing the
+    scenario models here would pull numpy into `--help`)."""
+
+    transfer_per_request = "transfer_per_request"
+    recompute_on_decode = "recompute_on_decode"
+    replicate_hotset = "replicate_hotset"
+    replicate_all_lru = "replicate_all_lru"
 
 
 class PolicyChoice(str, Enum):
@@ -86,6 +159,8 @@ Study = _Study | None
 class _TraceFormat(str, Enum):
     mooncake = "mooncake"
     azure = "azure"
+    burstgpt = "burstgpt"
+    bailian = "bailian"
 
 
 TraceFormat = _TraceFormat | None
@@ -136,7 +211,9 @@ def _main(
 TraceOpt = Annotated[
     str | None,
     typer.Option(
-        "--trace", help="Replay this trace (Mooncake .jsonl or Azure .csv) as the workload."
+        "--trace",
+        help="Replay this trace as the workload: Mooncake or Qwen-Bailian .jsonl, Azure or "
+        "BurstGPT .csv (see docs/traces.md).",
     ),
 ]
 TraceFormatOpt = Annotated[TraceFormat, typer.Option("--trace-format", help="Trace format.")]
@@ -154,9 +231,21 @@ def _csv(values: list[str] | None) -> list[str] | None:
 
 
 class _Progress:
-    """A Rich progress bar with ETA fed by the library's callbacks."""
+    """A Rich progress bar with ETA on stderr, fed by the library's callbacks.
 
-    def __init__(self, label: str) -> None:
+    It draws only when stderr is a terminal: a pipe or a log file (and `--json` stdout,
+    which it never touches) gets no bar."""
+
+    def __init__(self, label: str, unit: str = "points") -> None:
+        self.label, self.unit = label, unit
+        self.bar = None
+        self.task = None
+
+    def start(self, total: int, done: int = 0) -> None:
+        if done:
+            err.print(f"resuming: {done} of {total} {self.unit} already finished", highlight=False)
+        if not err.is_terminal:
+            return
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
@@ -166,27 +255,38 @@ class _Progress:
         )
 
         self.bar = Progress(
-            TextColumn(label),
+            TextColumn(self.label),
             BarColumn(),
             MofNCompleteColumn(),
-            TextColumn("points"),
+            TextColumn(self.unit),
             TimeRemainingColumn(),
             console=err,
-            transient=False,
+            transient=True,
         )
-        self.task = None
-
-    def start(self, total: int, done: int) -> None:
-        if done:
-            err.print(f"resuming: {done} of {total} points already finished", highlight=False)
         self.bar.start()
-        self.task = self.bar.add_task("points", total=total, completed=done)
+        self.task = self.bar.add_task(self.unit, total=total, completed=done)
 
-    def point(self, _p) -> None:
-        self.bar.advance(self.task)
+    def point(self, _p=None) -> None:
+        if self.bar is not None:
+            self.bar.advance(self.task)
 
     def stop(self) -> None:
-        self.bar.stop()
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None
+
+    def __enter__(self) -> _Progress:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def echo_json(obj) -> None:
+    """Strict JSON on stdout (null for NaN/inf), unstyled and unwrapped."""
+    from ..export import dumps
+
+    typer.echo(dumps(obj))
 
 
 def check_policy(policy: str) -> str:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated
 
 import typer
 
 from .app import (
     catalog_app,
+    echo_json,
     guarded,
     out,
 )
@@ -26,11 +26,11 @@ def catalog_list(
     if ctx.invoked_subcommand is not None:
         return
     from ..catalog.describe import list_entries
-    from ..render import print_rows
+    from ..render import print_rows, unit_names
 
-    entries = list_entries()
+    entries = unit_names(list_entries())
     if as_json:
-        out.print_json(json.dumps(entries))
+        echo_json(entries)
         return
     for kind, rows in entries.items():
         print_rows(out, rows, kind)
@@ -49,12 +49,14 @@ def catalog_show(
 ) -> None:
     """Derived figures of one entry: KV bytes/token, parameters, FLOPs/token, ridge point…"""
     from ..catalog.describe import show
-    from ..render import kv_table
+    from ..render import kv_table, safe_text, unit_names
 
-    info = show(name, accelerator)
+    info = unit_names(show(name, accelerator))
     if as_json:
-        out.print_json(json.dumps(info))
+        echo_json(info)
         return
+    # long links go under the table, unwrapped, so they stay whole and clickable
+    links = {k: v for k, v in info.items() if isinstance(v, str) and "://" in v}
     rows = [
         {
             "field": k,
@@ -63,5 +65,8 @@ def catalog_show(
             else (f"{v:,.4g}" if isinstance(v, float) else str(v)),
         }
         for k, v in info.items()
+        if k not in links
     ]
     out.print(kv_table(f"{info['kind']}: {info.get('name', name)}", rows))
+    for k, v in links.items():
+        out.print(f"{k}: {safe_text(v)}", markup=False, highlight=False, soft_wrap=True)

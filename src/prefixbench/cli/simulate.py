@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
@@ -11,10 +10,13 @@ import typer
 from .app import (
     Overrides,
     PolicyChoice,
+    PolicyName,
     TraceFormatOpt,
     TraceOpt,
+    _Progress,
     app,
     check_policy,
+    echo_json,
     err,
     guarded,
     out,
@@ -49,7 +51,26 @@ def run(
     out_dir: Annotated[
         Path, typer.Option("--out", help="Directory for requests/summary Parquet.")
     ] = Path("results/run"),
-    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="Print the scenario and each policy's results as JSON, with vllm bench serve metric names.",
+        ),
+    ] = False,
+    percentiles: Annotated[
+        str | None,
+        typer.Option(
+            "--percentiles", help="Percentiles for --json, comma-separated (default 50,90,99)."
+        ),
+    ] = None,
+    requests_out: Annotated[
+        Path | None,
+        typer.Option(
+            "--requests-out",
+            help="Also write the per-request table as JSONL (.jsonl) or CSV (.csv).",
+        ),
+    ] = None,
     trace: TraceOpt = None,
     trace_format: TraceFormatOpt = None,
     skip_bad: Annotated[
@@ -61,15 +82,17 @@ def run(
     ] = None,
 ) -> None:
     """Simulate one scenario under the four policies (or one) and compare them."""
+    from ..export import parse_percentiles, run_result, write_requests
     from ..loader import load_scenario
-    from ..render import run_table
+    from ..render import run_table, safe_text
     from ..scenario import POLICIES
     from ..study.runs import run_scenario, write_run
 
     sets = list(overrides or [])
     if seed is not None:
         sets.append(f"seed={seed}")
-    if scenario is None and trace is not None:
+    preset_for_trace = scenario is None and trace is not None
+    if preset_for_trace:
         scenario = "trace_replay"
     s = load_scenario(
         scenario,
@@ -78,15 +101,37 @@ def run(
         trace_format=trace_format.value if trace_format else None,
         skip_bad=skip_bad,
     )
+    pcts = parse_percentiles(percentiles)
     policies = list(POLICIES) if policy == PolicyChoice.all else [policy.value]
-    tables = run_scenario(s, policies, timeline=timeline)
+    bar = _Progress("simulating", "policies")
+    with bar:
+        bar.start(len(policies))
+        tables = run_scenario(s, policies, timeline=timeline, on_policy=bar.point)
     paths = write_run(tables, out_dir)
+    if requests_out is not None:
+        paths.append(write_requests(tables.requests, requests_out))
+    # after the run: an impossible replay's error stays the only stderr line
+    if preset_for_trace:
+        c = s.cluster
+        err.print(
+            f"note: --trace replays on the trace_replay preset's system: "
+            f"{c.prefill_instances}P{c.decode_instances}D {c.prefill.accelerator}/"
+            f"{c.decode.accelerator} over {c.link.name}, {s.model}; "
+            f"`run SCENARIO --trace …` replays on that scenario's system instead",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
     rows = tables.summary.to_dicts()
     for note in tables.prepared.notes:
-        err.print(f"note: {note}", highlight=False)
+        err.print(f"note: {safe_text(note)}", markup=False, highlight=False, soft_wrap=True)
     _warn_unstable(rows)
     if as_json:
-        out.print_json(json.dumps(rows))
+        result = run_result(
+            s.model_dump(mode="json"), tables.requests, rows, pcts, tables.prepared.notes
+        )
+        echo_json(result)
+        err.print(f"wrote {', '.join(str(p) for p in paths)}", markup=False, highlight=False)
         return
     prep = tables.prepared
     title = (
@@ -96,7 +141,7 @@ def run(
         f"{len(prep.requests):,} requests (seed {s.seed})"
     )
     out.print(run_table(rows, title))
-    err.print(f"wrote {', '.join(str(p) for p in paths)}", highlight=False)
+    err.print(f"wrote {', '.join(str(p) for p in paths)}", markup=False, highlight=False)
 
 
 # ------------------------------------------------------------------ coupled vs disaggregated
@@ -107,22 +152,31 @@ def run(
 def compare(
     scenario: Annotated[str | None, typer.Argument(help="Scenario YAML or built-in name.")] = None,
     policy: Annotated[
-        str, typer.Option("--policy", "-p", help="Hand-off policy of the disaggregated system.")
-    ] = "transfer_per_request",
+        PolicyName,
+        typer.Option("--policy", "-p", help="Hand-off policy of the disaggregated system."),
+    ] = PolicyName.transfer_per_request,
     overrides: Overrides = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Coupled (colocated) vs disaggregated on the same instance count, and where time goes."""
+    from ..export import renamed
     from ..loader import load_scenario
     from ..render import kv_table, run_table
     from ..study.compare import compare as run_compare
 
     s = load_scenario(scenario, list(overrides or []))
-    c = run_compare(s, check_policy(policy))
+    with _Progress("simulating", "systems") as bar:
+        bar.start(3)
+        c = run_compare(s, check_policy(policy.value), on_system=bar.point)
     _warn_unstable(c.rows, "system")
     if as_json:
-        out.print_json(
-            json.dumps({"systems": c.rows, "ttft_breakdown": c.breakdown, "verdict": c.verdict})
+        echo_json(
+            {
+                "scenario": s.model_dump(mode="json"),
+                "systems": [{**renamed(r), "prefixbench": r} for r in c.rows],
+                "ttft_breakdown": c.breakdown,
+                "verdict": c.verdict,
+            }
         )
         return
     n = s.cluster.prefill_instances + s.cluster.decode_instances
@@ -146,10 +200,18 @@ def compare(
 def capacity(
     scenario: Annotated[str | None, typer.Argument(help="Scenario YAML or built-in name.")] = None,
     policy: Annotated[
-        str, typer.Option("--policy", "-p", help="Policy (disaggregated mode).")
-    ] = "transfer_per_request",
+        PolicyName, typer.Option("--policy", "-p", help="Policy (disaggregated mode).")
+    ] = PolicyName.transfer_per_request,
     target: Annotated[float, typer.Option("--target", help="SLO attainment to hold (0-1).")] = 0.9,
     overrides: Overrides = None,
+    out_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            help="Also write the probes to OUT/capacity.parquet (`plot OUT` draws goodput "
+            "against offered rate).",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Highest arrival rate meeting the scenario's TTFT and TPOT SLOs for `target` of requests."""
@@ -159,23 +221,35 @@ def capacity(
     from ..render import kv_table
     from ..study.capacity import max_rate
 
-    check_policy(policy)
+    policy = check_policy(policy.value)
     s = load_scenario(scenario, list(overrides or []))
-    rate, probes = max_rate(
-        s,
-        policy,
-        target,
-        on_probe=lambda p: err.print(
+    max_probes = 24
+
+    def on_probe(p) -> None:
+        bar.point()
+        err.print(
             f"  rate {p.rate:.3g} req/s → attainment {p.attainment:.1%}"
             + ("" if p.stable else f", unstable ({p.saturated_stage} saturates)"),
             highlight=False,
-        ),
-    )
+        )
+
+    with _Progress("probing", f"rates (at most {max_probes})") as bar:
+        bar.start(max_probes)
+        rate, probes = max_rate(s, policy, target, max_probes=max_probes, on_probe=on_probe)
+    if out_dir is not None:
+        from ..study.capacity_table import write_probes
+
+        path = write_probes(out_dir, s.name, policy, target, rate, probes)
+        err.print(f"wrote {path}", markup=False, highlight=False, soft_wrap=True)
     if as_json:
-        out.print_json(
-            json.dumps(
-                {"max_rate_rps": rate, "target": target, "probes": [asdict(p) for p in probes]}
-            )
+        echo_json(
+            {
+                "scenario": s.model_dump(mode="json"),
+                "policy": policy,
+                "max_rate_rps": rate,
+                "target": target,
+                "probes": [asdict(p) for p in probes],
+            }
         )
         return
     out.print(

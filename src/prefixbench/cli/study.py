@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from enum import Enum
 from pathlib import Path
 from typing import Annotated
@@ -18,6 +17,7 @@ from .app import (
     _csv,
     _Progress,
     app,
+    echo_json,
     err,
     guarded,
     out,
@@ -64,7 +64,18 @@ def sweep(
     force: Annotated[
         bool, typer.Option("--force", help="Add to a results folder holding another grid.")
     ] = False,
-    out_dir: Annotated[Path, typer.Option("--out", help="Results folder.")] = Path("results"),
+    out_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--out", help="Results folder (default: results/; results-quick/ with --quick)."
+        ),
+    ] = None,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json", help="Print the grid, the files written and the aggregated rows as JSON."
+        ),
+    ] = False,
     study: Annotated[
         Study,
         typer.Option(
@@ -89,14 +100,26 @@ def sweep(
     ] = None,
     trace: TraceOpt = None,
     trace_format: TraceFormatOpt = None,
+    links: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--links",
+            help="Repeat the grid over these links (e.g. eth-10g,eth-25g,roce-200g) and write "
+            "decision.parquet, the winner per budget × link (the decision map of `plot`).",
+        ),
+    ] = None,
 ) -> None:
     """Run a grid (default: the 384-run reference study), resumably, on a process pool or Ray."""
     from ..study.backends import make_backend
     from ..study.grid import QUICK, build_spec, load_sweep_file
     from ..study.sweep import run_sweep
 
+    if out_dir is None:
+        # the smoke grid differs from the reference grid: its own folder, so a later full
+        # `sweep` (or a `--quick` after one) never meets "a different sweep grid"
+        out_dir = Path("results-quick") if quick else Path("results")
     if study is not None and study.value == "disagg":
-        _disagg_study(out_dir, jobs, quick)
+        _disagg_study(out_dir, jobs, quick, as_json)
         return
 
     base = load_sweep_file(grid) if grid else (dict(QUICK) if quick else {})
@@ -122,16 +145,30 @@ def sweep(
     )
     bar = _Progress("sweep")
     try:
-        paths = run_sweep(
-            spec,
-            out_dir,
-            jobs=jobs,
-            events=events,
-            force=force,
-            backend=runner,
-            on_start=bar.start,
-            on_point=bar.point,
-        )
+        if links:
+            from ..study.decision import run_link_sweep
+
+            paths = run_link_sweep(
+                spec,
+                _csv(links),
+                out_dir,
+                jobs=jobs,
+                force=force,
+                backend=runner,
+                on_start=bar.start,
+                on_point=bar.point,
+            )
+        else:
+            paths = run_sweep(
+                spec,
+                out_dir,
+                jobs=jobs,
+                events=events,
+                force=force,
+                backend=runner,
+                on_start=bar.start,
+                on_point=bar.point,
+            )
     except KeyboardInterrupt:
         bar.stop()
         err.print(
@@ -142,9 +179,41 @@ def sweep(
         raise typer.Exit(130) from None
     finally:
         bar.stop()
-    n = len(spec.points()) * len(spec.policies)
-    out.print(f"{n} runs → " + ", ".join(str(p) for p in paths.values()), highlight=False)
-    _warn_unstable_points(paths["agg"])
+    n = len(spec.points()) * len(spec.policies) * len(_csv(links) or [None])
+    if "agg" in paths:
+        _warn_unstable_points(paths["agg"])
+    if as_json:
+        from ..artifacts import read_artifact
+        from ..export import renamed
+
+        if links:
+            rows = read_artifact(paths["decision"], "decision").to_dicts()
+            echo_json(
+                {
+                    "grid": spec.fingerprint(),
+                    "links": _csv(links),
+                    "runs": n,
+                    "files": {k: str(v) for k, v in paths.items()},
+                    "decision": rows,
+                }
+            )
+            return
+        agg = read_artifact(paths["agg"], "agg").to_dicts()
+        echo_json(
+            {
+                "grid": spec.fingerprint(),
+                "runs": n,
+                "files": {k: str(v) for k, v in paths.items()},
+                "agg": [renamed(r) for r in agg],
+            }
+        )
+        return
+    out.print(
+        f"{n} runs → " + ", ".join(str(p) for p in paths.values()),
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 def _warn_unstable_points(agg_path: Path) -> None:
@@ -186,14 +255,14 @@ def crossover(
 
     table, path = run_crossover(results, _csv(models), _csv(accelerators), _csv(links), kv_dtype)
     if as_json:
-        out.print_json(json.dumps(table.to_dicts()))
+        echo_json(table.to_dicts())
         return
     for line in verdicts(table, accelerator, link):
         out.print(f"• {line}", highlight=False)
     err.print(f"wrote {path}", highlight=False)
 
 
-def _disagg_study(out_dir: Path, jobs: int | None, quick: bool) -> None:
+def _disagg_study(out_dir: Path, jobs: int | None, quick: bool, as_json: bool = False) -> None:
     import polars as pl
 
     from ..study.disagg import headline, heatmaps, run_study
@@ -213,6 +282,9 @@ def _disagg_study(out_dir: Path, jobs: int | None, quick: bool) -> None:
     df = pl.read_parquet(path)
     h = headline(df)
     pngs = heatmaps(df, out_dir / "plots")
+    if as_json:
+        echo_json({"headline": h, "files": [str(path), *map(str, pngs)]})
+        return
     for key, label in (("throughput_gain", "throughput gain"), ("ttft_speedup", "TTFT speedup")):
         v = h[key]
         out.print(
@@ -278,7 +350,7 @@ def recommend(
         if r["recommended"] is None:
             err.print(f"warning: {r['workload']}: {r['reason']}", highlight=False, soft_wrap=True)
     if as_json:
-        out.print_json(json.dumps(rows))
+        echo_json(rows)
         return
     out.print(recommend_table(rows, f"{model} at budget {budget:g} ({objective.value})"))
     err.print(f"wrote {path}", highlight=False)
@@ -294,12 +366,19 @@ def plot(
         Path, typer.Argument(help="Results folder (agg, runs and crossover Parquet).")
     ] = Path("results"),
     out_dir: Annotated[Path, typer.Option("--out", help="Folder for the PNGs.")] = Path("plots"),
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the files written as JSON.")
+    ] = False,
 ) -> None:
     """Draw the study's figures (PNG, 150 dpi) from a results folder."""
     from ..study.plots import render_plots
 
-    for path in render_plots(results, out_dir):
-        out.print(str(path), highlight=False, soft_wrap=True)
+    paths = render_plots(results, out_dir)
+    if as_json:
+        echo_json({"figures": [str(p) for p in paths]})
+        return
+    for path in paths:
+        out.print(str(path), markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -312,10 +391,39 @@ def report(
         Path | None, typer.Option("--out", help="Report file (default: RESULTS/report.md).")
     ] = None,
     plots: Annotated[
-        Path | None, typer.Option("--plots", help="Embed the PNGs in this folder (from `plot`).")
+        Path | None,
+        typer.Option(
+            "--plots",
+            help="Embed the PNGs already in this folder (from `plot`) instead of drawing them "
+            "into RESULTS/plots.",
+        ),
     ] = None,
+    figures: Annotated[
+        bool,
+        typer.Option("--figures/--no-figures", help="Draw and embed the figures (default: yes)."),
+    ] = True,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the files written as JSON.")
+    ] = False,
 ) -> None:
-    """Write the study's findings as Markdown; every number comes from the Parquet files."""
+    """Write the study's findings as Markdown and as a self-contained report.html (figures
+    inline, sortable tables); every number comes from the Parquet files."""
+    from ..study.plots import render_plots
     from ..study.report import write_report
 
-    out.print(str(write_report(results, out_file, plots)), highlight=False, soft_wrap=True)
+    drawn: list[Path] = []
+    if figures and plots is None:
+        plots = Path(results) / "plots"
+        drawn = render_plots(results, plots)
+    path = write_report(results, out_file, plots if figures else None, html=True)
+    html_path = path.with_suffix(".html")
+    if as_json:
+        echo_json({"report": str(path), "html": str(html_path), "figures": [str(p) for p in drawn]})
+        return
+    out.print(str(path), markup=False, highlight=False, soft_wrap=True)
+    err.print(
+        f"wrote {html_path}" + (f" and {len(drawn)} figures in {plots}" if drawn else ""),
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )

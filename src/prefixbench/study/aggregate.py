@@ -40,42 +40,15 @@ AGG_METRICS = [
     "rho_bottleneck",
 ]
 
-# Student-t 0.975 quantiles by degrees of freedom (standard tables); 1.96 beyond 30.
-_T975 = {
-    1: 12.706,
-    2: 4.303,
-    3: 3.182,
-    4: 2.776,
-    5: 2.571,
-    6: 2.447,
-    7: 2.365,
-    8: 2.306,
-    9: 2.262,
-    10: 2.228,
-    11: 2.201,
-    12: 2.179,
-    13: 2.160,
-    14: 2.145,
-    15: 2.131,
-    16: 2.120,
-    17: 2.110,
-    18: 2.101,
-    19: 2.093,
-    20: 2.086,
-    25: 2.060,
-    30: 2.042,
-}
-
 
 def t975(df: int) -> float:
-    """Two-sided 95% Student-t quantile for ``df`` degrees of freedom (NaN for df < 1)."""
+    """Two-sided 95% Student-t quantile for ``df`` degrees of freedom (NaN for df < 1),
+    from scipy (exact for every df; a hand table returned 1.96 beyond 30)."""
     if df < 1:
         return math.nan
-    if df in _T975:
-        return _T975[df]
-    if df > 30:
-        return 1.96
-    return _T975[max(k for k in _T975 if k <= df)]  # conservative between table rows
+    from scipy.stats import t
+
+    return float(t.ppf(0.975, df))
 
 
 register(

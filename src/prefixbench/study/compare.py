@@ -68,7 +68,9 @@ def bottleneck(row: dict) -> tuple[list[dict], str]:
     return parts, verdict
 
 
-def compare(s: Scenario, policy: str) -> Comparison:
+def compare(s: Scenario, policy: str, on_system=None) -> Comparison:
+    """The disaggregated system and its colocated counterparts; ``on_system(label)`` after
+    each (a progress bar)."""
     from .runs import run_scenario
 
     rows = []
@@ -76,5 +78,7 @@ def compare(s: Scenario, policy: str) -> Comparison:
         row = run_scenario(sc, [policy], keep_requests=False, track_gaps=True).summary.to_dicts()[0]
         row["system"] = label
         rows.append(row)
+        if on_system:
+            on_system(label)
     parts, verdict = bottleneck(rows[0])
     return Comparison(rows, parts, verdict)

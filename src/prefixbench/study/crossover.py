@@ -31,12 +31,14 @@ register(
         "recompute_us_per_token": pl.Float64,
         "transfer_ms_at_ref": pl.Float64,
         "recompute_ms_at_ref": pl.Float64,
-        "tie_bandwidth_gbps": pl.Float64,
+        "link_gbytes_per_s": pl.Float64,
+        "tie_bandwidth_gbytes_per_s": pl.Float64,
         "breakeven_prefix_tokens": pl.Float64,
         "recompute_wins_from": pl.Float64,
         "recompute_wins_until": pl.Float64,
         "winner_at_ref": pl.Utf8,
         "sim_ttft_transfer_minus_recompute_ms": pl.Float64,
+        "sim_scenarios": pl.Int64,
     },
 )
 
@@ -75,7 +77,8 @@ def analytic_row(
         "recompute_us_per_token": cost.linear_flops / cost.flops_rate_prefill * 1e6,
         "transfer_ms_at_ref": tx_ref * 1e3,
         "recompute_ms_at_ref": tr_ref * 1e3,
-        "tie_bandwidth_gbps": tie_bw,
+        "link_gbytes_per_s": ln.bandwidth_gbps,
+        "tie_bandwidth_gbytes_per_s": tie_bw,
         # first length where the cheaper option flips (NaN: one option wins at every length)
         "breakeven_prefix_tokens": float(np.flatnonzero(np.diff(recompute_better))[0] + 2)
         if np.any(np.diff(recompute_better))
@@ -86,38 +89,106 @@ def analytic_row(
     }
 
 
+def simulated_differences(agg: pl.DataFrame, systems: pl.DataFrame) -> pl.DataFrame:
+    """Mean simulated TTFT of transfer minus recompute per model × decode accelerator × link
+    actually simulated: ``systems`` maps each (model, workload, budget_factor) of ``agg`` to
+    the accelerator and link its scenario ran on."""
+    both = ["transfer_per_request", "recompute_on_decode"]
+    key = ["model", "workload", "budget_factor"]
+    piv = (
+        agg.filter(pl.col("policy").is_in(both))
+        .select(*key, "policy", "ttft_mean_ms")
+        .pivot(on="policy", index=key, values="ttft_mean_ms")
+    )
+    if not set(both) <= set(piv.columns):
+        return pl.DataFrame(
+            schema={
+                "model": pl.Utf8,
+                "accelerator": pl.Utf8,
+                "link": pl.Utf8,
+                "sim_ttft_transfer_minus_recompute_ms": pl.Float64,
+                "sim_scenarios": pl.Int64,
+            }
+        )
+    return (
+        piv.join(systems, on=key, how="inner")
+        .with_columns((pl.col(both[0]) - pl.col(both[1])).alias("diff"))
+        .group_by(["model", "accelerator", "link"])
+        .agg(
+            pl.col("diff").mean().alias("sim_ttft_transfer_minus_recompute_ms"),
+            pl.len().cast(pl.Int64).alias("sim_scenarios"),
+        )
+    )
+
+
 def crossover_table(
     models: list[str],
     accelerators: list[str],
     links: list[str],
     agg: pl.DataFrame | None = None,
+    systems: pl.DataFrame | None = None,
     kv_dtype: str | None = None,
 ) -> pl.DataFrame:
-    rows = [
-        analytic_row(m, a, k, kv_dtype=kv_dtype)
-        for m in models
-        for a in accelerators
-        for k in links
-    ]
-    df = pl.DataFrame(rows)
-    sim = pl.lit(None, dtype=pl.Float64)
-    if agg is not None and agg.height:
-        piv = (
-            agg.filter(pl.col("policy").is_in(["transfer_per_request", "recompute_on_decode"]))
-            .group_by(["model", "policy"])
-            .agg(pl.col("ttft_mean_ms").mean())
-            .pivot(on="policy", index="model", values="ttft_mean_ms")
+    """The analytic rows of every model × accelerator × link; the simulated TTFT difference
+    only on the rows whose system was simulated (null elsewhere)."""
+    df = pl.DataFrame(
+        [analytic_row(m, a, k, kv_dtype=kv_dtype) for m in models for a in accelerators for k in links]
+    )
+    keys = ["model", "accelerator", "link"]
+    if agg is not None and agg.height and systems is not None and systems.height:
+        sim = simulated_differences(agg, systems)
+        df = df.join(sim, on=keys, how="left")
+    else:
+        df = df.with_columns(
+            pl.lit(None, pl.Float64).alias("sim_ttft_transfer_minus_recompute_ms"),
+            pl.lit(None, pl.Int64).alias("sim_scenarios"),
         )
-        if {"transfer_per_request", "recompute_on_decode"} <= set(piv.columns):
-            piv = piv.select(
-                "model",
-                (pl.col("transfer_per_request") - pl.col("recompute_on_decode")).alias(
-                    "sim_ttft_transfer_minus_recompute_ms"
-                ),
-            )
-            return df.join(piv, on="model", how="left").sort(["model", "accelerator", "link"])
-    return df.with_columns(sim.alias("sim_ttft_transfer_minus_recompute_ms")).sort(
-        ["model", "accelerator", "link"]
+    return df.sort(keys)
+
+
+def simulated_systems(results: Path, agg: pl.DataFrame) -> pl.DataFrame | None:
+    """(model, workload, budget_factor) → decode accelerator and link of the scenario each
+    sweep point ran, from the grid the sweep recorded in ``results/sweep.json``."""
+    import json
+
+    from ..errors import PrefixbenchError
+    from .grid import build_spec
+
+    path = Path(results) / "sweep.json"
+    try:
+        spec = build_spec(json.loads(path.read_text()))
+    except (OSError, ValueError, PrefixbenchError):
+        return None
+    rows, seen = [], set()
+    for p in spec.points():
+        k = (p.model, p.workload, p.budget_factor)
+        if k in seen:
+            continue
+        seen.add(k)
+        try:
+            s = p.load()
+        except PrefixbenchError:
+            continue
+        if s.cluster.link.bandwidth_gbps is not None:
+            continue  # a custom bandwidth is not the catalog link of that name
+        rows.append(
+            {
+                "model": catalog.get_model(s.model).name,
+                "workload": s.name,
+                "budget_factor": p.budget_factor,
+                "accelerator": s.cluster.decode.accelerator,
+                "link": s.cluster.link.name,
+            }
+        )
+    if not rows:
+        return None
+    have = set(zip(agg["model"], agg["workload"], agg["budget_factor"], strict=True))
+    df = pl.DataFrame(rows)
+    return df.filter(
+        pl.struct(["model", "workload", "budget_factor"]).map_elements(
+            lambda r: (r["model"], r["workload"], r["budget_factor"]) in have,
+            return_dtype=pl.Boolean,
+        )
     )
 
 
@@ -134,21 +205,24 @@ def verdicts(table: pl.DataFrame, accelerator: str, link: str) -> list[str]:
                 head = (
                     f"{model} on {accelerator} over {link}: transfer a {REFERENCE_PREFIX}-token prefix "
                     f"({r['transfer_ms_at_ref']:.2f} ms) rather than recompute it ({r['recompute_ms_at_ref']:.2f} ms); "
-                    f"recompute would only win on links slower than {r['tie_bandwidth_gbps']:.2f} GB/s"
+                    f"recompute would only win on links slower than {r['tie_bandwidth_gbytes_per_s']:.2f} GB/s"
                 )
             else:
                 head = (
                     f"{model} on {accelerator} over {link}: recompute a {REFERENCE_PREFIX}-token prefix "
                     f"({r['recompute_ms_at_ref']:.2f} ms) rather than transfer it ({r['transfer_ms_at_ref']:.2f} ms); "
-                    f"transfer wins on links faster than {r['tie_bandwidth_gbps']:.2f} GB/s"
+                    f"transfer wins on links faster than {r['tie_bandwidth_gbytes_per_s']:.2f} GB/s"
                 )
         else:
             head = f"{model}"
-        sim = sub["sim_ttft_transfer_minus_recompute_ms"].drop_nulls()
         simtxt = ""
-        if sim.len():
-            d = float(sim[0])
-            simtxt = f"; simulated mean TTFT: transfer {'faster' if d < 0 else 'slower'} by {abs(d):.1f} ms"
+        if here.height and here["sim_ttft_transfer_minus_recompute_ms"][0] is not None:
+            d = float(here["sim_ttft_transfer_minus_recompute_ms"][0])
+            if d == d:
+                simtxt = (
+                    f"; simulated on {accelerator} over {link}, mean TTFT: transfer "
+                    f"{'faster' if d < 0 else 'slower'} by {abs(d):.1f} ms"
+                )
         lines.append(
             f"{head}{simtxt} (recompute wins in {wins} of {sub.height} accelerator×link pairs)"
         )
@@ -176,8 +250,10 @@ def run_crossover(
             if agg is not None
             else ["qwen2-0.5b", "qwen2-1.5b"]
         )
+    systems = simulated_systems(results, agg) if agg is not None else None
     table = crossover_table(
-        models, accelerators or DEFAULT_ACCELERATORS, links or list(catalog.LINKS), agg, kv_dtype
+        models, accelerators or DEFAULT_ACCELERATORS, links or list(catalog.LINKS), agg, systems,
+        kv_dtype=kv_dtype,
     )
     path = write_atomic(table, Path(results) / "crossover.parquet", "crossover")
     return table, path

@@ -38,7 +38,9 @@ class SweepSpec(BaseModel):
     seeds: list[int] = Field([0, 1, 2], min_length=1, description="Random seeds per point.")
     set: list[str] = Field([], description="--set overrides applied to every scenario.")
     trace: str | None = Field(None, description="Replay this trace as every point's workload.")
-    trace_format: Literal["mooncake", "azure", "auto"] = Field("auto", description="Trace format.")
+    trace_format: Literal["mooncake", "azure", "burstgpt", "bailian", "auto"] = Field(
+        "auto", description="Trace format."
+    )
 
     @field_validator("policies")
     @classmethod

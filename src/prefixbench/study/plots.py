@@ -75,7 +75,9 @@ def _pd(df: pl.DataFrame):
 
     frame = pd.DataFrame(df.to_dict(as_series=False))
     for col, dtype in df.schema.items():
-        if isinstance(dtype, pl.Enum):
+        if dtype.is_float():  # an all-null column (one seed: no CI) must stay numeric
+            frame[col] = pd.to_numeric(frame[col], errors="coerce").astype("float64")
+        elif isinstance(dtype, pl.Enum):
             frame[col] = pd.Categorical(frame[col], categories=list(dtype.categories), ordered=True)
     return frame
 
@@ -134,15 +136,28 @@ def _save(plot, path: Path, size: tuple[float, float]) -> Path:
     """Draw at DPI into a temp file next to ``path``, then rename into place."""
     import warnings
 
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
-    os.close(fd)
+    from ..artifacts import _UMASK
+
+    tmp = None
     try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
+        os.close(fd)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # plotnine warns about saving/size and removed NaN rows
             plot.save(tmp, width=size[0], height=size[1], dpi=DPI, format="png", verbose=False)
+        os.chmod(tmp, 0o666 & ~_UMASK)  # the same mode as the Parquet files (mkstemp: 0600)
         os.replace(tmp, path)
+    except OSError as e:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        raise ArtifactError(
+            f"cannot write the figure ({e.strerror or e.__class__.__name__})",
+            where=str(path),
+            fix="free some disk space or choose another --out; earlier figures are unchanged",
+        ) from None
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
         raise
     return path
 
@@ -151,66 +166,43 @@ def _save(plot, path: Path, size: tuple[float, float]) -> Path:
 
 
 def plot_mean_ttft(agg: pl.DataFrame):
-    """01: mean TTFT per policy with 95% CI, facets model × workload, x budget factor."""
-    from plotnine import aes, facet_wrap, geom_col, geom_errorbar, ggplot, labs, position_dodge
+    """01: mean TTFT per policy with 95% CI, facets model × workload, x budget factor.
 
-    df = _with_labels(agg).with_columns(
-        (pl.col("ttft_mean_ms") - pl.col("ttft_mean_ms_ci95")).clip(lower_bound=0).alias("lo"),
-        (pl.col("ttft_mean_ms") + pl.col("ttft_mean_ms_ci95")).alias("hi"),
-    )
-    dodge = position_dodge(width=0.85)
-    rows, cols = _facet_panels(df)
-    p = (
-        ggplot(_pd(df), aes("budget", "ttft_mean_ms", fill="policy"))
-        + geom_col(position=dodge, width=0.85)
-        + geom_errorbar(aes(ymin="lo", ymax="hi"), position=dodge, width=0.3, size=0.4, na_rm=True)
-        + facet_wrap(["model", "workload"], ncol=cols, scales="free_y", labeller="label_both")
-        + _policy_scales("fill")
-        + labs(
-            x="decode KV budget factor (1.0 = relaxed, 0.35 = at the cliff)",
-            y="mean TTFT (ms)",
-            title="Mean time to first token by policy",
-            subtitle="bars: mean over seeds; error bars: 95% confidence interval "
-            "(Student t over seeds)\ny scales differ per panel",
-        )
-        + _theme()
-    )
-    return p, _size(rows, cols)
-
-
-def plot_throughput_vs_reject(agg: pl.DataFrame):
-    """02: throughput against reject rate; each policy's path runs through the budgets."""
+    Points with CI bars on a log axis: recompute is often several times slower than the
+    rest, and on a linear axis it would flatten the differences between the others."""
     from plotnine import (
         aes,
         facet_wrap,
-        geom_path,
+        geom_errorbar,
         geom_point,
         ggplot,
-        guide_legend,
-        guides,
         labs,
-        scale_x_continuous,
+        position_dodge,
+        scale_y_log10,
     )
 
-    df = (
-        _with_labels(agg)
-        .with_columns((pl.col("reject_rate") * 100).alias("reject_pct"))
-        .sort(["model", "workload", "policy", "budget_factor"])
+    df = _with_labels(agg).with_columns(
+        (pl.col("ttft_mean_ms") - pl.col("ttft_mean_ms_ci95"))
+        .clip(lower_bound=pl.col("ttft_mean_ms") * 0.05)
+        .alias("lo"),
+        (pl.col("ttft_mean_ms") + pl.col("ttft_mean_ms_ci95")).alias("hi"),
     )
+    dodge = position_dodge(width=0.7)
     rows, cols = _facet_panels(df)
     p = (
-        ggplot(_pd(df), aes("reject_pct", "throughput_rps", color="policy"))
-        + geom_path(aes(group="policy"), size=0.6, alpha=0.7)
-        + geom_point(aes(shape="budget"), size=2.6, alpha=0.9)
-        + facet_wrap(["model", "workload"], ncol=cols, scales="free", labeller="label_both")
+        ggplot(_pd(df), aes("budget", "ttft_mean_ms", color="policy"))
+        + geom_errorbar(aes(ymin="lo", ymax="hi"), position=dodge, width=0.35, size=0.5, na_rm=True)
+        + geom_point(position=dodge, size=2.6)
+        + facet_wrap(["model", "workload"], ncol=cols, scales="free_y", labeller="label_both")
+        + scale_y_log10()
         + _policy_scales("color")
-        + scale_x_continuous(labels=lambda xs: [f"{x:g}%" for x in xs])
-        + guides(color=guide_legend(nrow=2), shape=guide_legend(title="budget factor"))
         + labs(
-            x="requests rejected at admission (%)",
-            y="steady-state throughput (req/s)",
-            title="Throughput vs admission rejects",
-            subtitle="one point per budget factor (mean over seeds)\nlines join a policy's budgets",
+            x="decode KV budget factor (1.0 = relaxed, 0.35 = at the cliff)",
+            y="mean TTFT (ms, log scale)",
+            title="Mean time to first token by policy",
+            subtitle="points: mean over seeds; bars: 95% confidence interval "
+            "(Student t over seeds)\nlog scale so the close policies stay apart; "
+            "y scales differ per panel",
         )
         + _theme()
     )
@@ -368,8 +360,8 @@ def plot_crossover(crossover: pl.DataFrame):
         sub = curves.filter(pl.col("model") == r["model"])
         ymax = float(sub["time_ms"].max()) if sub.height else top
         lines = [
-            f"tie bandwidth at {REFERENCE_PREFIX} tok: {r['tie_bandwidth_gbps']:.2f} GB/s",
-            f"this link: {_link_bw(link):.3g} GB/s → {_short(r['winner_at_ref'])} wins",
+            f"tie bandwidth at {REFERENCE_PREFIX} tok: {r['tie_bandwidth_gbytes_per_s']:.2f} GB/s",
+            f"this link: {_link_bw(link):.3g} GB/s → {r['winner_at_ref']} wins",
         ]
         if r["breakeven_prefix_tokens"] == r["breakeven_prefix_tokens"]:  # not NaN
             lines.append(f"break-even: {r['breakeven_prefix_tokens']:.0f} tokens")
@@ -532,11 +524,11 @@ def plot_recommendations(rec: pl.DataFrame):
 def _tile_label(r: dict) -> str:
     if r["recommended"] is None:
         return "none:\nunstable"
-    name = _short(r["recommended"]) + ("" if r["seeds_agree"] else " *")
+    name = r["recommended"] + ("" if r["seeds_agree"] else " *")
     m, ci = r["margin_ms"], r["margin_ci95_ms"]
     if m is None or math.isnan(m):
         return name
-    vs = f"\nvs {_short(r['runner_up'])}" if r["runner_up"] else ""
+    vs = f"\nvs {r['runner_up']}" if r["runner_up"] else ""
     if ci is None or math.isnan(ci):
         return f"{name}\n{m:+.1f} ms{vs}"
     return f"{name}\n{m:+.1f} ± {ci:.1f} ms{vs}"
@@ -604,6 +596,403 @@ def plot_ttft_distribution(agg: pl.DataFrame):
     return p, _size(rows, cols)
 
 
+def decision_tiles(dec: pl.DataFrame) -> pl.DataFrame:
+    """One rectangle per (budget, link): x spans the midpoints between neighbouring links'
+    log10 bandwidths, y the budget's row; alpha grows with margin ÷ CI (ties are grey)."""
+    bws = sorted(set(dec["link_gbytes_per_s"]))
+    logs = [math.log10(b) for b in bws]
+    gaps = [b - a for a, b in zip(logs, logs[1:], strict=False)] or [0.6]
+    edges = (
+        [logs[0] - gaps[0] / 2]
+        + [(a + b) / 2 for a, b in zip(logs, logs[1:], strict=False)]
+        + [logs[-1] + gaps[-1] / 2]
+    )
+    lo = {b: edges[i] for i, b in enumerate(bws)}
+    hi = {b: edges[i + 1] for i, b in enumerate(bws)}
+    budgets = sorted(set(dec["budget_factor"]))
+    row = {b: i for i, b in enumerate(budgets)}
+    return dec.with_columns(
+        pl.col("link_gbytes_per_s").replace_strict(lo, return_dtype=pl.Float64).alias("xmin"),
+        pl.col("link_gbytes_per_s").replace_strict(hi, return_dtype=pl.Float64).alias("xmax"),
+        (pl.col("budget_factor").replace_strict(row, return_dtype=pl.Float64) - 0.5).alias("ymin"),
+        (pl.col("budget_factor").replace_strict(row, return_dtype=pl.Float64) + 0.5).alias("ymax"),
+        pl.col("link_gbytes_per_s").log10().alias("x"),
+        pl.col("budget_factor").replace_strict(row, return_dtype=pl.Float64).alias("y"),
+        pl.when(pl.col("decision") == "tie")
+        .then(1.0)
+        .otherwise(0.35 + 0.65 * (pl.col("strength").fill_nan(1.0).fill_null(1.0).clip(0, 3) / 3))
+        .alias("shade"),
+        pl.struct(["margin_ms", "margin_ci95_ms"])
+        .map_elements(
+            lambda r: (
+                ""
+                if r["margin_ms"] is None or r["margin_ms"] != r["margin_ms"]
+                else (
+                    f"{r['margin_ms']:+.1f}"
+                    + (
+                        f"\n±{r['margin_ci95_ms']:.1f}"
+                        if r["margin_ci95_ms"] == r["margin_ci95_ms"]
+                        and r["margin_ci95_ms"] is not None
+                        else ""
+                    )
+                )
+            ),
+            return_dtype=pl.Utf8,
+        )
+        .alias("label"),
+        (pl.col("model") + " on " + pl.col("accelerator")).alias("system"),
+    )
+
+
+def plot_decision_map(dec: pl.DataFrame):
+    """08: the winning policy over decode KV budget × link bandwidth (log axis), per model ×
+    accelerator and workload; grey where the margin's CI spans 0 (a tie)."""
+    from plotnine import (
+        aes,
+        element_blank,
+        facet_grid,
+        geom_rect,
+        geom_text,
+        ggplot,
+        guide_legend,
+        guides,
+        labs,
+        scale_alpha_identity,
+        scale_fill_manual,
+        scale_x_continuous,
+        scale_y_continuous,
+        theme,
+    )
+
+    df = decision_tiles(dec)
+    bws = sorted(set(dec["link_gbytes_per_s"]))
+    names = {
+        r["link_gbytes_per_s"]: r["link"]
+        for r in dec.select("link", "link_gbytes_per_s").unique().to_dicts()
+    }
+    budgets = sorted(set(dec["budget_factor"]))
+    colors = {**POLICY_COLORS, "tie": "#bdbdbd"}
+    present = [k for k in colors if k in set(df["decision"])]
+    n_sys, n_work = df["system"].n_unique(), df["workload"].n_unique()
+    p = (
+        ggplot(_pd(df))
+        + geom_rect(
+            aes(xmin="xmin", xmax="xmax", ymin="ymin", ymax="ymax", fill="decision", alpha="shade"),
+            color="white",
+            size=0.6,
+        )
+        + geom_text(
+            aes("x", "y", label="label"), size=BASE_SIZE - 4, color="#1a1a1a", lineheight=0.9
+        )
+        + facet_grid("workload ~ system")
+        + scale_fill_manual(values=colors, breaks=present, name="winner (mean TTFT)")
+        + scale_alpha_identity()
+        + scale_x_continuous(
+            breaks=[math.log10(b) for b in bws],
+            labels=[f"{b:g}\n{names[b]}" for b in bws],
+            expand=(0, 0),
+        )
+        + scale_y_continuous(
+            breaks=list(range(len(budgets))), labels=[f"{b:g}" for b in budgets], expand=(0, 0)
+        )
+        + guides(fill=guide_legend(nrow=2))
+        + labs(
+            x="prefill→decode link bandwidth per channel (GB/s, log scale)",
+            y="decode KV budget factor",
+            title="Which policy wins: budget × link bandwidth",
+            subtitle="winner: lowest mean TTFT among the policies that do not reject more\n"
+            "label: runner-up − winner mean TTFT (ms) ± 95% CI over seeds; "
+            "grey: a tie (the CI spans 0)\n"
+            "paler: the margin clears fewer CI half-widths; negative: the runner-up is "
+            "faster but rejects more",
+        )
+        + _theme()
+        + theme(panel_grid=element_blank())
+    )
+    return p, (max(8.0, 2.5 + 4.6 * n_sys), max(4.5, 2.6 + 2.3 * n_work))
+
+
+def ttft_cdf_frame(events: pl.DataFrame, n: int = 200, col: str = "ttft_ms") -> pl.DataFrame:
+    """Empirical CDF of ``col`` (TTFT by default) per model × workload × budget × policy
+    with the completed steady-state requests of every seed pooled (not percentiles
+    averaged over seeds); the values are returned in column ``ttft_ms`` / ``col``."""
+    done = events.filter(~pl.col("warmup") & (pl.col("outcome") == "completed"))
+    keys = ["model", "workload", "budget_factor", "policy"]
+    qs = np.linspace(0.0, 1.0, n)
+    frames = []
+    for key, grp in done.group_by(keys, maintain_order=True):
+        vals = np.sort(grp[col].drop_nulls().drop_nans().to_numpy())
+        if vals.size == 0:
+            continue
+        frames.append(
+            pl.DataFrame(
+                {
+                    **{k: [v] * n for k, v in zip(keys, key, strict=True)},
+                    col: np.quantile(vals, qs),
+                    "cdf": qs,
+                    "requests": [int(vals.size)] * n,
+                    "seeds": [int(grp["seed"].n_unique())] * n,
+                }
+            )
+        )
+    return pl.concat(frames) if frames else pl.DataFrame()
+
+
+CDF_METRICS = {
+    "ttft_ms": ("TTFT", "TTFT (ms, log scale)"),
+    "tpot_ms": ("TPOT", "TPOT (ms, log scale)"),
+}
+
+
+def plot_ttft_cdf(events: pl.DataFrame, col: str = "ttft_ms"):
+    """09/13: TTFT (or TPOT) CDF per policy, requests pooled over seeds, facets scenario ×
+    budget. ITL has no CDF: the engine does not record per-token gaps."""
+    from plotnine import (
+        aes,
+        facet_grid,
+        geom_step,
+        ggplot,
+        label_both,
+        labeller,
+        labs,
+        scale_x_log10,
+    )
+
+    name, axis = CDF_METRICS[col]
+    cdf = ttft_cdf_frame(events, col=col)
+    if cdf.height == 0:
+        return None, None
+    df = _with_labels(cdf.with_columns(pl.col("model")))
+    df = df.with_columns((pl.col("model") + " / " + pl.col("workload")).alias("scenario"))
+    seeds = int(cdf["seeds"].max())
+    p = (
+        ggplot(_pd(df), aes(col, "cdf", color="policy"))
+        + geom_step(size=0.8)
+        + facet_grid("budget ~ scenario", labeller=labeller(rows=label_both))
+        + scale_x_log10()
+        + _policy_scales("color")
+        + labs(
+            x=axis,
+            y="fraction of completed requests",
+            title=f"{name} distribution by policy",
+            subtitle=f"steady-state completed requests pooled over {seeds} seed(s) "
+            "(not per-seed percentiles averaged)",
+        )
+        + _theme()
+    )
+    rows, cols = df["budget"].n_unique(), df["scenario"].n_unique()
+    return p, _size(rows, cols, w=4.4)
+
+
+def _events(results: Path) -> pl.DataFrame | None:
+    """Per-request tables of a sweep run with --events (events/*.parquet), or None."""
+    files = sorted((Path(results) / "events").glob("*.parquet"))
+    if not files:
+        return None
+    frames = [read_artifact(f, "requests") for f in files]
+    need = ["model", "workload", "budget_factor", "seed", "policy", "warmup", "outcome", "ttft_ms"]
+    need += ["tpot_ms"]
+    frames = [f.select(need) for f in frames if set(need) <= set(f.columns)]
+    return pl.concat(frames, how="vertical_relaxed") if frames else None
+
+
+def regret_frame(agg: pl.DataFrame) -> pl.DataFrame:
+    """Per scenario and policy: mean TTFT minus the best policy's (ms, ≥ 0) and relative."""
+    keys = ["model", "workload", "budget_factor"]
+    best = agg.group_by(keys).agg(pl.col("ttft_mean_ms").min().alias("best_ms"))
+    return agg.join(best, on=keys).with_columns(
+        (pl.col("ttft_mean_ms") - pl.col("best_ms")).alias("regret_ms"),
+        (pl.col("ttft_mean_ms") / pl.col("best_ms") - 1).alias("regret_rel"),
+    )
+
+
+def plot_regret(agg: pl.DataFrame):
+    """10: each policy's mean-TTFT cost against the best policy of its scenario."""
+    from mizani.bounds import squish
+    from plotnine import (
+        aes,
+        element_blank,
+        facet_wrap,
+        geom_text,
+        geom_tile,
+        ggplot,
+        labs,
+        scale_fill_gradient,
+        theme,
+    )
+
+    df = _with_labels(regret_frame(agg)).with_columns(
+        pl.col("policy")
+        .cast(pl.Utf8)
+        .cast(pl.Enum(list(reversed(agg["policy"].unique(maintain_order=True).to_list())))),
+        pl.struct(["regret_ms", "regret_rel"])
+        .map_elements(
+            lambda r: (
+                "best"
+                if r["regret_ms"] == 0
+                else f"+{r['regret_ms']:.1f} ms\n+{r['regret_rel']:.0%}"
+            ),
+            return_dtype=pl.Utf8,
+        )
+        .alias("label"),
+        (pl.col("regret_rel") * 100).alias("regret_pct"),
+    )
+    rows, cols = _facet_panels(df)
+    p = (
+        ggplot(_pd(df), aes("budget", "policy", fill="regret_pct"))
+        + geom_tile(color="white", size=0.8)
+        + geom_text(aes(label="label"), size=BASE_SIZE - 4, lineheight=0.95)
+        + facet_wrap(["model", "workload"], ncol=cols, labeller="label_both")
+        + scale_fill_gradient(
+            low="#f7f7f7", high="#D55E00", limits=(0, 100), oob=squish, name="TTFT over best (%)"
+        )
+        + labs(
+            x="decode KV budget factor",
+            y="policy",
+            title="Regret: what each policy costs against the best one",
+            subtitle="mean TTFT minus the lowest mean TTFT of the scenario (mean over seeds); "
+            "colour saturates at +100%",
+        )
+        + _theme()
+        + theme(panel_grid=element_blank())
+    )
+    return p, _size(rows, cols, w=4.2, h=2.6)
+
+
+def breakeven_frame(models: list[str], accelerators: list[str], n: int = 60) -> pl.DataFrame:
+    """Prefix lengths over which recompute beats transfer, against link bandwidth (roofline,
+    no queueing, latency of 20 µs), per model and decode accelerator."""
+    from .. import catalog
+    from ..catalog.specs import LinkSpec
+    from ..costmodel import (
+        Efficiency,
+        InstanceCost,
+        kv_bytes_per_token,
+        recompute_time,
+        transfer_time,
+    )
+
+    frames = []
+    for name in models:
+        m = catalog.get_model(name)
+        kv = kv_bytes_per_token(m)
+        lengths = np.unique(np.geomspace(1, m.max_context, 400).astype(np.int64)).astype(float)
+        for acc in accelerators:
+            cost = InstanceCost.build(m, catalog.get_accelerator(acc), 1, Efficiency())
+            t_r = recompute_time(cost, lengths)
+            for bw in np.geomspace(0.1, 1000.0, n):
+                link = LinkSpec(name="x", kind="ethernet", bandwidth_gbps=bw, latency_us=20.0)
+                wins = np.flatnonzero(t_r < transfer_time(link, lengths * kv))
+                frames.append(
+                    {
+                        "model": m.name,
+                        "accelerator": acc,
+                        "gbytes_per_s": float(bw),
+                        "recompute_from": float(lengths[wins[0]]) if wins.size else math.nan,
+                        "recompute_until": float(lengths[wins[-1]]) if wins.size else math.nan,
+                    }
+                )
+    return pl.DataFrame(frames)
+
+
+def plot_breakeven(crossover: pl.DataFrame):
+    """11: the longest prefix recompute still beats transfer for, over link bandwidth."""
+    from plotnine import (
+        aes,
+        facet_wrap,
+        geom_line,
+        geom_ribbon,
+        geom_vline,
+        ggplot,
+        labs,
+        scale_x_log10,
+        scale_y_log10,
+    )
+
+    from .. import catalog
+
+    models = sorted(set(crossover["model"]) & set(catalog.MODELS))
+    accels = [a for a in sorted(set(crossover["accelerator"])) if a in catalog.ACCELERATORS]
+    if not models or not accels:
+        return None, None
+    df = breakeven_frame(models, accels).drop_nans()
+    links = sorted(
+        {(k, catalog.get_link(k).bandwidth_gbps) for k in crossover["link"] if k in catalog.LINKS},
+        key=lambda x: x[1],
+    )
+    p = (
+        ggplot(_pd(df), aes("gbytes_per_s", color="accelerator", fill="accelerator"))
+        + geom_ribbon(aes(ymin="recompute_from", ymax="recompute_until"), alpha=0.12, size=0)
+        + geom_line(aes(y="recompute_until"), size=1.0)
+        + geom_vline(
+            xintercept=[bw for _, bw in links], linetype="dotted", color="#999999", size=0.3
+        )
+        + facet_wrap("model", ncol=len(models), labeller="label_both")
+        + scale_x_log10()
+        + scale_y_log10()
+        + labs(
+            x="link bandwidth per channel (GB/s, log scale); dotted: the catalog links",
+            y="prefix length (tokens, log scale)",
+            title="Break-even prefix length against link bandwidth",
+            subtitle="shaded: prefix lengths for which recomputing on the decode node is "
+            "cheaper than transferring the KV;\nline: the longest such prefix (above it, "
+            "transfer wins); roofline, no queueing, 20 µs link latency",
+        )
+        + _theme()
+    )
+    return p, (max(8.0, 1.5 + 5.5 * len(models)), 5.6)
+
+
+def plot_goodput(cap: pl.DataFrame):
+    """12: goodput against offered rate from `capacity --out`, one line per policy."""
+    from plotnine import (
+        aes,
+        facet_wrap,
+        geom_abline,
+        geom_line,
+        geom_point,
+        geom_vline,
+        ggplot,
+        labs,
+    )
+
+    df = _with_policies(cap)
+    best = df.group_by(["scenario", "policy"]).agg(pl.col("max_rate_rps").first())
+    n = df["scenario"].n_unique()
+    target = sorted(set(cap["target"]))
+    p = (
+        ggplot(_pd(df), aes("rate", "goodput_rps", color="policy"))
+        + geom_abline(slope=1, intercept=0, linetype="dashed", color="#999999")
+        + geom_line(size=0.8)
+        + geom_point(size=2.2)
+        + geom_vline(
+            aes(xintercept="max_rate_rps", color="policy"),
+            data=_pd(_with_policies(best)),
+            linetype="dotted",
+            size=0.7,
+        )
+        + facet_wrap("scenario", ncol=min(n, 3), scales="free", labeller="label_both")
+        + _policy_scales("color")
+        + labs(
+            x="offered rate (req/s)",
+            y="goodput (req/s meeting the TTFT and TPOT SLOs)",
+            title="Goodput against offered rate",
+            subtitle="points: the capacity search's probes; dashed: goodput = offered rate\n"
+            f"dotted: the highest rate holding {', '.join(f'{t:.0%}' for t in target)} "
+            "SLO attainment",
+        )
+        + _theme()
+    )
+    return p, (max(8.0, 1.5 + 5.0 * min(n, 3)), 5.4 + 3.0 * ((n - 1) // 3))
+
+
+def _with_policies(df: pl.DataFrame) -> pl.DataFrame:
+    pols = [p for p in POLICIES if p in set(df["policy"])] + sorted(
+        set(df["policy"]) - set(POLICIES)
+    )
+    return df.with_columns(pl.col("policy").cast(pl.Enum(pols)))
+
+
 # ---------------------------------------------------------------- entry point
 
 
@@ -613,32 +1002,52 @@ def render_plots(results: Path, out: Path) -> list[Path]:
 
     matplotlib.use("Agg")  # files only: never open a window or need a display
 
+    from . import capacity_table as _capacity  # noqa: F401 - registers the capacity artifact
+    from . import decision as _decision  # noqa: F401 - registers the decision artifact
     from .report import recommendations
 
     results, out = Path(results), Path(out)
-    agg = load(results, "agg")
-    crossover = load(results, "crossover")
-    rec = recommendations(results, agg)
-    agg = agg.filter(pl.col("stable"))  # an unstable point is not a result (docs/model.md)
+
+    def optional(kind: str) -> pl.DataFrame | None:
+        path = results / f"{kind}.parquet"
+        return read_artifact(path, kind) if path.is_file() else None
+
+    decision, capacity = optional("decision"), optional("capacity")
+    figures: list[tuple[str, Callable[[], tuple]]] = []
+    agg = None
+    # a link sweep or a capacity search alone has no agg: draw just its figure
+    if (decision is None and capacity is None) or (results / "agg.parquet").is_file():
+        agg = load(results, "agg")
+        crossover = load(results, "crossover")
+        rec = recommendations(results, agg)
+        agg = agg.filter(pl.col("stable"))  # an unstable point is not a result (docs/model.md)
+        events = _events(results)
+        figures += [
+            ("01_mean_ttft_by_policy.png", lambda: plot_mean_ttft(agg)),
+            ("03_replica_memory_tradeoff.png", lambda: plot_replica_memory(agg)),
+            ("04_transfer_recompute_crossover.png", lambda: plot_crossover(crossover)),
+            ("05_recommendation_matrix.png", lambda: plot_recommendations(rec)),
+            ("06_ttft_distribution.png", lambda: plot_ttft_distribution(agg)),
+            ("07_crossover_map.png", lambda: plot_crossover_map(crossover)),
+            ("10_regret.png", lambda: plot_regret(agg)),
+            ("11_breakeven_prefix.png", lambda: plot_breakeven(crossover)),
+        ]
+        if events is not None and events.height:
+            figures.append(("09_ttft_cdf.png", lambda: plot_ttft_cdf(events)))
+            figures.append(("13_tpot_cdf.png", lambda: plot_ttft_cdf(events, "tpot_ms")))
+    if decision is not None and decision.height:
+        figures.append(("08_decision_map.png", lambda: plot_decision_map(decision)))
+    if capacity is not None and capacity.height:
+        figures.append(("12_goodput_vs_rate.png", lambda: plot_goodput(capacity)))
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise ArtifactError(
             f"cannot create the plots folder ({e.strerror})", where=str(out)
         ) from None
-
-    figures: list[tuple[str, Callable[[], tuple]]] = [
-        ("01_mean_ttft_by_policy.png", lambda: plot_mean_ttft(agg)),
-        ("02_throughput_vs_reject.png", lambda: plot_throughput_vs_reject(agg)),
-        ("03_replica_memory_tradeoff.png", lambda: plot_replica_memory(agg)),
-        ("04_transfer_recompute_crossover.png", lambda: plot_crossover(crossover)),
-        ("05_recommendation_matrix.png", lambda: plot_recommendations(rec)),
-        ("06_ttft_distribution.png", lambda: plot_ttft_distribution(agg)),
-        ("07_crossover_map.png", lambda: plot_crossover_map(crossover)),
-    ]
     written = []
     for name, build in figures:
-        if agg.height == 0 and name[:2] in ("01", "02", "03", "06"):
+        if agg is not None and agg.height == 0 and name[:2] in ("01", "03", "06", "10"):
             continue  # every point is unstable: nothing steady to draw
         plot, size = build()
         if plot is not None:

@@ -27,12 +27,17 @@ BASELINE = "transfer_per_request"
 
 PLOT_TITLES = {
     "01_mean_ttft_by_policy.png": "Mean TTFT by policy (95% CI over seeds)",
-    "02_throughput_vs_reject.png": "Throughput vs reject rate",
     "03_replica_memory_tradeoff.png": "Replica memory vs TTFT reduction",
     "04_transfer_recompute_crossover.png": "Transfer vs recompute over prefix length",
     "05_recommendation_matrix.png": "Recommendation matrix",
     "06_ttft_distribution.png": "TTFT p50 / p90 / p99",
     "07_crossover_map.png": "Transfer ÷ recompute per accelerator × link",
+    "08_decision_map.png": "Decision map: winner over budget × link bandwidth",
+    "09_ttft_cdf.png": "TTFT CDFs, requests pooled over seeds",
+    "10_regret.png": "Regret: each policy's TTFT against the best",
+    "11_breakeven_prefix.png": "Break-even prefix length against link bandwidth",
+    "12_goodput_vs_rate.png": "Goodput against offered rate",
+    "13_tpot_cdf.png": "TPOT CDFs, requests pooled over seeds",
 }
 
 
@@ -545,11 +550,18 @@ def build_report(results: Path, report_dir: Path, plots: Path | None = None) -> 
     return "\n".join(lines).rstrip() + "\n"
 
 
-def write_report(results: Path, out: Path | None = None, plots: Path | None = None) -> Path:
-    """Write ``report.md`` (default: in ``results``); embeds the PNGs of ``plots`` if given."""
+def write_report(
+    results: Path, out: Path | None = None, plots: Path | None = None, html: bool = False
+) -> Path:
+    """Write ``report.md`` (default: in ``results``); embeds the PNGs of ``plots`` if given;
+    with ``html``, also a self-contained ``report.html`` beside it (figures inline)."""
     results = Path(results)
     path = Path(out) if out is not None else results / "report.md"
     text = build_report(results, path.parent, plots)
+    if html:
+        from .report_html import write_html
+
+        write_html(text, path.with_suffix(".html"), path.parent)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.tmp")

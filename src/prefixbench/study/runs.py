@@ -40,8 +40,10 @@ def run_scenario(
     keep_requests: bool = True,
     track_gaps: bool = False,
     timeline: Path | None = None,
+    on_policy=None,
 ) -> RunTables:
-    """Simulate ``s`` under each policy on the same requests (one prepared workload)."""
+    """Simulate ``s`` under each policy on the same requests (one prepared workload);
+    ``on_policy(policy)`` is called after each (a progress bar)."""
     prep = prepare(s)
     frames, rows = [], []
     keys = scenario_keys(s)
@@ -58,12 +60,45 @@ def run_scenario(
         rows.append({**keys, **summarize(prep, policy, df, res)})
         if keep_requests:
             frames.append(df)
+        if on_policy:
+            on_policy(policy)
     if timeline is not None:
-        from ..engine.recorder import write_chrome_trace
-
-        write_chrome_trace(recorders, timeline)
+        _write_timeline(recorders, Path(timeline))
     requests = pl.concat(frames) if frames else pl.DataFrame()
     return RunTables(prep, requests, pl.DataFrame(rows))
+
+
+def _write_timeline(recorders: list, path: Path) -> Path:
+    """The Perfetto timeline, atomically, with the file mode of the Parquet files; a write
+    that fails (a directory there, a full disk, a read-only folder) is one line and leaves
+    no temp file behind."""
+    import os
+    import shutil
+    import tempfile
+
+    from ..artifacts import _UMASK
+    from ..engine.recorder import write_chrome_trace
+    from ..errors import ArtifactError
+
+    tmpdir = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmpdir = tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent)
+        written = write_chrome_trace(recorders, Path(tmpdir) / path.name)
+        os.chmod(written, 0o666 & ~_UMASK)
+        if path.is_dir():
+            raise IsADirectoryError(21, "Is a directory")
+        os.replace(written, path)
+    except OSError as e:
+        raise ArtifactError(
+            f"cannot write the timeline ({e.strerror or e.__class__.__name__})",
+            where=str(path),
+            fix="give --timeline a file path in a writable folder with free space",
+        ) from None
+    finally:
+        if tmpdir is not None:
+            shutil.rmtree(tmpdir, ignore_errors=True)
+    return path
 
 
 def write_run(t: RunTables, out: Path) -> list[Path]:

@@ -10,9 +10,12 @@ from ..errors import ScenarioError
 from ..scenario import TraceWorkload
 from .controls import limit, rescale_rate, window
 from .distributions import sample
+from .overlength import apply_overlength
 from .requests import Requests
 from .synthetic import streams, zipf_weights
 from .traces import read_trace
+
+NO_PREFIX_INFO = ("azure", "burstgpt")  # CSV traces with lengths only
 
 
 def overlay_prefixes(req: Requests, w: TraceWorkload, block_size: int, seed: int) -> Requests:
@@ -60,9 +63,15 @@ def _at(field: str):
 
 
 def trace_requests(
-    w: TraceWorkload, n: int | None, block_size: int, seed: int
+    w: TraceWorkload,
+    n: int | None,
+    block_size: int,
+    seed: int,
+    max_context: int | None = None,
+    model: str = "the model",
 ) -> tuple[Requests, list[str]]:
-    """The requests a trace workload replays, and notes for the user (skips, overlay)."""
+    """The requests a trace workload replays, and notes for the user (skips, over-length
+    requests, overlay). ``max_context`` (the model's) applies ``w.overlength``."""
     fmt = None if w.format == "auto" else w.format
     load = read_trace(
         w.path, fmt, block_size=w.block_size, time_unit_s=w.time_unit_s, skip_bad=w.skip_bad
@@ -72,6 +81,10 @@ def trace_requests(
         detail = ", ".join(f"{k}: {v}" for k, v in sorted(load.skip_reasons.items()))
         notes.append(f"{w.path}: skipped {load.skipped} bad records ({detail})")
     req = load.requests
+    if max_context is not None:
+        req, note = apply_overlength(req, max_context, w.overlength, model)
+        if note:
+            notes.append(f"{w.path}: {note}")
     if w.start_s is not None or w.end_s is not None:
         with _at("workload.start_s/end_s"):
             req = window(
@@ -85,16 +98,18 @@ def trace_requests(
         with _at("workload.rate"):
             req = rescale_rate(req, w.rate)
     if w.overlay is not None:
-        if load.format != "azure":
+        if load.format not in NO_PREFIX_INFO:
             raise ScenarioError(
-                "a prefix overlay only applies to traces without prefix information (Azure)",
+                "a prefix overlay only applies to traces without prefix information "
+                "(Azure, BurstGPT)",
                 where="workload.overlay",
-                fix="remove workload.overlay for Mooncake traces",
+                fix="remove workload.overlay for Mooncake and Bailian traces",
             )
         req = overlay_prefixes(req, w, block_size, seed)
-        notes.append("prefix sharing is overlaid synthetically (the Azure trace has none)")
-    elif load.format == "azure":
+        notes.append(f"prefix sharing is overlaid synthetically (the {load.format} trace has none)")
+    elif load.format in NO_PREFIX_INFO:
         notes.append(
-            "the Azure trace has no prefix information and no overlay is set: nothing is shared"
+            f"the {load.format} trace has no prefix information and no overlay is set: "
+            "nothing is shared"
         )
     return req, notes

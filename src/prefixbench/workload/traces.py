@@ -1,4 +1,5 @@
-"""Real request traces (Mooncake JSONL, Azure LLM inference CSV) as :class:`Requests`.
+"""Real request traces as :class:`Requests`: Mooncake JSONL, Azure LLM inference CSV (2023,
+and 2024 with ``+00:00`` offsets), BurstGPT CSV and the Alibaba Qwen-Bailian JSONL.
 
 Each reader tries a columnar polars parse first and checks the result with whole-array
 tests. Only when that finds anything wrong does it re-read the file line by line with the
@@ -30,7 +31,14 @@ import numpy as np
 from prefixbench.errors import TraceFormatError
 from prefixbench.workload.requests import Requests
 
-FORMATS = ("mooncake", "azure")
+FORMATS = ("mooncake", "azure", "burstgpt", "bailian")
+# Qwen-Bailian usage traces (alibaba-edu/qwen-bailian-usagetraces-anon README): the Mooncake
+# fields, with timestamps in seconds and hash_ids of 16-token blocks
+BAILIAN_BLOCK_SIZE = 16
+BAILIAN_TIME_UNIT_S = 1.0
+# BurstGPT (HPMLL/BurstGPT): Timestamp (s from trace start), Model, Request tokens,
+# Response tokens, Total tokens, Log Type; failed requests have 0 response tokens
+BURSTGPT_COLUMNS = ("Timestamp", "Request tokens", "Response tokens")
 MOONCAKE_FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
@@ -354,7 +362,10 @@ def _mooncake_slow(
 
 # --------------------------------------------------------------------------- Azure
 
-_AZURE_TS = re.compile(r"(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?")
+_AZURE_TS = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?"
+    r"(?:(Z)|([+-])(\d{2}):?(\d{2}))?"  # Azure 2024 writes +00:00
+)
 _EPOCH_DAY = datetime(1970, 1, 1).toordinal()
 _AZURE_HINT = "Azure LLM inference trace CSV (TIMESTAMP,ContextTokens,GeneratedTokens)"
 
@@ -389,6 +400,10 @@ def _azure_fast(path: str) -> dict[str, np.ndarray] | None:
         stamp = df["TIMESTAMP"].str.to_datetime(
             "%Y-%m-%d %H:%M:%S%.f", time_unit="ns", strict=False
         )
+        if stamp.null_count():  # Azure 2024: ISO timestamps with a UTC offset (+00:00)
+            stamp = df["TIMESTAMP"].str.to_datetime(
+                "%Y-%m-%d %H:%M:%S%.f%:z", time_unit="ns", strict=False, time_zone="UTC"
+            )
         if stamp.null_count():
             return None
         ns = stamp.cast(pl.Int64).to_numpy(writable=True)
@@ -424,11 +439,14 @@ def _azure_timestamp_ns(text: str) -> int:
     except ValueError:
         raise _Bad(
             "bad_timestamp",
-            f"TIMESTAMP {_show(text)} is not 'YYYY-MM-DD HH:MM:SS[.fraction]'",
+            f"TIMESTAMP {_show(text)} is not 'YYYY-MM-DD HH:MM:SS[.fraction][+HH:MM]'",
             f"fix the timestamp, {_SKIP_HINT}",
         ) from None
     frac = (m.group(7) or "")[:9].ljust(9, "0")
     secs = (day.toordinal() - _EPOCH_DAY) * 86400 + hh * 3600 + mm * 60 + ss
+    if m.group(9):  # an offset east of UTC is ahead of it: subtract to get UTC
+        off = int(m.group(10)) * 3600 + int(m.group(11)) * 60
+        secs -= off if m.group(9) == "+" else -off
     ns = secs * 1_000_000_000 + int(frac)
     if not _INT64_MIN <= ns <= _INT64_MAX:  # nanoseconds since 1970 must fit in int64
         raise _Bad(
@@ -562,27 +580,174 @@ def _azure_slow(path: str, skip_bad: bool, skips: Counter[str]) -> dict[str, np.
 
 # --------------------------------------------------------------------------- dispatch
 
+# --------------------------------------------------------------------------- BurstGPT
+
+_BURST_HINT = "BurstGPT CSV (Timestamp,Model,Request tokens,Response tokens,...)"
+
+
+def read_burstgpt(path: str | os.PathLike[str], *, skip_bad: bool = False) -> TraceLoad:
+    """Read a BurstGPT CSV: ``Timestamp`` (seconds from the trace start), ``Request tokens``
+    and ``Response tokens``. Failed requests (0 response tokens; BurstGPT logs them) never
+    reach decode, so they are dropped and counted as ``failed_request``. Rows must be in
+    time order. No prefix information (overlay sharing as for Azure)."""
+    path = str(path)
+    _check_readable(path)
+    skips: Counter[str] = Counter()
+    t, inp, out = array("d"), array("q"), array("q")
+    where: dict[str, int] = {}
+    ncols, prev_t, prev_line = 0, -math.inf, 0
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            if lineno == 1:
+                try:
+                    header = [h.strip() for h in _split_csv_line(raw)]
+                except _Bad:
+                    header = []
+                missing = [c for c in BURSTGPT_COLUMNS if c not in header]
+                if missing:
+                    raise TraceFormatError(
+                        f"header lacks column {missing[0]!r} (got {_show(','.join(header), 60)})",
+                        where=f"{path}:1",
+                        fix=f"the first line must name the columns of a {_BURST_HINT}",
+                    )
+                where = {c: header.index(c) for c in BURSTGPT_COLUMNS}
+                ncols = len(header)
+                continue
+            if not raw.strip():
+                continue
+            try:
+                ts, i, o = _burst_row(_split_csv_line(raw), where, ncols)
+                if ts < prev_t:
+                    raise _Bad(
+                        "unsorted_timestamp",
+                        f"Timestamp is earlier than the one on line {prev_line} "
+                        "(timestamps go backwards)",
+                        "sort the file by Timestamp, or use --skip-bad to drop rows "
+                        "that go backwards",
+                    )
+            except _Bad as bad:
+                if bad.reason == "failed_request":
+                    skips[bad.reason] += 1
+                    continue
+                if not skip_bad:
+                    raise TraceFormatError(
+                        bad.what, where=f"{path}:{lineno}", fix=bad.fix
+                    ) from None
+                skips[bad.reason] += 1
+                continue
+            prev_t, prev_line = ts, lineno
+            t.append(ts)
+            inp.append(i)
+            out.append(o)
+    cols = None
+    if t:
+        ts_arr = np.frombuffer(t, dtype=np.float64).copy()
+        n = ts_arr.shape[0]
+        cols = {
+            "arrival": ts_arr - ts_arr[0],
+            "prompt_len": np.frombuffer(inp, dtype=np.int64).copy(),
+            "output_len": np.frombuffer(out, dtype=np.int64).copy(),
+            "blk_ptr": np.zeros(n + 1, dtype=np.int64),
+            "blk_hash": np.zeros(0, dtype=np.int64),
+            "blk_tokens": np.zeros(0, dtype=np.int64),
+            "prefix_id": np.full(n, -1, dtype=np.int64),
+        }
+    return _finish(path, "burstgpt", cols, skips, _BURST_HINT)
+
+
+def _burst_row(fields: list[str], where: dict[str, int], ncols: int) -> tuple[float, int, int]:
+    if len(fields) != ncols:
+        raise _Bad(
+            "malformed_line",
+            f"expected {ncols} comma-separated fields, got {len(fields)}",
+            f"fix or delete the line, {_SKIP_HINT}",
+        )
+    text = fields[where["Timestamp"]].strip()
+    try:
+        ts = float(text)
+    except ValueError:
+        ts = math.nan
+    if not (math.isfinite(ts) and ts >= 0):
+        raise _Bad(
+            "bad_timestamp",
+            f"Timestamp must be a number of seconds >= 0, got {_show(text)}",
+            f"fix the timestamp, {_SKIP_HINT}",
+        )
+    inp = _azure_int(fields[where["Request tokens"]], "Request tokens")
+    out = _azure_int(fields[where["Response tokens"]], "Response tokens")
+    if out == 0:
+        raise _Bad("failed_request", "a failed request (0 response tokens)", "")
+    if inp <= 0:
+        raise _Bad(
+            "bad_input_length",
+            f"Request tokens must be positive, got {inp}",
+            f"fix the row, {_SKIP_HINT}",
+        )
+    if out < 0:
+        raise _Bad(
+            "negative_output_length",
+            f"Response tokens must be at least 0, got {out}",
+            f"fix the row, {_SKIP_HINT}",
+        )
+    return ts, inp, out
+
+
+# --------------------------------------------------------------------------- dispatch
+
 _EXTENSIONS = {".jsonl": "mooncake", ".csv": "azure"}
 
 
-def read_trace(path: str | os.PathLike[str], fmt: str | None = None, **kw: Any) -> TraceLoad:
-    """Read a trace; ``fmt`` is ``"mooncake"``, ``"azure"`` or ``None`` (from the extension:
-    ``.jsonl`` -> mooncake, ``.csv`` -> azure). Options a format has no use for
-    (``block_size``, ``time_unit_s`` for Azure) are ignored."""
+def sniff_format(path: str | os.PathLike[str]) -> str | None:
+    """The format a file's name and first line say: a ``.csv`` whose header names
+    ``Request tokens`` is BurstGPT; a ``.jsonl`` whose first record has ``chat_id`` and
+    ``turn``, or whose name says ``blksz_16``, is Qwen-Bailian."""
+    p = Path(path)
+    fmt = _EXTENSIONS.get(p.suffix.lower())
     if fmt is None:
-        fmt = _EXTENSIONS.get(Path(path).suffix.lower())
+        return None
+    try:
+        with open(p, "rb") as fh:
+            first = fh.readline(65536).decode("utf-8-sig", errors="replace")
+    except OSError:
+        return fmt  # the reader reports the error
+    if fmt == "azure" and "Request tokens" in first:
+        return "burstgpt"
+    if fmt == "mooncake" and ("blksz_16" in p.name or ('"chat_id"' in first and '"turn"' in first)):
+        return "bailian"
+    return fmt
+
+
+def read_trace(path: str | os.PathLike[str], fmt: str | None = None, **kw: Any) -> TraceLoad:
+    """Read a trace; ``fmt`` is one of :data:`FORMATS` or ``None`` (from the extension and
+    the first line, see :func:`sniff_format`). Options a format has no use for
+    (``block_size``, ``time_unit_s`` for the CSV formats) are ignored; ``None`` for them
+    means the format's own (Mooncake 512 tokens and ms, Bailian 16 tokens and s)."""
+    if fmt is None:
+        fmt = sniff_format(path)
         if fmt is None:
             raise TraceFormatError(
                 f"cannot tell the trace format from the extension {Path(path).suffix!r}",
                 where=str(path),
-                fix="name the file .jsonl (Mooncake) or .csv (Azure), or pass the format "
-                "explicitly (mooncake or azure)",
+                fix="name the file .jsonl (Mooncake, Bailian) or .csv (Azure, BurstGPT), or "
+                "pass the format explicitly (" + ", ".join(FORMATS) + ")",
             )
+    if kw.get("block_size") is None:
+        kw.pop("block_size", None)
+    if kw.get("time_unit_s") is None:
+        kw.pop("time_unit_s", None)
     if fmt == "mooncake":
         return read_mooncake(path, **kw)
+    if fmt == "bailian":
+        kw.setdefault("block_size", BAILIAN_BLOCK_SIZE)
+        kw.setdefault("time_unit_s", BAILIAN_TIME_UNIT_S)
+        load = read_mooncake(path, **kw)
+        load.format = "bailian"
+        return load
+    kw = {k: v for k, v in kw.items() if k not in ("block_size", "time_unit_s")}
     if fmt == "azure":
-        kw = {k: v for k, v in kw.items() if k not in ("block_size", "time_unit_s")}
         return read_azure(path, **kw)
+    if fmt == "burstgpt":
+        return read_burstgpt(path, **kw)
     raise TraceFormatError(
-        f"unknown trace format {fmt!r}", where=str(path), fix="use mooncake or azure"
+        f"unknown trace format {fmt!r}", where=str(path), fix="use " + ", ".join(FORMATS)
     )

@@ -1,0 +1,105 @@
+"""Every table reads at 80 columns: full policy, model and workload names, no line wider
+than the terminal (CliRunner with COLUMNS=80, as a new user's terminal)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from studyutil import make_tiny_study
+from typer.testing import CliRunner
+
+from prefixbench.cli import app
+from prefixbench.scenario import POLICIES
+
+runner = CliRunner(env={"COLUMNS": "80", "NO_COLOR": "1", "TERM": "dumb"})
+SMALL = ["--set", "run.requests=600", "--set", "run.warmup_requests=100"]
+
+
+def invoke(*args: str):
+    return runner.invoke(app, list(args))
+
+
+def _fits(text: str, width: int = 80) -> None:
+    wide = [line for line in text.splitlines() if len(line) > width]
+    assert not wide, f"lines wider than {width}: {wide[:3]}"
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    return make_tiny_study(tmp_path_factory.mktemp("study"))
+
+
+def test_run_shows_every_policy_name_whole(tmp_path):
+    r = invoke("run", *SMALL, "--out", str(tmp_path))
+    assert r.exit_code == 0, r.stderr
+    _fits(r.stdout)
+    for p in POLICIES:
+        # a whole name on a row of its own table, never "replicate_ho…"
+        assert sum(line.startswith(p + " ") for line in r.stdout.splitlines()) >= 5, p
+    assert "…" not in r.stdout
+    assert len(r.stdout.splitlines()) < 56  # was 71 with metrics as rows
+
+
+def test_recommend_prints_full_policy_names(study):
+    args = ["--model", "qwen2-0.5b", "--budget", "0.35", "--results", str(study)]
+    args += ["--workload", "enterprise_hotset,tool_call"]
+    r = invoke("recommend", *args)
+    assert r.exit_code == 0, r.stderr
+    _fits(r.stdout)
+    assert "…" not in r.stdout
+    rows = json.loads(invoke("recommend", *args, "--json").stdout)
+    assert rows
+    table_rows = [line.split() for line in r.stdout.splitlines()]
+    for row in rows:
+        # the workload and its recommended policy, whole, on one table row
+        assert [row["workload"], row["recommended"]] in [t[:2] for t in table_rows], row
+
+
+def test_catalog_show_keeps_source_url_whole():
+    r = invoke("catalog", "show", "qwen2-1.5b")
+    assert r.exit_code == 0
+    _fits(r.stdout.replace("https://huggingface.co/Qwen/Qwen2-1.5B/blob/main/config.json", ""))
+    assert "https://huggingface.co/Qwen/Qwen2-1.5B/blob/main/config.json" in r.stdout
+
+
+def test_catalog_list_fits():
+    r = invoke("catalog")
+    assert r.exit_code == 0
+    _fits(r.stdout)
+    assert "long_context_support" in r.stdout and "deepseek-v2-lite" in r.stdout
+
+
+def test_help_never_breaks_a_policy_name_and_shows_no_python_types():
+    for cmd in ("run", "compare", "capacity"):
+        r = invoke(cmd, "--help")
+        assert r.exit_code == 0
+        for p in POLICIES:
+            assert p in r.stdout, (cmd, p)
+        for python_type in ("<bool>", "<str>", "<list[str]>", "<int>", "<path>", "<float>"):
+            assert python_type not in r.stdout, (cmd, python_type)
+
+
+def test_escape_sequences_in_names_do_not_reach_the_terminal(tmp_path):
+    name = "x\x1b]0;pwned\x07\x1b[2J"
+    r = invoke(
+        "run",
+        "tool_call",
+        *SMALL,
+        "--set",
+        f"name={name}",
+        "--policy",
+        "replicate_hotset",
+        "--out",
+        str(tmp_path),
+    )
+    assert r.exit_code == 0, r.stderr
+    assert "\x1b" not in r.stdout + r.stderr and "\x07" not in r.stdout + r.stderr
+    assert "pwned" in r.stdout  # shown, made harmless
+
+
+def test_cli_policy_choices_match_the_registry():
+    from prefixbench.cli.app import PolicyChoice, PolicyName
+
+    assert tuple(p.value for p in PolicyName) == POLICIES
+    assert tuple(p.value for p in PolicyChoice) == ("all", *POLICIES)
