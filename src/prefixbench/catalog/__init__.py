@@ -1,7 +1,8 @@
 """Built-in presets: models, accelerators and links, kept as cited data.
 
 Registries are plain dicts keyed by the names users type. ``get_model`` also accepts the
-path of a Hugging Face ``config.json`` on disk (never downloaded).
+path of a Hugging Face ``config.json`` on disk (never downloaded); ``get_accelerator`` and
+``get_link`` the path of a hardware YAML file (``userfile``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from .accelerators import ACCELERATORS
 from .links import LINKS
 from .models import MODELS
 from .specs import AcceleratorSpec, LinkSpec, ModelSpec
+from .userfile import is_path, load_hardware
 
 __all__ = [
     "ACCELERATORS",
@@ -48,8 +50,14 @@ def get_model(name: str) -> ModelSpec:
 
 
 def get_accelerator(name: str) -> AcceleratorSpec:
+    """A catalog accelerator by name, or one read from a hardware YAML file path."""
+    if is_path(name):
+        return load_hardware(name, "accelerator")  # type: ignore[return-value]
     return _lookup("accelerator", name, ACCELERATORS)
 
 
 def get_link(name: str) -> LinkSpec:
+    """A catalog link by name, or one read from a hardware YAML file path."""
+    if is_path(name):
+        return load_hardware(name, "link")  # type: ignore[return-value]
     return _lookup("link", name, LINKS)
