@@ -197,7 +197,7 @@ class InstanceGroup(_M):
     accelerator: str = Field(
         "l4",
         description="Accelerator name from the catalog, or a hardware YAML file (path relative "
-        "to the scenario file; docs/catalog.md, \"Your own hardware\").",
+        'to the scenario file; docs/catalog.md, "Your own hardware").',
     )
     devices: int = Field(1, ge=1, description="Devices per instance (ideal tensor parallelism).")
 

@@ -99,7 +99,7 @@ def _error(e: ValidationError, cls, where: str) -> CatalogError:
         return CatalogError(f"unknown field '{field}'{more}", where=where, fix=fix)
     if kind == "missing":
         return CatalogError(f"field '{field}' is missing{more}", where=where, fix=_missing(field))
-    fix = "write a number" + _unit(field) if kind.startswith(("float", "finite")) else ""
+    fix = f"write a number{_in(field)}" if kind.startswith(("float", "finite")) else ""
     if any(b in ctx for b in ("gt", "ge", "lt", "le")):
         fix = f"must be {_range(cls, field)}{_unit(field)}"
     value = err.get("input")
@@ -118,6 +118,10 @@ def _range(cls, field: str) -> str:
         if getattr(m, b, None) is not None
     ]
     return " and ".join(parts)
+
+
+def _in(field: str) -> str:
+    return f" in {UNITS[field]}" if field in UNITS else ""
 
 
 def _num(v: float) -> str:
@@ -174,7 +178,9 @@ def _checked(spec, kind: str, where: str):
     from . import ACCELERATORS, LINKS
 
     if not spec.source.strip():
-        raise CatalogError("field 'source' is missing or empty", where=where, fix=_missing("source"))
+        raise CatalogError(
+            "field 'source' is missing or empty", where=where, fix=_missing("source")
+        )
     if spec.name.strip().lower() in (ACCELERATORS if kind == "accelerator" else LINKS):
         raise CatalogError(
             f"name '{spec.name}' is a catalog {kind}",
