@@ -27,6 +27,7 @@ __all__ = [
     "get_accelerator",
     "get_link",
     "get_model",
+    "hardware_label",
 ]
 
 
@@ -61,3 +62,13 @@ def get_link(name: str) -> LinkSpec:
     if is_path(name):
         return load_hardware(name, "link")  # type: ignore[return-value]
     return _lookup("link", name, LINKS)
+
+
+def hardware_label(ref: str) -> str:
+    """What to call an accelerator or link in a title: its name, also when given as a file."""
+    if not is_path(ref):
+        return ref
+    try:
+        return load_hardware(ref).name
+    except CatalogError:
+        return ref
