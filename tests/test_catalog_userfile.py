@@ -218,6 +218,22 @@ def test_bad_file_named_by_a_scenario_is_one_line_with_both_places(tmp_path):
     assert "cluster.decode.accelerator" in line and "scenario.yaml" in line
 
 
+def test_missing_file_named_by_a_scenario_is_the_scenario_s_mistake(tmp_path):
+    path = _scenario(tmp_path, "  prefill: {accelerator: hw/nope.yaml}")
+    with pytest.raises(CatalogError) as e:
+        load_scenario(str(path))
+    assert e.value.where == str(path)
+    assert "cluster.prefill.accelerator" in str(e.value)
+    assert str(tmp_path / "hw" / "nope.yaml") in str(e.value)
+    assert "relative to the scenario file" in str(e.value)
+
+
+def test_unreadable_names_are_one_line_errors(tmp_path):
+    for ref in ("a\x00b.yaml", "x/" + "y" * 5000 + ".yaml"):
+        with pytest.raises(CatalogError):
+            get_accelerator(ref)
+
+
 def test_preset_hardware_resolves_from_any_directory(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     s = load_scenario("optical_mac")

@@ -273,7 +273,7 @@ def load_scenario(
     if overrides:
         data = apply_overrides(data, overrides)
         where = f"{where} (with --set)"
-        data = resolve_scenario_hardware(data, Path.cwd(), where)
+        data = resolve_scenario_hardware(data, Path.cwd(), where, base_is_file=False)
     # `efficiency: {from: FILE}` reads a fitted block; FILE is relative to the scenario file
     from .calibrate import inline_efficiency
 

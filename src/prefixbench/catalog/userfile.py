@@ -55,10 +55,24 @@ def is_path(ref: str) -> bool:
     return ref.endswith((".yaml", ".yml")) or "/" in ref or os.sep in ref
 
 
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except (OSError, ValueError):  # a name too long, a NUL byte: no such file either way
+        return False
+
+
+def _is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except (OSError, ValueError):
+        return False
+
+
 def _read(path: Path) -> Any:
     where = str(path)
-    if not path.is_file():
-        fix = "check the path" if not path.exists() else "give a regular YAML file"
+    if not _is_file(path):
+        fix = "give a regular YAML file" if _is_dir(path) else "check the path"
         raise CatalogError("hardware file not found", where=where, fix=fix)
     if path.stat().st_size > MAX_BYTES:
         raise CatalogError(
@@ -79,6 +93,12 @@ def _read(path: Path) -> Any:
         raise CatalogError(f"YAML syntax error: {problem}", where=loc, fix="fix the YAML") from None
     except RecursionError:
         raise CatalogError("YAML nested too deeply", where=where, fix="write flat fields") from None
+    except OSError as e:
+        raise CatalogError(
+            f"cannot read file ({e.strerror or e.__class__.__name__})",
+            where=where,
+            fix="check that the path is a readable file",
+        ) from None
 
 
 def _unit(field: str) -> str:
@@ -190,11 +210,14 @@ def _checked(spec, kind: str, where: str):
     return spec
 
 
-def resolve_scenario_hardware(data: dict, base: Path, where: str) -> dict:
+def resolve_scenario_hardware(
+    data: dict, base: Path, where: str, base_is_file: bool = True
+) -> dict:
     """``data`` with every hardware file it names made absolute against ``base`` and checked.
 
     Called on a raw scenario mapping before validation, so a bad file fails with one line
-    naming the file and its field (and the scenario field that points at it).
+    naming the file and its field (and the scenario field that points at it). ``base`` is
+    the scenario's folder, or the working directory for ``--set`` (``base_is_file=False``).
     """
     out = data
     for keys, kind in SCENARIO_FIELDS:
@@ -206,12 +229,20 @@ def resolve_scenario_hardware(data: dict, base: Path, where: str) -> dict:
             continue
         path = Path(ref).expanduser()
         path = path if path.is_absolute() else base / path
+        field = ".".join(keys)
+        if not _is_file(path):
+            rel = "the scenario file" if base_is_file else "the working directory"
+            raise CatalogError(
+                f"field '{field}': hardware file {str(path)!r} not found",
+                where=where,
+                fix=f"check the path (relative to {rel})",
+            )
         try:
             load_hardware(path, kind)
-        except CatalogError as e:
-            named = f"named by {'.'.join(keys)} in {where}"
-            fix = f"{e.fix} ({named})" if e.fix else named
-            raise CatalogError(e.what, where=e.where, fix=fix) from None
+        except CatalogError as e:  # the mistake is in the hardware file; say who named it
+            raise CatalogError(
+                e.what, where=f"{e.where} (named by {field} in {where})", fix=e.fix
+            ) from None
         out = _set(out, keys, str(path.resolve()))
     return out
 
