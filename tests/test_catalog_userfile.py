@@ -281,3 +281,20 @@ def test_cli_bad_file_is_one_line_with_suggestion(tmp_path):
         assert "did you mean 'hbm_gbps'?" in r.stderr, args
         assert "Traceback" not in r.stderr
         assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_catalog_show_file_table_fits_80_columns():
+    narrow = CliRunner(env={"COLUMNS": "80", "NO_COLOR": "1", "TERM": "dumb"})
+    r = narrow.invoke(app, ["catalog", "show", str(OPTICAL)])
+    assert r.exit_code == 0, r.stderr
+    assert "accelerator: optical-mac" in r.stdout and "9,895" in r.stdout
+    assert max(len(line) for line in r.stdout.splitlines()) <= 80
+
+
+def test_run_title_names_file_hardware_by_its_name(tmp_path):
+    sets = ["--set", "run.requests=300", "--set", "run.warmup_requests=30"]
+    r = _cli(
+        "run", "splitwise_hetero", *sets, "--policy", "transfer_per_request", "--out", str(tmp_path)
+    )
+    assert r.exit_code == 0, r.stderr
+    assert "h100-sxm/a100-80gb over dgx-a100-8x-hdr200" in " ".join(r.stdout.split())
