@@ -93,6 +93,15 @@ def scenario_source(ref: str | Path | None) -> tuple[dict, str]:
     return data, where
 
 
+def scenario_folder(ref: str | Path | None) -> Path:
+    """The folder a scenario's relative file references are read from (presets: scenarios/)."""
+    if ref is not None and Path(str(ref)).is_file():
+        return Path(str(ref)).resolve().parent
+    if ref is None or str(ref) in preset_names():
+        return Path(str(resources.files("prefixbench.scenarios")))
+    return Path.cwd()
+
+
 def _kind(value: Any) -> str:
     return "an empty file" if value is None else f"a {type(value).__name__}"
 
@@ -254,12 +263,17 @@ def load_scenario(
     ``--set workload.rate=4`` rescales the trace.
     """
     data, where = scenario_source(ref)
+    # hardware files a scenario names are relative to it; those given with --set, to the cwd
+    from .catalog.userfile import resolve_scenario_hardware
+
+    data = resolve_scenario_hardware(data, scenario_folder(ref), where)
     if trace is not None:
         data = with_trace(data, trace, trace_format, skip_bad)
         where = f"{where} (with --trace)"
     if overrides:
         data = apply_overrides(data, overrides)
         where = f"{where} (with --set)"
+        data = resolve_scenario_hardware(data, Path.cwd(), where, base_is_file=False)
     # `efficiency: {from: FILE}` reads a fitted block; FILE is relative to the scenario file
     from .calibrate import inline_efficiency
 

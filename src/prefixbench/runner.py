@@ -144,11 +144,14 @@ def prepare(s: Scenario) -> Prepared:
     d_cost = InstanceCost.build(model, d_dev, c.decode.devices, s.efficiency)
     kv_bpt = kv_bytes_per_token(model)
     wbytes = weight_bytes(model)
-    for role, cost, grp in (("prefill", p_cost, c.prefill), ("decode", d_cost, c.decode)):
+    for role, cost, grp, dev in (
+        ("prefill", p_cost, c.prefill, p_dev),
+        ("decode", d_cost, c.decode, d_dev),
+    ):
         if wbytes >= cost.memory_bytes:
             raise SimulationError(
                 f"{model.name} weights ({wbytes / 1e9:.1f} GB) do not fit a {role} instance "
-                f"({grp.devices}x {grp.accelerator}, {cost.memory_bytes / 1e9:.0f} GB)",
+                f"({grp.devices}x {dev.name}, {cost.memory_bytes / 1e9:.0f} GB)",
                 where=f"cluster.{role}",
                 fix=fit_fix(wbytes, role, grp.accelerator, grp.devices),
             )

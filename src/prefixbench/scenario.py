@@ -263,7 +263,11 @@ def _check_name(kind: str, value: str) -> str:
 
 
 class InstanceGroup(_M):
-    accelerator: str = Field("l4", description="Accelerator name from the catalog.")
+    accelerator: str = Field(
+        "l4",
+        description="Accelerator name from the catalog, or a hardware YAML file (path relative "
+        'to the scenario file; docs/catalog.md, "Your own hardware").',
+    )
     devices: int = Field(1, ge=1, description="Devices per instance (ideal tensor parallelism).")
 
     @field_validator("accelerator")
@@ -273,7 +277,11 @@ class InstanceGroup(_M):
 
 
 class LinkConfig(_M):
-    name: str = Field("eth-25g", description="Link name from the catalog.")
+    name: str = Field(
+        "eth-25g",
+        description="Link name from the catalog, or a hardware YAML file (path relative to the "
+        "scenario file).",
+    )
     channels: int = Field(
         1, ge=1, description="Parallel channels per prefill→decode path (FCFS each)."
     )

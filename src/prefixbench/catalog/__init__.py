@@ -1,7 +1,8 @@
 """Built-in presets: models, accelerators and links, kept as cited data.
 
 Registries are plain dicts keyed by the names users type. ``get_model`` also accepts the
-path of a Hugging Face ``config.json`` on disk (never downloaded).
+path of a Hugging Face ``config.json`` on disk (never downloaded); ``get_accelerator`` and
+``get_link`` the path of a hardware YAML file (``userfile``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from .accelerators import ACCELERATORS
 from .links import LINKS
 from .models import MODELS
 from .specs import AcceleratorSpec, LinkSpec, ModelSpec
+from .userfile import is_path, load_hardware
 
 __all__ = [
     "ACCELERATORS",
@@ -25,6 +27,7 @@ __all__ = [
     "get_accelerator",
     "get_link",
     "get_model",
+    "hardware_label",
 ]
 
 
@@ -48,8 +51,24 @@ def get_model(name: str) -> ModelSpec:
 
 
 def get_accelerator(name: str) -> AcceleratorSpec:
+    """A catalog accelerator by name, or one read from a hardware YAML file path."""
+    if is_path(name):
+        return load_hardware(name, "accelerator")  # type: ignore[return-value]
     return _lookup("accelerator", name, ACCELERATORS)
 
 
 def get_link(name: str) -> LinkSpec:
+    """A catalog link by name, or one read from a hardware YAML file path."""
+    if is_path(name):
+        return load_hardware(name, "link")  # type: ignore[return-value]
     return _lookup("link", name, LINKS)
+
+
+def hardware_label(ref: str) -> str:
+    """What to call an accelerator or link in a title: its name, also when given as a file."""
+    if not is_path(ref):
+        return ref
+    try:
+        return load_hardware(ref).name
+    except CatalogError:
+        return ref

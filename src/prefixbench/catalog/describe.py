@@ -5,7 +5,9 @@ from __future__ import annotations
 from .. import costmodel as cm
 from ..errors import CatalogError
 from ..suggest import did_you_mean
-from . import ACCELERATORS, LINKS, MODELS, get_model
+from . import ACCELERATORS, LINKS, MODELS, get_accelerator, get_model
+from .specs import AcceleratorSpec
+from .userfile import load_hardware
 
 
 def list_entries() -> dict[str, list[dict]]:
@@ -92,18 +94,15 @@ def _moe_extras(m) -> dict:
 def show(name: str, accelerator: str = "h100-sxm") -> dict:
     """Derived figures of one preset (model, accelerator or link) or a config.json path."""
     key = name.strip().lower()
+    if key.endswith((".yaml", ".yml")):
+        return _hardware(load_hardware(name))
     if key in ACCELERATORS:
-        a = ACCELERATORS[key]
-        return {"kind": "accelerator", **a.model_dump(), "ridge_flops_per_byte": cm.ridge_point(a)}
+        return _hardware(ACCELERATORS[key])
     if key in LINKS:
-        return {"kind": "link", **LINKS[key].model_dump()}
+        return _hardware(LINKS[key])
     if key in MODELS or name.endswith(".json"):
         m = get_model(name)
-        dev = ACCELERATORS.get(accelerator.lower())
-        if dev is None:
-            raise CatalogError(
-                f"unknown accelerator '{accelerator}'", fix=did_you_mean(accelerator, ACCELERATORS)
-            )
+        dev = get_accelerator(accelerator)
         p = cm.param_counts(m)
         return {
             "kind": "model",
@@ -132,6 +131,16 @@ def show(name: str, accelerator: str = "h100-sxm") -> dict:
         }
     known = list(MODELS) + list(ACCELERATORS) + list(LINKS)
     raise CatalogError(f"unknown catalog entry '{name}'", fix=did_you_mean(name, known))
+
+
+def _hardware(spec) -> dict:
+    if isinstance(spec, AcceleratorSpec):
+        return {
+            "kind": "accelerator",
+            **spec.model_dump(),
+            "ridge_flops_per_byte": cm.ridge_point(spec),
+        }
+    return {"kind": "link", **spec.model_dump()}
 
 
 def run_notes(m) -> list[str]:

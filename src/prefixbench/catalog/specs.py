@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ModelSpec(_Spec):
@@ -111,9 +111,13 @@ class AcceleratorSpec(_Spec):
 
     name: str = Field(description="Catalog key, e.g. 'h100-sxm'.")
     vendor: str = Field("", description="Maker.")
-    peak_tflops: float = Field(gt=0, description="Dense BF16 tensor peak, TFLOP/s (no sparsity).")
-    hbm_gbps: float = Field(gt=0, description="Memory bandwidth, GB/s (10^9 bytes/s).")
-    memory_gb: float = Field(gt=0, description="Memory capacity, GB (10^9 bytes).")
+    # Upper bounds are far past any part (B200: 2,250 TFLOP/s, 7,700 GB/s, 180 GB) so a
+    # hypothetical device fits, while a unit slip (FLOP/s for TFLOP/s) does not.
+    peak_tflops: float = Field(
+        gt=0, le=1e6, description="Dense BF16 tensor peak, TFLOP/s (no sparsity)."
+    )
+    hbm_gbps: float = Field(gt=0, le=1e6, description="Memory bandwidth, GB/s (10^9 bytes/s).")
+    memory_gb: float = Field(gt=0, le=1e5, description="Memory capacity, GB (10^9 bytes).")
     source: str = Field("", description="Datasheet the numbers come from.")
 
 
@@ -121,7 +125,11 @@ class LinkSpec(_Spec):
     """A prefill→decode KV link, per direction, per channel."""
 
     name: str = Field(description="Catalog key, e.g. 'roce-200g'.")
-    bandwidth_gbps: float = Field(gt=0, description="Usable bandwidth per direction, GB/s (bytes).")
-    latency_us: float = Field(ge=0, description="One-way latency per transfer, microseconds.")
+    bandwidth_gbps: float = Field(
+        gt=0, le=1e5, description="Usable bandwidth per direction, GB/s (bytes)."
+    )
+    latency_us: float = Field(
+        ge=0, le=1e7, description="One-way latency per transfer, microseconds."
+    )
     kind: str = Field("", description="Family: pcie, nvlink, infiniband, roce, ethernet.")
     source: str = Field("", description="Specification or datasheet the numbers come from.")

@@ -134,9 +134,12 @@ def run(
         err.print(f"wrote {', '.join(str(p) for p in paths)}", markup=False, highlight=False)
         return
     prep = tables.prepared
+    from ..catalog import hardware_label as hw
+
+    c = s.cluster
     title = (
         f"{s.name}: {prep.model.name}, {s.cluster.prefill_instances}P{s.cluster.decode_instances}D "
-        f"{s.cluster.prefill.accelerator}/{s.cluster.decode.accelerator} over {s.cluster.link.name}, "
+        f"{hw(c.prefill.accelerator)}/{hw(c.decode.accelerator)} over {hw(c.link.name)}, "
         f"budget {prep.base.budget_tokens * prep.kv_bpt / 1e9:.2f} GB per decode instance, "
         f"{len(prep.requests):,} requests (seed {s.seed})"
     )

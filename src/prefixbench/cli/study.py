@@ -257,7 +257,9 @@ def crossover(
     if as_json:
         echo_json(table.to_dicts())
         return
-    for line in verdicts(table, accelerator, link):
+    from ..catalog import hardware_label
+
+    for line in verdicts(table, hardware_label(accelerator), hardware_label(link)):
         out.print(f"• {line}", highlight=False)
     err.print(f"wrote {path}", highlight=False)
 

@@ -1,0 +1,180 @@
+"""What user hardware does to a run, checked by hand from datasheet and config.json numbers.
+
+Two presets: ``optical_mac`` (seed 003, experiment 4: 10x an H100's FLOP/s at its HBM
+bandwidth) and ``splitwise_hetero`` (Splitwise-HA: H100 prefill, A100 decode). Each
+expected figure below is written from the raw numbers: the roofline of docs/model.md §2
+(time = max(FLOPs / (peak · MFU), bytes / (bandwidth · MBU)) + overhead) with the default
+efficiency (MFU 0.5, MBU 0.7, 1 ms per step), never with prefixbench's cost model.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from prefixbench.loader import load_scenario
+from prefixbench.runner import prepare, simulate_policy
+
+MFU, MBU, OVERHEAD = 0.5, 0.7, 1e-3
+# Datasheets (catalog/accelerators.py): dense BF16 TFLOP/s, HBM GB/s
+H100 = (989.5e12, 3350e9)
+A100 = (312e12, 2039e9)  # A100 80GB SXM
+OPTICAL = (10 * 989.5e12, 3350e9)  # scenarios/hardware/optical_mac.yaml
+
+# Llama 70B shape from config.json: 80 layers, hidden 8192, 64 heads / 8 KV heads of 128,
+# MLP 28672 (gated: 3 matrices). Per layer: q 8192·8192, k and v 8192·1024 each, o 8192·8192,
+# MLP 3·8192·28672; two RMSNorm vectors per layer plus the final one.
+_LAYER = 8192 * 8192 + 2 * 8192 * 1024 + 8192 * 8192 + 3 * 8192 * 28672  # 855,638,016
+BODY = 80 * _LAYER + 80 * 2 * 8192 + 8192  # 68,452,360,192 parameters
+LINEAR_FLOPS = 2 * BODY  # per token
+ATTN = 2 * 80 * 64 * (128 + 128)  # FLOPs per (query, key) pair: QK^T and AV
+KV_BPT = 2 * 80 * 8 * 128 * 2  # K and V, 8 KV heads of 128, bf16: 327,680 bytes/token
+
+
+def _llama(vocab: int) -> tuple[float, float]:
+    """(weight bytes, LM-head FLOPs per logits token): untied embeddings, bf16."""
+    return (BODY + 2 * vocab * 8192) * 2, 2 * vocab * 8192
+
+
+LLAMA31_70B = _llama(128256)  # Llama-3.1-70B
+LLAMA2_70B = _llama(32000)  # Llama-2-70B
+
+
+def prefill_s(n: int, model, dev, devices: int) -> float:
+    weights, lm_head = model
+    flops = n * LINEAR_FLOPS + lm_head + ATTN * n * (n + 1) / 2
+    return (
+        max(flops / (dev[0] * devices * MFU), (weights + KV_BPT * n) / (dev[1] * devices * MBU))
+        + OVERHEAD
+    )
+
+
+def decode_s(batch: int, context: int, model, dev, devices: int) -> float:
+    weights, lm_head = model
+    flops = batch * (LINEAR_FLOPS + lm_head) + ATTN * context
+    return (
+        max(
+            flops / (dev[0] * devices * MFU),
+            (weights + KV_BPT * context) / (dev[1] * devices * MBU),
+        )
+        + OVERHEAD
+    )
+
+
+def _lone(prompt: int, output: int) -> list[str]:
+    """Requests 1,000 s apart, no shared prefix: each runs alone, so every step is priced
+    for one request and the timestamps can be checked step by step."""
+    return [
+        "workload.arrivals.rate=0.001",
+        "workload.share_fraction=0",
+        f"workload.suffix_length={{kind: fixed, value: {prompt}}}",
+        f"workload.output_length={{kind: fixed, value: {output}}}",
+        "run.requests=4",
+        "run.warmup_requests=0",
+    ]
+
+
+def _columns(name: str, sets: list[str]) -> dict:
+    res = simulate_policy(prepare(load_scenario(name, sets)), "transfer_per_request")
+    return res.columns
+
+
+def _span(c: dict, start: str, end: str) -> np.ndarray:
+    return np.asarray(c[end]) - np.asarray(c[start])
+
+
+# ------------------------------------------------------------------ optical MAC
+
+
+def test_hand_figures_optical_prefill_is_compute_bound_and_ten_times_faster():
+    # 8,192-token prompt on 4 devices: 1.21 PFLOP against 144 GB of weights and KV
+    h100 = prefill_s(8192, LLAMA31_70B, H100, 4)
+    optical = prefill_s(8192, LLAMA31_70B, OPTICAL, 4)
+    assert h100 == pytest.approx(0.6121, abs=1e-4)
+    assert optical == pytest.approx(0.06212, abs=1e-5)  # still compute-bound: 61 ms > 15 ms
+
+
+def test_optical_mac_prefill_step_follows_its_flops():
+    c = _columns("optical_mac", _lone(8192, 8))
+    got = _span(c, "t_prefill_start", "t_prefill_end")
+    np.testing.assert_allclose(got, prefill_s(8192, LLAMA31_70B, OPTICAL, 4), rtol=1e-9)
+
+
+def test_optical_mac_decode_is_the_h100s_because_it_is_memory_bound():
+    sets = _lone(2048, 16)
+    optical = _columns("optical_mac", sets)
+    h100 = _columns(
+        "optical_mac",
+        [*sets, "cluster.prefill.accelerator=h100-sxm", "cluster.decode.accelerator=h100-sxm"],
+    )
+    # 16 iterations of a batch of one; iteration j attends to 2,048 + j tokens
+    want = sum(decode_s(1, 2048 + j, LLAMA31_70B, H100, 4) for j in range(16))
+    assert want == sum(decode_s(1, 2048 + j, LLAMA31_70B, OPTICAL, 4) for j in range(16))
+    for c in (optical, h100):
+        np.testing.assert_allclose(_span(c, "t_decode_start", "t_done"), want, rtol=1e-9)
+    # while its prefill is 9x faster (compute-bound on the H100 at 2,048 tokens)
+    assert prefill_s(2048, LLAMA31_70B, H100, 4) / prefill_s(2048, LLAMA31_70B, OPTICAL, 4) > 8
+
+
+def test_seed_experiment_4_ttft_drops_tpot_barely_moves():
+    """Seed 003, experiment 4, at the seed's load (4 req/s): TTFT drops several-fold because
+    prefill is compute-bound; TPOT stays within 2% because decode reads HBM."""
+    sets = ["run.requests=1000", "run.warmup_requests=100"]
+    h100_sets = [
+        *sets,
+        "cluster.prefill.accelerator=h100-sxm",
+        "cluster.decode.accelerator=h100-sxm",
+    ]
+
+    def means(extra):
+        prep = prepare(load_scenario("optical_mac", extra))
+        c = simulate_policy(prep, "transfer_per_request").columns
+        out = np.asarray(prep.requests.output_len)
+        arrival = np.asarray(prep.requests.arrival)
+        done = np.isfinite(c["t_done"])
+        keep = done & (np.arange(len(out)) >= 100) & (out > 1)
+        ttft = (c["t_first_token"] - arrival)[keep].mean()
+        tpot = ((c["t_done"] - c["t_first_token"])[keep] / (out[keep] - 1)).mean()
+        return ttft, tpot, done.mean()
+
+    ttft_o, tpot_o, done_o = means(sets)
+    ttft_h, tpot_h, done_h = means(h100_sets)
+    assert done_o == done_h == 1.0
+    assert ttft_h / ttft_o > 3.0
+    assert tpot_o / tpot_h == pytest.approx(1.0, abs=0.02)
+
+
+# ------------------------------------------------------------------ Splitwise-HA
+
+
+def test_hand_figures_splitwise():
+    # 2,048-token prompt on 8 devices: compute-bound on both parts, 3.2x apart
+    assert prefill_s(2048, LLAMA2_70B, H100, 8) == pytest.approx(0.07323, abs=1e-5)
+    assert prefill_s(2048, LLAMA2_70B, A100, 8) == pytest.approx(0.2301, abs=1e-4)
+    # one decode iteration at 2,048 tokens: memory-bound, 138.6 GB per step
+    assert decode_s(1, 2048, LLAMA2_70B, A100, 8) == pytest.approx(0.013140, abs=1e-6)
+    assert decode_s(1, 2048, LLAMA2_70B, H100, 8) == pytest.approx(0.008389, abs=1e-6)
+
+
+def test_splitwise_prefill_runs_on_h100_decode_on_a100_kv_over_hdr():
+    c = _columns("splitwise_hetero", _lone(2048, 16))
+    np.testing.assert_allclose(
+        _span(c, "t_prefill_start", "t_prefill_end"),
+        prefill_s(2048, LLAMA2_70B, H100, 8),
+        rtol=1e-9,
+    )
+    np.testing.assert_allclose(
+        _span(c, "t_decode_start", "t_first_token"),
+        decode_s(1, 2048, LLAMA2_70B, A100, 8),
+        rtol=1e-9,
+    )
+    np.testing.assert_allclose(
+        _span(c, "t_decode_start", "t_done"),
+        sum(decode_s(1, 2048 + j, LLAMA2_70B, A100, 8) for j in range(16)),
+        rtol=1e-9,
+    )
+    # the KV of 2,048 tokens over the 8 x HDR path of hardware/dgx_a100_hdr.yaml:
+    # 671,088,640 bytes at 200 GB/s plus 2 us
+    np.testing.assert_allclose(
+        _span(c, "t_transfer_start", "t_transfer_end"), KV_BPT * 2048 / 200e9 + 2e-6, rtol=1e-9
+    )
