@@ -118,7 +118,8 @@ def test_text_map_fits_80_columns_with_full_policy_names():
     text = text_map(r, 80)
     lines = text.splitlines()
     assert max(len(line) for line in lines) <= 80
-    legend = " ".join(line for line in lines if line.startswith("legend:"))
+    start = next(i for i, line in enumerate(lines) if line.startswith("legend:"))
+    legend = " ".join(lines[start:])
     assert "L replicate_all_lru" in legend and "H replicate_hotset" in legend
     assert f"{TIE} tie" in legend and f"{UNSTABLE} unstable" in legend
     grid = [line.split("|", 1)[1] for line in lines if re.match(r"^\s*[\d.]+ \|", line)]

@@ -43,12 +43,13 @@ def cell_char(row: dict) -> str:
 # ---------------------------------------------------------------- text
 
 
-def _wrap(items: list[str], width: int, indent: str) -> list[str]:
-    lines, cur = [], indent
+def _wrap(items: list[str], width: int, head: str) -> list[str]:
+    """Items two spaces apart, never split, continuation lines aligned under the first."""
+    lines, cur = [], head
     for it in items:
         if len(cur) + len(it) + 2 > width and cur.strip():
             lines.append(cur.rstrip())
-            cur = indent
+            cur = " " * len(head)
         cur += it + "  "
     if cur.strip():
         lines.append(cur.rstrip())
