@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -496,7 +497,7 @@ def run_map(
                 prepare(load_scenario(spec.workload, sets))
     if on_start:
         on_start(len(ys), 0)
-    backend = backend or LocalPoolBackend(min(jobs or 2, len(ys)))
+    backend = backend or LocalPoolBackend(min(jobs or os.cpu_count() or 1, len(ys)))
     rows: list[dict] = []
     for _, part in backend.map_unordered(functools.partial(run_row, spec=spec), ys):
         rows.extend(part)

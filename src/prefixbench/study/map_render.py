@@ -101,19 +101,23 @@ def text_map(result: MapResult, width: int = 80) -> str:
         f"y: {ax_y.label}",
     ]
     be_by_row = [grid[(0, iy)]["breakeven_gbps"] for iy in range(len(ys))]
+    be_by_col = [grid[(ix, 0)]["breakeven_gbps"] for ix in range(len(xs))]
     varies = spec.x == "bandwidth" and len({b for b in be_by_row if b is not None}) > 1
+    # bandwidth on y: mark the row of the break-even, when it is one value for the whole map
+    be_row = None
+    if spec.y == "bandwidth" and len({b for b in be_by_col if b is not None}) == 1:
+        be_row = _column_of(ys, be_by_col[0], ax_y.log)
     for iy in reversed(range(len(ys))):
         row = "".join(cell_char(grid[(ix, iy)]) for ix in range(len(xs)))
         tail = ""
         if varies and be_by_row[iy] is not None:
             tail = f"  break-even {be_by_row[iy]:.3g} GB/s"
-        if spec.y == "bandwidth":
-            be = grid[(0, iy)]["breakeven_gbps"]
-            near = _column_of(ys, be, ax_y.log) if be is not None else None
-            tail = "  < break-even" if near == iy else ""
+        if be_row == iy:
+            tail = f"  < break-even {be_by_col[0]:.3g} GB/s"
         lines.append(f"{labels[iy]:>{pad - 2}} |{row}{tail}")
     lines += _x_ticks(xs, ax_x.fmt, pad)
-    lines.append(" " * pad + f"x: {ax_x.label}" + (", log scale" if ax_x.log else ""))
+    scale = ", log scale" if ax_x.log else ""
+    lines += _para(f"x: {ax_x.label}, {ax_x.fmt(xs[0])} to {ax_x.fmt(xs[-1])}{scale}", width, pad)
     be = be_by_row[0]
     if spec.x == "bandwidth" and not varies:
         col = _column_of(xs, be, ax_x.log)
@@ -126,6 +130,11 @@ def text_map(result: MapResult, width: int = 80) -> str:
                 else " " * (at - len(tag) - 1) + tag + " ^"
             )
         lines += _para(_breakeven_words(spec, be), width, pad)
+    elif spec.y == "bandwidth" and be_row is None:
+        known = [b for b in be_by_col if b is not None]
+        span = f"{min(known):.3g} to {max(known):.3g} GB/s along x" if known else "none"
+        lines += _para(f"break-even {span} (the PNG draws it)", width, pad)
+        lines += _para(_breakeven_words(spec, known[0] if known else None), width, pad)
     elif "bandwidth" in (spec.x, spec.y):
         lines += _para(_breakeven_words(spec, be), width, pad)
     items = [f"{letter(p)} {p}" for p in spec.policies]
@@ -142,9 +151,9 @@ def _breakeven_words(spec, be: float | None) -> str:
     if be is None:
         return "no analytic break-even here: recompute never beats the link latency alone"
     side = "right of" if spec.x == "bandwidth" else "above"
-    what = "the row's prefix" if "prefix" in (spec.x, spec.y) else "the mean prefix"
+    what = "each cell's mean prefix's" if "prefix" in (spec.x, spec.y) else "the mean prefix's"
     return (
-        f"break-even: the bandwidth at which moving {what}'s KV costs as much as recomputing "
+        f"break-even: the bandwidth at which moving {what} KV costs as much as recomputing "
         f"it on decode (unqueued, study/crossover.py); transfer is cheaper {side} it"
     )
 
