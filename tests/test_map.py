@@ -290,3 +290,16 @@ def test_cli_defaults_match_the_library():
         dm.DEFAULT_REQUESTS,
         dm.DEFAULT_WARMUP,
     )
+
+
+def test_text_map_marks_the_breakeven_column():
+    # qwen2-1.5b on the tool_call L4 / eth-25g: break-even ~0.62 GB/s (crossover table);
+    # on a 0.1, 3.16, 100 GB/s grid, |ln 0.62 - ln 0.1| = 1.83 > |ln 3.16 - ln 0.62| = 1.63,
+    # so the caret sits under the second column
+    r = _fake_result()
+    lines = text_map(r, 80).splitlines()
+    grid_line = next(line for line in lines if re.match(r"^\s*[\d.]+ \|", line))
+    first_col = grid_line.index("|") + 1
+    caret = next(line for line in lines if line.strip().startswith("^ break-even"))
+    assert caret.index("^") == first_col + 1
+    assert re.search(r"break-even 0\.6\d* GB/s", caret)

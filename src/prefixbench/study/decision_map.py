@@ -490,6 +490,7 @@ def run_map(
 
     spec = check_spec(spec)
     ys = spec.ys()
+    load_scenario(spec.workload, spec.base_overrides())  # a bad model or --set: no cell named
     for x in (spec.xs()[0], spec.xs()[-1]):  # a bad grid fails before any simulation
         for y in (ys[0], ys[-1]):
             with _naming(spec, x, y, 0):
