@@ -303,3 +303,25 @@ def test_text_map_marks_the_breakeven_column():
     caret = next(line for line in lines if line.strip().startswith("^ break-even"))
     assert caret.index("^") == first_col + 1
     assert re.search(r"break-even 0\.6\d* GB/s", caret)
+
+
+def test_map_kinds_are_known_to_a_fresh_reader(tmp_path):
+    """A process that never imported the map module can still validate its files."""
+    import subprocess
+    import sys
+
+    r = _fake_result()
+    from prefixbench.artifacts import write_atomic
+
+    write_atomic(r.cells, tmp_path / "decision_map.parquet", "decision_map")
+    code = (
+        "from prefixbench.artifacts import read_artifact; import sys; "
+        "print(read_artifact(sys.argv[1], 'decision_map').height)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "decision_map.parquet")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.strip() == "9"
