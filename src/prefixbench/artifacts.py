@@ -114,7 +114,7 @@ def register(kind: str, columns: dict[str, pl.DataType]) -> None:
 def schema(kind: str) -> dict[str, pl.DataType]:
     """The declared columns of ``kind`` (study modules declare theirs when imported)."""
     if kind not in SCHEMAS:
-        from .study import aggregate, crossover, recommend, sweep  # noqa: F401 - they register
+        from .study import aggregate, crossover, decision_map, recommend, sweep  # noqa: F401
 
     return SCHEMAS[kind]
 

@@ -1,0 +1,180 @@
+"""`map`: the winning policy over a grid of two axes, as text, Parquet, PNG or JSON."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..errors import ScenarioError
+from .app import Overrides, _csv, app, err, guarded
+
+PROGRESS_AFTER_S = 2.0  # a quick map draws no bar
+# study/decision_map.py's defaults (not imported here: --help must not load polars)
+DEFAULT_REQUESTS, DEFAULT_WARMUP = 300, 60
+
+
+class _LateProgress:
+    """A Rich bar on stderr that appears only once the map has taken PROGRESS_AFTER_S and
+    only when stderr is a terminal (a pipe or a log file gets no control codes)."""
+
+    def __init__(self) -> None:
+        self.t0 = time.monotonic()
+        self.total, self.done, self.bar, self.task = 0, 0, None, None
+
+    def start(self, total: int, done: int) -> None:
+        self.total, self.done = total, done
+
+    def point(self, _p) -> None:
+        self.done += 1
+        if self.bar is None and err.is_terminal and time.monotonic() - self.t0 > PROGRESS_AFTER_S:
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeRemainingColumn,
+            )
+
+            self.bar = Progress(
+                TextColumn("map"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("rows"),
+                TimeRemainingColumn(),
+                console=err,
+            )
+            self.bar.start()
+            self.task = self.bar.add_task("rows", total=self.total, completed=self.done)
+        elif self.bar is not None:
+            self.bar.update(self.task, completed=self.done)
+
+    def stop(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def _range(text: str | None, opt: str) -> tuple[float, float] | None:
+    if not text:
+        return None
+    try:
+        lo, hi = (float(v) for v in text.split(","))
+    except ValueError:
+        raise ScenarioError(
+            f"cannot read the range '{text}'",
+            where=opt,
+            fix="give two numbers: LO,HI (e.g. 0.1,100)",
+        ) from None
+    return lo, hi
+
+
+def _strict(v):
+    """JSON-safe: non-finite floats become null."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _strict(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_strict(x) for x in v]
+    return v
+
+
+@app.command("map")
+@guarded
+def map_cmd(
+    model: Annotated[str, typer.Argument(help="Catalog model name (or a config.json path).")],
+    workload: Annotated[
+        str, typer.Option("--workload", "-w", help="Built-in scenario name or YAML path.")
+    ] = "tool_call",
+    x: Annotated[
+        str, typer.Option("--x", help="X axis: bandwidth, budget, prefix or rate.")
+    ] = "bandwidth",
+    y: Annotated[
+        str, typer.Option("--y", help="Y axis: bandwidth, budget, prefix or rate.")
+    ] = "budget",
+    points: Annotated[int, typer.Option("--points", help="Grid points per axis.")] = 24,
+    x_range: Annotated[
+        str | None, typer.Option("--x-range", help="X axis LO,HI (default per axis).")
+    ] = None,
+    y_range: Annotated[
+        str | None, typer.Option("--y-range", help="Y axis LO,HI (default per axis).")
+    ] = None,
+    policies: Annotated[
+        list[str] | None, typer.Option("--policy", "-p", help="Policies to compare (default: all).")
+    ] = None,
+    seeds: Annotated[int, typer.Option("--seeds", help="Seeds per cell (at least 2).")] = 2,
+    requests: Annotated[
+        int, typer.Option("--requests", help="Requests per cell and seed.")
+    ] = DEFAULT_REQUESTS,
+    warmup: Annotated[
+        int, typer.Option("--warmup", help="Warm-up requests not measured.")
+    ] = DEFAULT_WARMUP,
+    metric: Annotated[
+        str, typer.Option("--metric", help="Decide by: ttft (mean), ttft_p99 or goodput.")
+    ] = "ttft",
+    accelerator: Annotated[
+        str | None, typer.Option("--accelerator", help="Prefill and decode accelerator.")
+    ] = None,
+    overrides: Overrides = None,
+    out_dir: Annotated[Path, typer.Option("--out", help="Directory for Parquet and PNG.")] = Path(
+        "results/map"
+    ),
+    jobs: Annotated[int | None, typer.Option("--jobs", "-j", help="Worker processes.")] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the cells as strict JSON.")
+    ] = False,
+) -> None:
+    """Which policy wins where: a grid of two axes (default link bandwidth × decode KV budget),
+    every policy on the same requests per cell, ties and unstable cells marked."""
+    from ..study.decision_map import MapSpec, run_map, write_map
+    from ..study.map_render import text_map
+
+    sets = list(overrides or [])
+    if accelerator:
+        sets += [
+            f"cluster.prefill.accelerator={accelerator}",
+            f"cluster.decode.accelerator={accelerator}",
+        ]
+    spec = MapSpec(
+        model=model,
+        workload=workload,
+        x=x,
+        y=y,
+        nx=points,
+        ny=points,
+        x_range=_range(x_range, "--x-range"),
+        y_range=_range(y_range, "--y-range"),
+        policies=_csv(policies) or [],
+        seeds=seeds,
+        requests=requests,
+        warmup=warmup,
+        overrides=sets,
+        metric=metric,
+    )
+    bar = _LateProgress()
+    try:
+        result = run_map(spec, jobs=jobs, on_start=bar.start, on_point=bar.point)
+    finally:
+        bar.stop()
+    paths = write_map(result, out_dir)
+    if as_json:
+        doc = {
+            "model": spec.model,
+            "workload": spec.workload,
+            "metric": spec.metric,
+            "x": {"axis": spec.x, "values": spec.xs()},
+            "y": {"axis": spec.y, "values": spec.ys()},
+            "policies": spec.policies,
+            "seeds": spec.seeds,
+            "requests": spec.requests,
+            "cells": result.cells.to_dicts(),
+            "files": [str(p) for p in paths],
+        }
+        typer.echo(json.dumps(_strict(doc), allow_nan=False))
+        return
+    typer.echo(text_map(result, 80))
+    err.print(f"wrote {', '.join(str(p) for p in paths)}", highlight=False, soft_wrap=True)
