@@ -181,7 +181,7 @@ def test_breakeven_matches_the_crossover_formula():
 
     s = load_scenario("tool_call", ["model=qwen2-1.5b"])
     ref = analytic_row("qwen2-1.5b", "l4", "eth-25g")
-    assert breakeven_gbps(s, 2048.0) == pytest.approx(ref["tie_bandwidth_gbps"], rel=1e-9)
+    assert breakeven_gbps(s, 2048.0) == pytest.approx(ref["tie_bandwidth_gbytes_per_s"], rel=1e-9)
 
 
 def test_map_run_metrics_equal_the_summary_row():
