@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from prefixbench.costmodel import decode_iteration_time
-from prefixbench.engine.core import TIME_COLUMNS
+from prefixbench.engine import TIME_COLUMNS
 
 DECODE, TRANSFER, PREFILL, TIMEOUT, ARRIVAL = range(5)
 PENDING, COMPLETED, REJECTED = 0, 1, 2

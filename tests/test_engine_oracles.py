@@ -19,7 +19,8 @@ import pytest
 
 from prefixbench import catalog
 from prefixbench.costmodel import Efficiency, InstanceCost
-from prefixbench.engine.core import EngineConfig, Simulator, simulate
+from prefixbench.engine import EngineConfig, simulate
+from prefixbench.engine.audit import audit
 from prefixbench.loader import load_scenario
 from prefixbench.runner import prepare, simulate_policy
 from prefixbench.workload.requests import Requests
@@ -148,58 +149,14 @@ def test_littles_law_on_decode():
 # ---------------------------------------------------------------- conservation
 
 
-def check_store(store, budget: int, private: int) -> None:
-    """The replica store's books: refcounts, totals, the inactive (trimmable) set."""
-    assert set(store.refs) == set(store.tokens)
-    assert all(r >= 0 for r in store.refs.values()), "negative refcount"
-    assert store.used == sum(store.tokens.values())
-    idle = {h for h, r in store.refs.items() if r == 0}
-    assert set(store.inactive) == idle
-    assert idle <= store.ready  # an idle block is a landed one (unlanded ones are dropped)
-    assert store.idle == sum(store.tokens[h] for h in idle)
-    assert store.ready <= set(store.tokens)
-    assert private >= 0
-    assert store.used + private <= budget, "decode KV over budget"
-
-
 def run_checked(requests: Requests, cfg: EngineConfig):
-    """Run the core with invariant checks at every memory change and every request end."""
-    sim = Simulator(requests, cfg)
-    ends = np.zeros(len(requests), dtype=np.int64)
-    calls = [0]
-    orig_mem, orig_finish, orig_reject = sim._mem_changed, sim._finish, sim._reject
-
-    def mem_changed(d, t):
-        orig_mem(d, t)
-        dec = sim.dec[d]
-        check_store(dec.store, cfg.budget_tokens, dec.private)
-        calls[0] += 1
-        if calls[0] % 97 == 0:  # refcount = number of live requests holding the block
-            held: dict[int, int] = {}
-            for rid in range(sim.n):
-                if sim.d_inst[rid] == d and sim.outcome[rid] == 0 and sim.held[rid] is not None:
-                    for h in sim.held[rid] + sim.persisted[rid]:
-                        held[h] = held.get(h, 0) + 1
-            assert held == {h: r for h, r in dec.store.refs.items() if r > 0}
-
-    def finish(rid, d, t):
-        ends[rid] += 1
-        orig_finish(rid, d, t)
-
-    def reject(rid, d, t, reason):
-        ends[rid] += 1
-        orig_reject(rid, d, t, reason)
-
-    sim._mem_changed, sim._finish, sim._reject = mem_changed, finish, reject
-    res = sim.run()
-    assert np.all(ends == 1), "a request ended more than once, or never"
-    for dec in sim.dec:
-        check_store(dec.store, cfg.budget_tokens, dec.private)
-        assert all(r == 0 for r in dec.store.refs.values())
-        assert dec.private == 0 and dec.b == 0
-        assert not dec.joinq and not dec.recq and not dec.waitq and not dec.heap
-    assert all(x == 0 for x in sim.decode_load) and all(x == 0 for x in sim.prefill_load)
-    return res, sim
+    """Run the engine (which asserts the KV budget at every memory change), then audit its
+    final state: every request ended once, no reference, queue or KV left behind, replica
+    accounting consistent (engine/audit.py)."""
+    res = simulate(requests, cfg, keep_state=True)
+    problems = audit(res.state)
+    assert not problems, problems
+    return res, res.state
 
 
 def check_columns(c: dict, arrival: np.ndarray) -> None:

@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from reference_sim import ReferenceSim, reference_simulate
 
-from prefixbench.engine.core import TIME_COLUMNS, EngineConfig, Simulator, simulate
+from prefixbench.engine import TIME_COLUMNS, EngineConfig, simulate
 from prefixbench.workload.requests import Requests
 
 POLICIES = ("transfer_per_request", "recompute_on_decode", "replicate_hotset", "replicate_all_lru")
@@ -176,7 +176,7 @@ def assert_same(core: dict, ref: dict, req: Requests, cfg: EngineConfig) -> None
 @given(scenarios())
 def test_core_matches_reference(case):
     req, cfg = case
-    res = Simulator(req, cfg).run()
+    res = simulate(req, cfg)
     ref_sim = ReferenceSim(req, cfg)
     ref = ref_sim.run()
     assert_same(res.columns, ref, req, cfg)

@@ -1,0 +1,203 @@
+"""The engine's queues: the event heap, each decode batch's heap, and intrusive lists.
+
+* The event heap is a binary heap over ``EHT`` (time) and ``EHI`` (kind<<56|seq, a, b),
+  ordered by (time, kind, insertion number): equal times resolve by kind priority, then in
+  insertion order, so every run has one reproducible order (as SimPy's queue).
+* A decode batch heap holds (iteration at which the sequence finishes, request id).
+* FIFO queues (prefill, join, recompute, wait) are linked lists through per-request link
+  fields of ``R`` (a request sits in at most one queue of a kind): a queue's head is
+  ``IS[hp]`` and its tail ``IS[hp + 1]``; the wait queue is doubly linked (a timeout
+  removes from the middle).
+* LRU lists (prefix cache, idle replicas) are doubly linked through block records of
+  ``B32``.
+"""
+
+from __future__ import annotations
+
+from .jit import jit, sig
+from .layout import D_HSZ, DI0, GI_HSZ, GI_SEQ, H_CAPB, H_DH, KIND_SHIFT, NDI, NR, R_WQN, R_WQP
+
+
+@sig("void(float64[::1], int64[::1], int64[::1], float64, int64, int64, int64)")
+def push(EHT, EHI, IS, t, kind, a, b):
+    IS[GI_SEQ] += 1
+    key = (kind << KIND_SHIFT) | IS[GI_SEQ]
+    i = IS[GI_HSZ]
+    IS[GI_HSZ] = i + 1
+    while i > 0:
+        p = (i - 1) >> 1
+        tp = EHT[p]
+        if t < tp or (t == tp and key < EHI[3 * p]):
+            EHT[i] = tp
+            EHI[3 * i] = EHI[3 * p]
+            EHI[3 * i + 1] = EHI[3 * p + 1]
+            EHI[3 * i + 2] = EHI[3 * p + 2]
+            i = p
+        else:
+            break
+    EHT[i] = t
+    EHI[3 * i] = key
+    EHI[3 * i + 1] = a
+    EHI[3 * i + 2] = b
+
+
+@jit
+def pop(EHT, EHI, IS):
+    t0, k0, a0, b0 = EHT[0], EHI[0], EHI[1], EHI[2]
+    size = IS[GI_HSZ] - 1
+    IS[GI_HSZ] = size
+    if size > 0:
+        t, key, a, b = EHT[size], EHI[3 * size], EHI[3 * size + 1], EHI[3 * size + 2]
+        i = 0
+        while True:
+            c = 2 * i + 1
+            if c >= size:
+                break
+            c2 = c + 1
+            if c2 < size and (EHT[c2] < EHT[c] or (EHT[c2] == EHT[c] and EHI[3 * c2] < EHI[3 * c])):
+                c = c2
+            if EHT[c] < t or (EHT[c] == t and EHI[3 * c] < key):
+                EHT[i] = EHT[c]
+                EHI[3 * i] = EHI[3 * c]
+                EHI[3 * i + 1] = EHI[3 * c + 1]
+                EHI[3 * i + 2] = EHI[3 * c + 2]
+                i = c
+            else:
+                break
+        EHT[i] = t
+        EHI[3 * i] = key
+        EHI[3 * i + 1] = a
+        EHI[3 * i + 2] = b
+    return t0, k0 >> KIND_SHIFT, a0, b0
+
+
+@jit
+def batch_push(IS, d, it, rid):
+    capb = IS[H_CAPB]
+    base = IS[H_DH] + 2 * capb * d
+    rb = base + capb
+    sz = DI0 + d * NDI + D_HSZ
+    i = IS[sz]
+    IS[sz] = i + 1
+    while i > 0:
+        p = (i - 1) >> 1
+        if it < IS[base + p] or (it == IS[base + p] and rid < IS[rb + p]):
+            IS[base + i] = IS[base + p]
+            IS[rb + i] = IS[rb + p]
+            i = p
+        else:
+            break
+    IS[base + i] = it
+    IS[rb + i] = rid
+
+
+@jit
+def batch_pop(IS, d):
+    capb = IS[H_CAPB]
+    base = IS[H_DH] + 2 * capb * d
+    rb = base + capb
+    r0 = IS[rb]
+    sz = DI0 + d * NDI + D_HSZ
+    size = IS[sz] - 1
+    IS[sz] = size
+    if size > 0:
+        it, rid = IS[base + size], IS[rb + size]
+        i = 0
+        while True:
+            c = 2 * i + 1
+            if c >= size:
+                break
+            c2 = c + 1
+            if c2 < size:
+                it2, it1 = IS[base + c2], IS[base + c]
+                if it2 < it1 or (it2 == it1 and IS[rb + c2] < IS[rb + c]):
+                    c = c2
+            if IS[base + c] < it or (IS[base + c] == it and IS[rb + c] < rid):
+                IS[base + i] = IS[base + c]
+                IS[rb + i] = IS[rb + c]
+                i = c
+            else:
+                break
+        IS[base + i] = it
+        IS[rb + i] = rid
+    return r0
+
+
+# ---------------------------------------------------------------- intrusive lists
+# A queue's head is IS[hp] and its tail IS[hp + 1]; its next (and prev) links are field ``f``
+# (and ``g``) of each request's record in R.
+
+
+@jit
+def q_append(IS, R, hp, f, rid):
+    R[rid * NR + f] = -1
+    tail = IS[hp + 1]
+    if tail == -1:
+        IS[hp] = rid
+    else:
+        R[tail * NR + f] = rid
+    IS[hp + 1] = rid
+
+
+@jit
+def q_popleft(IS, R, hp, f):
+    rid = IS[hp]
+    nxt = R[rid * NR + f]
+    IS[hp] = nxt
+    if nxt == -1:
+        IS[hp + 1] = -1
+    return rid
+
+
+@jit
+def wq_append(IS, R, hp, rid):
+    tail = IS[hp + 1]
+    R[rid * NR + R_WQN] = -1
+    R[rid * NR + R_WQP] = tail
+    if tail == -1:
+        IS[hp] = rid
+    else:
+        R[tail * NR + R_WQN] = rid
+    IS[hp + 1] = rid
+
+
+@jit
+def wq_remove(IS, R, hp, rid):
+    p, nx = R[rid * NR + R_WQP], R[rid * NR + R_WQN]
+    if p == -1:
+        IS[hp] = nx
+    else:
+        R[p * NR + R_WQN] = nx
+    if nx == -1:
+        IS[hp + 1] = p
+    else:
+        R[nx * NR + R_WQP] = p
+
+
+@jit
+def lru_unlink(B32, IS, hp, base, po, no, h):
+    """Unlink block ``h`` (record at base + 4h, prev/next at field po/no) from the LRU list
+    whose head is IS[hp] and tail IS[hp + 1]."""
+    rec = base + 4 * h
+    pv, nx = B32[rec + po], B32[rec + no]
+    if pv == -1:
+        IS[hp] = nx
+    else:
+        B32[base + 4 * pv + no] = nx
+    if nx == -1:
+        IS[hp + 1] = pv
+    else:
+        B32[base + 4 * nx + po] = pv
+
+
+@jit
+def lru_append(B32, IS, hp, base, po, no, h):
+    tail = IS[hp + 1]
+    rec = base + 4 * h
+    B32[rec + po] = tail
+    B32[rec + no] = -1
+    if tail == -1:
+        IS[hp] = h
+    else:
+        B32[base + 4 * tail + no] = h
+    IS[hp + 1] = h
