@@ -23,6 +23,7 @@ import numpy as np
 from ..errors import PrefixbenchError
 from . import layout as L
 from .timeline import expand
+from .trace_json import MAX_FIELD, SEGMENT_WHOLE, TEMPLATES, template_bytes, write_events
 
 MAX_ITERATION_SLICES = 200_000
 
@@ -41,6 +42,7 @@ class Recorder:
         self.tlf = np.zeros(0)
         self.tli = np.zeros(0, dtype=np.int64)
         self.fp = np.zeros(0)
+        self.per_iteration = True
 
     def attach(self, mode: str, shape, tlf: np.ndarray, tli: np.ndarray, fp: np.ndarray) -> None:
         self.mode, self.shape = mode, tuple(int(x) for x in shape)
@@ -56,7 +58,7 @@ class Recorder:
         m = self.records
         kinds = self.tli[0 :: L.NTL_I]
         iters = self.tli[3 :: L.NTL_I][kinds == L.REC_DECODE]
-        per_iteration = int(iters.sum()) <= MAX_ITERATION_SLICES
+        per_iteration = self.per_iteration = int(iters.sum()) <= MAX_ITERATION_SLICES
         size = m + (int(iters.sum()) - iters.shape[0] if per_iteration else 0)
         out_i = np.zeros(6 * size, dtype=np.int64)
         out_ns = np.zeros(2 * size, dtype=np.int64)
@@ -65,105 +67,81 @@ class Recorder:
         k = expand(self.tlf, self.tli, m, fp, per_iteration, out_i, out_ns)
         return out_i[: 6 * k].reshape(k, 6), out_ns[: 2 * k].reshape(k, 2)
 
-    def events(self, pid_base: int = 0) -> list[str]:
-        """Chrome trace events, each already a JSON object string."""
-        return _events(self, pid_base)
+    def events(self, pid_base: int = 0) -> tuple[list[str], bytes]:
+        """Chrome trace events: the process and track names (JSON object strings), and
+        every slice and counter sample, each preceded by ``,\\n`` (compiled writer)."""
+        rows, ns = self.slices()
+        m = rows.shape[0]
+        if m == 0:
+            return [], b""
+        kinds, tracks = rows[:, 0], rows[:, 1]
+        role = _roles(self.mode, kinds)
+        pid = pid_base + role + 1
+        tid = tracks + 1
+        tpl_id = kinds.copy()
+        if not self.per_iteration:
+            tpl_id[kinds == L.REC_DECODE] = SEGMENT_WHOLE
+        tpl, off = template_bytes()
+        fields = np.array([sum(0x11 <= c <= 0x1A for c in t.encode()) for t in TEMPLATES])
+        size = int((off[1:] - off[:-1] + 2 + fields * MAX_FIELD)[tpl_id].sum())
+        buf = np.empty(size, dtype=np.uint8)
+        kvb = int(round(float(self.fp[L.FP_DC + L.C_KV]))) if self.fp.shape[0] > L.FP_DC else 0
+        flat_i, flat_ns = (
+            np.ascontiguousarray(rows).reshape(-1),
+            np.ascontiguousarray(ns).reshape(-1),
+        )
+        k = write_events(tpl, off, tpl_id, flat_i, flat_ns, pid, tid, kvb, buf)
+        return self._names(pid_base, role, tracks), buf[:k].tobytes()
+
+    def _names(self, pid_base: int, role: np.ndarray, tracks: np.ndarray) -> list[str]:
+        prefix = f"{self.label}: " if self.label else ""
+        roles = ROLES[self.mode]
+        out = []
+        for r in np.unique(role).tolist():
+            out.append(
+                f'{{"ph":"M","name":"process_name","pid":{pid_base + r + 1},'
+                f'"args":{{"name":{_json_str(prefix + roles[r])}}}}}'
+            )
+        pairs = np.unique(np.stack([role, tracks], axis=1), axis=0).tolist()
+        for r, t in pairs:
+            out.append(
+                f'{{"ph":"M","name":"thread_name","pid":{pid_base + r + 1},"tid":{t + 1},'
+                f'"args":{{"name":{_json_str(self._track_name(r, t))}}}}}'
+            )
+        return out
+
+    def _track_name(self, role: int, track: int) -> str:
+        name = ROLES[self.mode][role]
+        if name == "colocated":
+            return f"instance {track}"
+        if name == "link":
+            _, D, C = self.shape
+            pd, c = divmod(track, C)
+            return f"p{pd // D}->d{pd % D} ch{c}"
+        return f"{name} {track}"
 
 
-def _us(ns: int) -> str:
-    """Integer nanoseconds as microseconds with exactly three decimals (a JSON number)."""
-    sign = "-" if ns < 0 else ""
-    ns = abs(ns)
-    return f"{sign}{ns // 1000}.{ns % 1000:03d}"
+ROLES = {"disaggregated": ("prefill", "link", "decode"), "colocated": ("colocated",)}
 
 
-def _track(rec: Recorder, kind: int, track: int) -> tuple[str, str]:
-    """(role, track name) of a record."""
-    P, D, C = rec.shape
-    if rec.mode == "colocated":
-        return "colocated", f"instance {track}"
-    if kind in (L.REC_PREFILL, L.REC_QUEUE):
-        return "prefill", f"prefill {track}"
-    if kind == L.REC_LINK:
-        c, pd = track % C, track // C
-        return "link", f"p{pd // D}->d{pd % D} ch{c}"
-    return "decode", f"decode {track}"
-
-
-def _name(rec: Recorder, row, collapsed: bool) -> tuple[str, str]:
-    """(slice name, args JSON) of a slice."""
-    kind, _, a, b, c, j = (int(x) for x in row)
-    if kind == L.REC_PREFILL:
-        return f"prefill x{a}", f'{{"new_tokens":{b},"requests":{a}}}'
-    if kind == L.REC_LINK:
-        return "kv", f'{{"bytes":{b},"request":{a}}}'
-    if kind == L.REC_DECODE:
-        if collapsed:
-            return f"decode x{b} b={a}", f'{{"iterations":{b},"batch":{a}}}'
-        return f"decode b={a}", f'{{"batch":{a},"iteration":{j}}}'
-    if kind == L.REC_STALL:
-        return "prefix recompute (batch stalled)", "{}"
-    if kind == L.REC_CO_PREFILL:
-        return f"prefill x{a} (decodes stalled)", f'{{"tokens":{b},"requests":{a}}}'
-    return f"mixed step b={a} +{b} prefill", f'{{"batch":{a},"prefill_tokens":{b}}}'
+def _roles(mode: str, kinds: np.ndarray) -> np.ndarray:
+    """Process index of each record: prefill, link, decode (colocated: one process)."""
+    if mode == "colocated":
+        return np.zeros_like(kinds)
+    role = np.full_like(kinds, 2)
+    role[(kinds == L.REC_PREFILL) | (kinds == L.REC_QUEUE)] = 0
+    role[kinds == L.REC_LINK] = 1
+    return role
 
 
 def _json_str(s: str) -> str:
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _events(rec: Recorder, pid_base: int) -> list[str]:
-    rows, ns = rec.slices()
-    kinds = rec.tli[0 :: L.NTL_I]
-    iters = rec.tli[3 :: L.NTL_I][kinds == L.REC_DECODE]
-    collapsed = int(iters.sum()) > MAX_ITERATION_SLICES
-    prefix = f"{rec.label}: " if rec.label else ""
-    pids: dict[str, int] = {}
-    tids: dict[tuple[str, str], int] = {}
-    out: list[str] = []
-    gb = float(rec.fp[L.FP_DC + L.C_KV]) / 1e9 if rec.fp.shape[0] > L.FP_DC else 0.0
-
-    def ids(role: str, track: str) -> tuple[int, int]:
-        if role not in pids:
-            pids[role] = pid = pid_base + len(pids) + 1
-            out.append(
-                f'{{"ph":"M","name":"process_name","pid":{pid},'
-                f'"args":{{"name":{_json_str(prefix + role)}}}}}'
-            )
-        key = (role, track)
-        if key not in tids:
-            tids[key] = tid = len(tids) + 1
-            out.append(
-                f'{{"ph":"M","name":"thread_name","pid":{pids[role]},"tid":{tid},'
-                f'"args":{{"name":{_json_str(track)}}}}}'
-            )
-        return pids[role], tids[key]
-
-    for row, (t0, t1) in zip(rows.tolist(), ns.tolist(), strict=True):
-        kind = row[0]
-        role, track = _track(rec, kind, row[1])
-        pid, tid = ids(role, track)
-        if kind == L.REC_KV:
-            out.append(
-                f'{{"ph":"C","name":"{track} kv_used_gb","pid":{pid},"ts":{_us(t0)},'
-                f'"args":{{"kv_used_gb":{row[2] * gb!r}}}}}'
-            )
-            out.append(
-                f'{{"ph":"C","name":"{track} replica_kv_gb","pid":{pid},"ts":{_us(t0)},'
-                f'"args":{{"replica_kv_gb":{row[3] * gb!r}}}}}'
-            )
-        elif kind == L.REC_QUEUE:
-            out.append(
-                f'{{"ph":"C","name":"{track} queued","pid":{pid},"ts":{_us(t0)},'
-                f'"args":{{"queued":{row[2]}}}}}'
-            )
-        else:
-            name, args = _name(rec, row, collapsed)
-            out.append(
-                f'{{"ph":"X","name":{_json_str(name)},"pid":{pid},"tid":{tid},'
-                f'"ts":{_us(t0)},"dur":{_us(t1 - t0)},"args":{args}}}'
-            )
-    return out
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def write_chrome_trace(recorders: list[Recorder], path: Path) -> Path:
@@ -182,16 +160,15 @@ def write_chrome_trace(recorders: list[Recorder], path: Path) -> Path:
             f"cannot write {path}: {e.strerror or e}", where=where, fix="pick a writable folder"
         ) from None
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write('{"displayTimeUnit":"ns","traceEvents":[\n')
-            first = True
-            for i, r in enumerate(recorders):
-                for ev in r.events(pid_base=100 * i):
-                    if not first:
-                        f.write(",\n")
-                    f.write(ev)
-                    first = False
-            f.write("\n]}\n")
+        with os.fdopen(fd, "wb") as f:
+            parts = [r.events(pid_base=100 * i) for i, r in enumerate(recorders)]
+            names = [n for ns, _ in parts for n in ns]
+            f.write(b'{"displayTimeUnit":"ns","traceEvents":[\n')
+            f.write(",\n".join(names).encode())
+            for _, body in parts:
+                f.write(body)
+            f.write(b"\n]}\n")
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except OSError as e:
         try:
