@@ -108,7 +108,9 @@ def _costs(*costs) -> list[float]:
     return [float(getattr(c, f)) for c in costs for f in L.COST_FIELDS]
 
 
-def simulate(req: Requests, cfg: EngineConfig, recorder=None, keep_state: bool = False) -> SimResult:
+def simulate(
+    req: Requests, cfg: EngineConfig, recorder=None, keep_state: bool = False
+) -> SimResult:
     """Run one scenario's requests through the disaggregated system described by ``cfg``.
 
     With a ``recorder`` (engine.recorder.Recorder) the engine also logs what every

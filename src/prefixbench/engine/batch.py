@@ -10,7 +10,7 @@ earlier or a later boundary than the one it sees.
 
 from __future__ import annotations
 
-from .jit import jit
+from .jit import jit, sig
 from .layout import (
     D_B,
     D_CTX,
@@ -38,7 +38,7 @@ from .queues import push
 from .series import coeffs, iterations_within, series_time
 
 
-@jit
+@sig("void(int64[::1], float64[::1], float64[::1], int64[::1], int64, float64, int64)")
 def schedule(IS, F, EHT, EHI, d, t, k):
     """Make the boundary ``k`` iterations after ``t_seg``, at time ``t``, the next one."""
     b = DI0 + d * NDI
@@ -62,7 +62,7 @@ def first_boundary_after(F, nb, ctx, tseg, t, k_max):
     return k, tseg + series_time(a1, s1, a2, s2, o, k)
 
 
-@jit
+@sig("void(int64[::1], float64[::1], float64[::1], int64[::1], int64, float64)")
 def interrupt(IS, F, EHT, EHI, d, t):
     """Work arrived for instance ``d``: make it stop at the next iteration boundary."""
     b = DI0 + d * NDI
@@ -80,7 +80,7 @@ def interrupt(IS, F, EHT, EHI, d, t):
         schedule(IS, F, EHT, EHI, d, tb, k)
 
 
-@jit
+@sig("void(int64[::1], float64[::1], float64[::1], int64[::1], int64, float64)")
 def run_to_next_finish(IS, F, EHT, EHI, d, t):
     """Schedule the boundary at which the batch's next sequence finishes."""
     b = DI0 + d * NDI
@@ -89,7 +89,7 @@ def run_to_next_finish(IS, F, EHT, EHI, d, t):
     schedule(IS, F, EHT, EHI, d, t + series_time(a1, s1, a2, s2, o, k_next), k_next)
 
 
-@jit
+@sig("void(int64[::1], float64[::1], int64, int64, boolean)")
 def record_gaps(IS, F, d, k, first_token_in_batch):
     """Largest token gap per sequence over ``k`` closed-form iterations from ``t_seg``: the
     first iteration's gap runs from the sequence's previous token (so it includes a stall);
@@ -124,7 +124,7 @@ def record_gaps(IS, F, d, k, first_token_in_batch):
         F[ft + T_LAST * n + rid] = tk
 
 
-@jit
+@sig("void(int64[::1], float64[::1], int64, float64, boolean)")
 def stall_gaps(IS, F, d, end, emits):
     """Every running sequence of instance ``d`` waits until ``end`` for its next token (a
     colocated step); with ``emits`` the step gives each of them a token at ``end``."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .jit import jit
+from .jit import entry, jit
 from .layout import (
     D_IDLE,
     D_LRUH,
@@ -160,7 +160,7 @@ def rs_trim(IS, B32, B8, d, need):
     return freed
 
 
-@jit
+@entry
 def prewarm(IS, B32, B8, hot_ids, hot_tok):
     """Prewarm the hot set on every decode instance: ready and idle, least hot trimmed first."""
     U = IS[IP_U]

@@ -23,7 +23,7 @@ import math
 
 from .batch import interrupt, record_gaps, run_to_next_finish, schedule, stall_gaps
 from .blocks import pc_insert, pc_match
-from .jit import jit
+from .jit import jit, sig
 from .layout import (
     C_ATT,
     C_BR,
@@ -133,7 +133,7 @@ def arrive(IS, F, R, EHT, EHI, rid, t):
     interrupt(IS, F, EHT, EHI, i, t)
 
 
-@jit
+@sig("void(int64[::1], float64[::1], int64, float64, int64)")
 def reject(IS, F, rid, t, reason):
     n, io = IS[IP_N], IS[H_O]
     IS[io + O_OUT * n + rid] = OUT_REJECTED
@@ -154,7 +154,9 @@ def timeout(IS, F, rid, t):
     return True
 
 
-@jit
+@sig(
+    "void(int64[::1], float64[::1], int32[::1], int32[::1], int64[::1], int64[::1], int64, int64, float64, int64)"
+)
 def reserve(IS, F, R, B32, bid, bt, rid, i, t, need):
     """Admit ``rid``: reserve its KV and look its prompt up in the prefix cache."""
     n = IS[IP_N]
@@ -205,7 +207,7 @@ def admit_head(IS, F, R, B32, bid, bt, i, t):
     return -1
 
 
-@jit
+@sig("void(int64[::1], float64[::1], int32[::1], int64, int64, float64, boolean)")
 def finish(IS, F, R, rid, i, t, joined):
     n = IS[IP_N]
     b = DI0 + i * NDI

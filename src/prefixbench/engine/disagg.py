@@ -390,7 +390,7 @@ def persist_new_blocks(IS, R, B32, B8, bid, bt, rid, d, i0, i1):
     return ptoks
 
 
-@jit
+@sig("UniTuple(int64, 2)(int64[::1], int64, int64, int64)")
 def handoff(IS, rid, prompt, hit_tok):
     """The policy's hand-off: (tokens whose KV crosses the link, prefix tokens the decode
     instance recomputes)."""

@@ -17,10 +17,19 @@ from __future__ import annotations
 from numba import njit
 
 _OPTIONS = {"cache": True, "error_model": "numpy", "_nrt": False}
+# helpers called only from compiled code need no CPython or C-function wrapper, and
+# generating those is a good part of the compile time
+_INTERNAL = {**_OPTIONS, "no_cpython_wrapper": True, "no_cfunc_wrapper": True}
 
-jit = njit(**_OPTIONS)
+jit = njit(**_INTERNAL)
+entry = njit(**_OPTIONS)  # also called from Python
 
 
 def sig(signature: str):
     """``jit`` with a fixed signature."""
+    return njit(signature, **_INTERNAL)
+
+
+def entry_sig(signature: str):
+    """``entry`` with a fixed signature."""
     return njit(signature, **_OPTIONS)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from . import colocated as co
 from . import disagg as dis
-from .jit import jit
+from .jit import entry
 from .layout import (
     EV_DECODE,
     EV_PREFILL,
@@ -31,21 +31,21 @@ from .queues import pop
 DONE, NEED_HEAP, NEED_LOG = 0, 1, 2
 
 
-@jit
+@entry
 def heap_room(IS):
     """Event heap entries one more event may need: a handler pushes at most two events per
     request in the system, plus two."""
     return IS[GI_HSZ] + 2 * IS[GI_INSYS] + 4
 
 
-@jit
+@entry
 def log_room(IS):
     """Timeline records one more event may need (two per request in the system, plus the
     step, segment and counters of the instance it concerns), and the final counters."""
     return IS[GI_TLN] + 2 * IS[GI_INSYS] + IS[IP_ND] + 8
 
 
-@jit
+@entry
 def run_disaggregated(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt):
     """Handle events until none is left (DONE) or an array must grow (NEED_*)."""
     rec = IS[IP_REC]
@@ -70,7 +70,7 @@ def run_disaggregated(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt):
     return DONE
 
 
-@jit
+@entry
 def run_colocated(IS, F, R, B32, EHT, EHI, TLF, TLI, bid, bt):
     """The colocated loop (its instances have no link and no hand-off)."""
     rec = IS[IP_REC]
@@ -91,7 +91,7 @@ def run_colocated(IS, F, R, B32, EHT, EHI, TLF, TLI, bid, bt):
     return DONE
 
 
-@jit
+@entry
 def close_disaggregated(IS, F, TLF, TLI):
     """The end of the run: integrate memory up to t_end (left in F[G_NOW])."""
     t_end = F[G_NOW]

@@ -14,11 +14,11 @@
 
 from __future__ import annotations
 
-from .jit import jit, sig
+from .jit import entry_sig, sig
 from .layout import D_HSZ, DI0, GI_HSZ, GI_SEQ, H_CAPB, H_DH, KIND_SHIFT, NDI, NR, R_WQN, R_WQP
 
 
-@sig("void(float64[::1], int64[::1], int64[::1], float64, int64, int64, int64)")
+@entry_sig("void(float64[::1], int64[::1], int64[::1], float64, int64, int64, int64)")
 def push(EHT, EHI, IS, t, kind, a, b):
     IS[GI_SEQ] += 1
     key = (kind << KIND_SHIFT) | IS[GI_SEQ]
@@ -41,7 +41,7 @@ def push(EHT, EHI, IS, t, kind, a, b):
     EHI[3 * i + 2] = b
 
 
-@jit
+@sig("Tuple((float64, int64, int64, int64))(float64[::1], int64[::1], int64[::1])")
 def pop(EHT, EHI, IS):
     t0, k0, a0, b0 = EHT[0], EHI[0], EHI[1], EHI[2]
     size = IS[GI_HSZ] - 1
@@ -71,7 +71,7 @@ def pop(EHT, EHI, IS):
     return t0, k0 >> KIND_SHIFT, a0, b0
 
 
-@jit
+@sig("void(int64[::1], int64, int64, int64)")
 def batch_push(IS, d, it, rid):
     capb = IS[H_CAPB]
     base = IS[H_DH] + 2 * capb * d
@@ -91,7 +91,7 @@ def batch_push(IS, d, it, rid):
     IS[rb + i] = rid
 
 
-@jit
+@sig("int64(int64[::1], int64)")
 def batch_pop(IS, d):
     capb = IS[H_CAPB]
     base = IS[H_DH] + 2 * capb * d
@@ -128,7 +128,7 @@ def batch_pop(IS, d):
 # (and ``g``) of each request's record in R.
 
 
-@jit
+@sig("void(int64[::1], int32[::1], int64, int64, int64)")
 def q_append(IS, R, hp, f, rid):
     R[rid * NR + f] = -1
     tail = IS[hp + 1]
@@ -139,7 +139,7 @@ def q_append(IS, R, hp, f, rid):
     IS[hp + 1] = rid
 
 
-@jit
+@sig("int64(int64[::1], int32[::1], int64, int64)")
 def q_popleft(IS, R, hp, f):
     rid = IS[hp]
     nxt = R[rid * NR + f]
@@ -149,7 +149,7 @@ def q_popleft(IS, R, hp, f):
     return rid
 
 
-@jit
+@sig("void(int64[::1], int32[::1], int64, int64)")
 def wq_append(IS, R, hp, rid):
     tail = IS[hp + 1]
     R[rid * NR + R_WQN] = -1
@@ -161,7 +161,7 @@ def wq_append(IS, R, hp, rid):
     IS[hp + 1] = rid
 
 
-@jit
+@sig("void(int64[::1], int32[::1], int64, int64)")
 def wq_remove(IS, R, hp, rid):
     p, nx = R[rid * NR + R_WQP], R[rid * NR + R_WQN]
     if p == -1:
@@ -174,7 +174,7 @@ def wq_remove(IS, R, hp, rid):
         R[nx * NR + R_WQP] = p
 
 
-@jit
+@sig("void(int32[::1], int64[::1], int64, int64, int64, int64, int64)")
 def lru_unlink(B32, IS, hp, base, po, no, h):
     """Unlink block ``h`` (record at base + 4h, prev/next at field po/no) from the LRU list
     whose head is IS[hp] and tail IS[hp + 1]."""
@@ -190,7 +190,7 @@ def lru_unlink(B32, IS, hp, base, po, no, h):
         B32[base + 4 * nx + po] = pv
 
 
-@jit
+@sig("void(int32[::1], int64[::1], int64, int64, int64, int64, int64)")
 def lru_append(B32, IS, hp, base, po, no, h):
     tail = IS[hp + 1]
     rec = base + 4 * h

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import math
 
-from .jit import jit
+from .jit import entry, jit, sig
 from .layout import GI_TLN, NTL_F, NTL_I, REC_DECODE
 from .series import coeffs, series_time
 
 
-@jit
+@sig(
+    "void(float64[::1], int64[::1], int64[::1], int64, int64, float64, float64, int64, int64, int64)"
+)
 def record(TLF, TLI, IS, kind, track, t0, t1, a, b, c):
     """Append one record (the run loop made room)."""
     i = IS[GI_TLN]
@@ -39,7 +41,7 @@ def to_ns(t):
     return math.floor(t * 1e9 + 0.5)
 
 
-@jit
+@entry
 def expand(TLF, TLI, n_rec, F, per_iteration, out_i, out_ns):
     """Fill the slice arrays: ``out_i`` rows (kind, track, a, b, c, iteration), ``out_ns``
     rows (start, end) in integer nanoseconds. Returns the number of slices written."""

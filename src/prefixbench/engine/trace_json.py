@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .jit import jit
+from .jit import entry, jit
 
 PID, TID, TS, DUR, A, B, IT, TRACK, AGB, BGB = range(0x11, 0x1B)
 
@@ -85,7 +85,7 @@ def _fixed(buf, pos, v, scale, decimals):
     return pos + decimals + 1
 
 
-@jit
+@entry
 def write_events(tpl, tpl_off, tpl_id, rows, ns, pid, tid, kv_bytes, buf):
     """Write every row as ``,\\n`` + its event into ``buf``; returns the bytes written."""
     pos = 0
