@@ -5,7 +5,7 @@ Public names (everything outside the engine imports these, and only these):
 ``TIME_COLUMNS``, ``Outcome``, ``Reason``, ``REASON_NAMES``. docs/design.md maps the modules.
 """
 
-from .api import simulate, simulate_colocated
+from .api import simulate, simulate_colocated, warm_up
 from .config import (
     REASON_NAMES,
     SCHEDULERS,
@@ -27,4 +27,5 @@ __all__ = [
     "SimResult",
     "simulate",
     "simulate_colocated",
+    "warm_up",
 ]

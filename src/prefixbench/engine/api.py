@@ -4,6 +4,8 @@ compiled loop, unpack columns and stats (and hand the timeline log to a recorder
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import numpy as np
 
 from ..errors import SimulationError
@@ -236,3 +238,23 @@ def simulate_colocated(req: Requests, cfg: ColocatedConfig, recorder=None) -> Si
         "link_util": 0.0,
     }
     return SimResult(cols, stats)
+
+
+def warm_up(colocated: bool = False) -> None:
+    """Compile (or load from the cache) the engine on a three-request run, so that worker
+    processes started afterwards load the cached machine code instead of each compiling it."""
+    from ..costmodel import InstanceCost
+
+    cost = InstanceCost(**{f.name: 1.0 for f in fields(InstanceCost)})
+    req = Requests(
+        arrival=np.array([0.0, 0.5, 1.0]),
+        prompt_len=np.array([8, 8, 8], dtype=np.int64),
+        output_len=np.array([2, 2, 2], dtype=np.int64),
+        blk_ptr=np.array([0, 1, 2, 2], dtype=np.int64),
+        blk_hash=np.array([1, 1], dtype=np.int64),
+        blk_tokens=np.array([4, 4], dtype=np.int64),
+        prefix_id=np.array([0, 0, -1], dtype=np.int64),
+    )
+    simulate(req, EngineConfig(policy="replicate_all_lru", prefill_cost=cost, decode_cost=cost))
+    if colocated:
+        simulate_colocated(req, ColocatedConfig(cost=cost, instances=1))
