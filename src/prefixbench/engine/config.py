@@ -109,23 +109,37 @@ def _check_ints(pairs: list[tuple[str, object, int, int]]) -> None:
             _refuse(f"{v!r} is not an integer in [{lo}, {hi}]", where, "pick a value in range")
 
 
+def _check_common(cfg, instances: list[tuple[str, object]]) -> None:
+    if cfg.on_full not in ON_FULL:
+        _refuse(f"unknown on_full '{cfg.on_full}'", "memory.on_full", "use reject or wait")
+    counts = [(where, v, 1, INT32_MAX) for where, v in instances]
+    _check_ints(
+        counts
+        + [
+            ("cluster.max_decode_batch", cfg.max_batch, 1, INT32_MAX),
+            ("budget_tokens", cfg.budget_tokens, 0, 2**62),
+            ("run.warmup_requests", cfg.warmup_requests, 0, 2**62),
+        ]
+    )
+
+
 def check_engine_config(cfg: EngineConfig) -> None:
     """Refuse a disaggregated configuration the engine cannot run as given."""
     _check_name(cfg.policy, POLICIES, "policy")
     _check_name(cfg.prefill_router, PREFILL_ROUTERS, "prefill_router")
     _check_name(cfg.decode_router, DECODE_ROUTERS, "decode_router")
-    if cfg.on_full not in ON_FULL:
-        _refuse(f"unknown on_full '{cfg.on_full}'", "memory.on_full", "use reject or wait")
+    _check_common(
+        cfg,
+        [
+            ("cluster.prefill_instances", cfg.n_prefill),
+            ("cluster.decode_instances", cfg.n_decode),
+            ("cluster.link.channels", cfg.link_channels),
+        ],
+    )
     _check_ints(
         [
-            ("cluster.prefill_instances", cfg.n_prefill, 1, INT32_MAX),
-            ("cluster.decode_instances", cfg.n_decode, 1, INT32_MAX),
-            ("cluster.link.channels", cfg.link_channels, 1, INT32_MAX),
-            ("cluster.max_decode_batch", cfg.max_batch, 1, INT32_MAX),
             ("cluster.prefill_token_budget", cfg.prefill_token_budget, 1, 2**62),
-            ("budget_tokens", cfg.budget_tokens, 0, 2**62),
             ("prefill_cache_tokens", min(cfg.prefill_cache_tokens, 2**61), 0, 2**62),
-            ("run.warmup_requests", cfg.warmup_requests, 0, 2**62),
         ]
     )
 
@@ -133,16 +147,11 @@ def check_engine_config(cfg: EngineConfig) -> None:
 def check_colocated_config(cfg: ColocatedConfig) -> None:
     """Refuse a colocated configuration the engine cannot run as given."""
     _check_name(cfg.scheduler, SCHEDULERS, "cluster.colocated_scheduler")
-    if cfg.on_full not in ON_FULL:
-        _refuse(f"unknown on_full '{cfg.on_full}'", "memory.on_full", "use reject or wait")
+    _check_common(cfg, [("instances", cfg.instances)])
     _check_ints(
         [
-            ("instances", cfg.instances, 1, INT32_MAX),
-            ("cluster.max_decode_batch", cfg.max_batch, 1, INT32_MAX),
             ("step_token_budget", cfg.step_token_budget, 1, 2**62),
-            ("budget_tokens", cfg.budget_tokens, 0, 2**62),
             ("prefix_cache_tokens", min(cfg.prefix_cache_tokens, 2**61), 0, 2**62),
-            ("run.warmup_requests", cfg.warmup_requests, 0, 2**62),
         ]
     )
 

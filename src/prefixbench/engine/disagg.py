@@ -204,6 +204,17 @@ def mem_changed(IS, F, TLF, TLI, d, t):
 # ---------------------------------------------------------------- prefill
 
 
+@sig("int64(int64[::1], int64, int64, int64)")
+def least_loaded(IS, first, stride, count):
+    """The instance whose load field (``IS[first + i·stride]``) is smallest; ties: lowest
+    index."""
+    best = 0
+    for i in range(1, count):
+        if IS[first + i * stride] < IS[first + best * stride]:
+            best = i
+    return best
+
+
 @jit
 def route_prefill(IS):
     """least_tokens (fewest queued and running prompt tokens; ties: lowest index) or
@@ -214,11 +225,7 @@ def route_prefill(IS):
         p = IS[GI_RR_P] % npf
         IS[GI_RR_P] += 1
         return p
-    p = 0
-    for i in range(1, npf):
-        if IS[pi + i * NPI + P_LOAD] < IS[pi + p * NPI + P_LOAD]:
-            p = i
-    return p
+    return least_loaded(IS, pi + P_LOAD, NPI, npf)
 
 
 @jit
@@ -348,11 +355,7 @@ def route_decode(IS, B8, bid, rid):
                 if k > best or (k == best and load < best_load):
                     best, best_i = k, i
             return best_i
-    best_i = 0
-    for i in range(1, nd):
-        if IS[DI0 + i * NDI + D_LOAD] < IS[DI0 + best_i * NDI + D_LOAD]:
-            best_i = i
-    return best_i
+    return least_loaded(IS, DI0 + D_LOAD, NDI, nd)
 
 
 @sig("void(int64[::1], float64[::1], int64, int64, float64, int64)")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from . import colocated as co
 from . import disagg as dis
-from .jit import entry
+from .jit import entry, jit
 from .layout import (
     EV_DECODE,
     EV_PREFILL,
@@ -45,16 +45,25 @@ def log_room(IS):
     return IS[GI_TLN] + 2 * IS[GI_INSYS] + IS[IP_ND] + 8
 
 
+@jit
+def next_event(IS, EHT, EHI, TLF):
+    """(DONE, the next event) if handling it cannot overflow the event heap or the timeline
+    log, else (which array must grow first, nothing popped)."""
+    if heap_room(IS) > EHT.shape[0]:
+        return NEED_HEAP, 0.0, 0, 0, 0
+    if IS[IP_REC] and log_room(IS) > TLF.shape[0] // NTL_F:
+        return NEED_LOG, 0.0, 0, 0, 0
+    t, kind, a, b = pop(EHT, EHI, IS)
+    return DONE, t, kind, a, b
+
+
 @entry
 def run_disaggregated(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt):
     """Handle events until none is left (DONE) or an array must grow (NEED_*)."""
-    rec = IS[IP_REC]
     while IS[GI_HSZ] > 0:
-        if heap_room(IS) > EHT.shape[0]:
-            return NEED_HEAP
-        if rec and log_room(IS) > TLF.shape[0] // NTL_F:
-            return NEED_LOG
-        t, kind, a, b = pop(EHT, EHI, IS)
+        status, t, kind, a, b = next_event(IS, EHT, EHI, TLF)
+        if status != DONE:
+            return status
         if kind == EV_DECODE:
             dis.decode_boundary(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, a, b, t)
         elif kind == EV_TRANSFER:
@@ -73,13 +82,10 @@ def run_disaggregated(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt):
 @entry
 def run_colocated(IS, F, R, B32, EHT, EHI, TLF, TLI, bid, bt):
     """The colocated loop (its instances have no link and no hand-off)."""
-    rec = IS[IP_REC]
     while IS[GI_HSZ] > 0:
-        if heap_room(IS) > EHT.shape[0]:
-            return NEED_HEAP
-        if rec and log_room(IS) > TLF.shape[0] // NTL_F:
-            return NEED_LOG
-        t, kind, a, b = pop(EHT, EHI, IS)
+        status, t, kind, a, b = next_event(IS, EHT, EHI, TLF)
+        if status != DONE:
+            return status
         if kind == EV_DECODE:
             co.boundary(IS, F, R, B32, EHT, EHI, TLF, TLI, bid, bt, a, b, t)
         elif kind == EV_TIMEOUT:

@@ -18,6 +18,23 @@ from .jit import entry_sig, sig
 from .layout import D_HSZ, DI0, GI_HSZ, GI_SEQ, H_CAPB, H_DH, KIND_SHIFT, NDI, NR, R_WQN, R_WQP
 
 
+@sig("void(float64[::1], int64[::1], int64, int64)")
+def _move(EHT, EHI, dst, src):
+    """Heap slot ``src`` moves to ``dst``."""
+    EHT[dst] = EHT[src]
+    EHI[3 * dst] = EHI[3 * src]
+    EHI[3 * dst + 1] = EHI[3 * src + 1]
+    EHI[3 * dst + 2] = EHI[3 * src + 2]
+
+
+@sig("void(float64[::1], int64[::1], int64, float64, int64, int64, int64)")
+def _put(EHT, EHI, i, t, key, a, b):
+    EHT[i] = t
+    EHI[3 * i] = key
+    EHI[3 * i + 1] = a
+    EHI[3 * i + 2] = b
+
+
 @entry_sig("void(float64[::1], int64[::1], int64[::1], float64, int64, int64, int64)")
 def push(EHT, EHI, IS, t, kind, a, b):
     IS[GI_SEQ] += 1
@@ -26,19 +43,12 @@ def push(EHT, EHI, IS, t, kind, a, b):
     IS[GI_HSZ] = i + 1
     while i > 0:
         p = (i - 1) >> 1
-        tp = EHT[p]
-        if t < tp or (t == tp and key < EHI[3 * p]):
-            EHT[i] = tp
-            EHI[3 * i] = EHI[3 * p]
-            EHI[3 * i + 1] = EHI[3 * p + 1]
-            EHI[3 * i + 2] = EHI[3 * p + 2]
+        if t < EHT[p] or (t == EHT[p] and key < EHI[3 * p]):
+            _move(EHT, EHI, i, p)
             i = p
         else:
             break
-    EHT[i] = t
-    EHI[3 * i] = key
-    EHI[3 * i + 1] = a
-    EHI[3 * i + 2] = b
+    _put(EHT, EHI, i, t, key, a, b)
 
 
 @sig("Tuple((float64, int64, int64, int64))(float64[::1], int64[::1], int64[::1])")
@@ -57,67 +67,65 @@ def pop(EHT, EHI, IS):
             if c2 < size and (EHT[c2] < EHT[c] or (EHT[c2] == EHT[c] and EHI[3 * c2] < EHI[3 * c])):
                 c = c2
             if EHT[c] < t or (EHT[c] == t and EHI[3 * c] < key):
-                EHT[i] = EHT[c]
-                EHI[3 * i] = EHI[3 * c]
-                EHI[3 * i + 1] = EHI[3 * c + 1]
-                EHI[3 * i + 2] = EHI[3 * c + 2]
+                _move(EHT, EHI, i, c)
                 i = c
             else:
                 break
-        EHT[i] = t
-        EHI[3 * i] = key
-        EHI[3 * i + 1] = a
-        EHI[3 * i + 2] = b
+        _put(EHT, EHI, i, t, key, a, b)
     return t0, k0 >> KIND_SHIFT, a0, b0
+
+
+@sig("UniTuple(int64, 3)(int64[::1], int64)")
+def _batch_heap(IS, d):
+    """(iterations base, request ids base, size field) of decode instance ``d``'s heap."""
+    capb = IS[H_CAPB]
+    base = IS[H_DH] + 2 * capb * d
+    return base, base + capb, DI0 + d * NDI + D_HSZ
+
+
+@sig("boolean(int64, int64, int64, int64)")
+def _less(it1, rid1, it2, rid2):
+    return it1 < it2 or (it1 == it2 and rid1 < rid2)
+
+
+@sig("void(int64[::1], int64, int64, int64, int64)")
+def _batch_move(IS, base, rb, dst, src):
+    IS[base + dst] = IS[base + src]
+    IS[rb + dst] = IS[rb + src]
 
 
 @sig("void(int64[::1], int64, int64, int64)")
 def batch_push(IS, d, it, rid):
-    capb = IS[H_CAPB]
-    base = IS[H_DH] + 2 * capb * d
-    rb = base + capb
-    sz = DI0 + d * NDI + D_HSZ
+    base, rb, sz = _batch_heap(IS, d)
     i = IS[sz]
     IS[sz] = i + 1
     while i > 0:
         p = (i - 1) >> 1
-        if it < IS[base + p] or (it == IS[base + p] and rid < IS[rb + p]):
-            IS[base + i] = IS[base + p]
-            IS[rb + i] = IS[rb + p]
-            i = p
-        else:
+        if not _less(it, rid, IS[base + p], IS[rb + p]):
             break
+        _batch_move(IS, base, rb, i, p)
+        i = p
     IS[base + i] = it
     IS[rb + i] = rid
 
 
 @sig("int64(int64[::1], int64)")
 def batch_pop(IS, d):
-    capb = IS[H_CAPB]
-    base = IS[H_DH] + 2 * capb * d
-    rb = base + capb
+    base, rb, sz = _batch_heap(IS, d)
     r0 = IS[rb]
-    sz = DI0 + d * NDI + D_HSZ
     size = IS[sz] - 1
     IS[sz] = size
     if size > 0:
         it, rid = IS[base + size], IS[rb + size]
         i = 0
-        while True:
+        while 2 * i + 1 < size:
             c = 2 * i + 1
-            if c >= size:
+            if c + 1 < size and _less(IS[base + c + 1], IS[rb + c + 1], IS[base + c], IS[rb + c]):
+                c += 1
+            if not _less(IS[base + c], IS[rb + c], it, rid):
                 break
-            c2 = c + 1
-            if c2 < size:
-                it2, it1 = IS[base + c2], IS[base + c]
-                if it2 < it1 or (it2 == it1 and IS[rb + c2] < IS[rb + c]):
-                    c = c2
-            if IS[base + c] < it or (IS[base + c] == it and IS[rb + c] < rid):
-                IS[base + i] = IS[base + c]
-                IS[rb + i] = IS[rb + c]
-                i = c
-            else:
-                break
+            _batch_move(IS, base, rb, i, c)
+            i = c
         IS[base + i] = it
         IS[rb + i] = rid
     return r0
@@ -151,14 +159,8 @@ def q_popleft(IS, R, hp, f):
 
 @sig("void(int64[::1], int32[::1], int64, int64)")
 def wq_append(IS, R, hp, rid):
-    tail = IS[hp + 1]
-    R[rid * NR + R_WQN] = -1
-    R[rid * NR + R_WQP] = tail
-    if tail == -1:
-        IS[hp] = rid
-    else:
-        R[tail * NR + R_WQN] = rid
-    IS[hp + 1] = rid
+    R[rid * NR + R_WQP] = IS[hp + 1]
+    q_append(IS, R, hp, R_WQN, rid)
 
 
 @sig("void(int64[::1], int32[::1], int64, int64)")
