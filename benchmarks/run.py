@@ -371,20 +371,24 @@ def warm(src: Path | None) -> None:
         time_command(["run", "--set", "run.requests=300", "--out", "{tmp}/w", *extra], src, 1)
 
 
-def bench_commands(repeats: int, baseline: str | None, baseline_repeats: int) -> dict:
+def bench_commands(
+    repeats: int, baseline: str | None, baseline_repeats: int, after: str | None
+) -> dict:
     out: dict = {
         "baseline": baseline,
+        "after_revision": after or "working tree",
         "repeats": repeats,
         "baseline_repeats": baseline_repeats,
         "commands": {k: " ".join(v) for k, v in COMMANDS.items()},
     }
-    with tempfile.TemporaryDirectory() as d:
+    with tempfile.TemporaryDirectory() as d, tempfile.TemporaryDirectory() as d2:
         src = baseline_source(baseline, Path(d)) if baseline else None
-        warm(None)
+        now = baseline_source(after, Path(d2)) if after else None
+        warm(now)
         if src is not None:
             warm(src)
         for name, argv in COMMANDS.items():
-            row = {"after": time_command(argv, None, repeats)}
+            row = {"after": time_command(argv, now, repeats)}
             if src is not None:
                 row["before"] = time_command(argv, src, baseline_repeats)
                 if "median" in row["before"] and "median" in row["after"]:
@@ -392,8 +396,12 @@ def bench_commands(repeats: int, baseline: str | None, baseline_repeats: int) ->
             out[name] = row
             before = row.get("before", {}).get("median")
             after = row["after"].get("median", float("nan"))
-            ratio = f"   before {before:7.2f} s   after/before {row['after_over_before']:.2f}"
-            print(f"  {name:14s} after {after:7.2f} s" + (ratio if before else ""), flush=True)
+            ratio = row.get("after_over_before", float("nan"))
+            tail = f"   before {before:7.2f} s   after/before {ratio:.2f}" if before else ""
+            print(f"  {name:14s} after {after:7.2f} s{tail}", flush=True)
+            for side in ("after", "before"):
+                if "error" in row.get(side, {}):
+                    print(f"    {side} failed: {row[side]['error'][-300:]}", flush=True)
     run, tl = out["run"]["after"], out["run_timeline"]["after"]
     if "median" in run and "median" in tl:
         out["timeline_over_run"] = tl["median"] / run["median"]
@@ -637,6 +645,9 @@ def main() -> None:
     ap.add_argument(
         "--baseline-repeats", type=int, default=1, help="repeats of each baseline command"
     )
+    ap.add_argument(
+        "--after", default=None, help="git revision to time as 'after' (default: working tree)"
+    )
     ap.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections to run")
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     ap.add_argument("--wrap", action="store_true", help=argparse.SUPPRESS)
@@ -685,7 +696,9 @@ def main() -> None:
         r["study"] = bench_study(1 if quick else 3)
     if "commands" in only:
         print(f"commands (fresh processes; baseline {args.baseline}):", flush=True)
-        r["commands"] = bench_commands(1 if quick else 3, args.baseline, args.baseline_repeats)
+        r["commands"] = bench_commands(
+            1 if quick else 3, args.baseline, args.baseline_repeats, args.after
+        )
     if "cold" in only:
         print("cold start (fresh virtualenv, pip install ., first sweep):", flush=True)
         r["cold"] = bench_cold_start()
