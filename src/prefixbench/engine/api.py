@@ -4,7 +4,7 @@ compiled loop, unpack columns and stats (and hand the timeline log to a recorder
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import fields, replace
 
 import numpy as np
 
@@ -27,7 +27,12 @@ from .policies import POLICIES
 from .queues import push
 from .routing import DECODE_ROUTERS, PREFILL_ROUTERS
 
-_c64 = lambda a: np.ascontiguousarray(a, dtype=np.int64)  # noqa: E731
+
+def _c64(a: np.ndarray) -> np.ndarray:
+    """``a`` as a writable, contiguous int64 array: numba types a read-only array (as from
+    a memory-mapped or Arrow-backed table) differently, which would compile the whole
+    engine a second time."""
+    return np.require(a, dtype=np.int64, requirements=["C", "W"])
 
 
 class _Run:
@@ -255,6 +260,7 @@ def warm_up(colocated: bool = False) -> None:
         blk_tokens=np.array([4, 4], dtype=np.int64),
         prefix_id=np.array([0, 0, -1], dtype=np.int64),
     )
-    simulate(req, EngineConfig(policy="replicate_all_lru", prefill_cost=cost, decode_cost=cost))
+    cfg = EngineConfig(policy="replicate_hotset", prefill_cost=cost, decode_cost=cost)
+    simulate(req, replace(cfg, hot_blocks=[(1, 4)]))  # every handler, and the prewarm
     if colocated:
         simulate_colocated(req, ColocatedConfig(cost=cost, instances=1))

@@ -166,11 +166,11 @@ def run_sweep(
     if on_start:
         on_start(len(points), len(points) - len(todo))
     if todo:
-        if backend is None:
+        backend = backend or LocalPoolBackend(jobs)
+        if isinstance(backend, LocalPoolBackend) and backend.jobs > 1 and len(todo) > 1:
             from ..engine import warm_up
 
             warm_up()  # compile once here, not once per worker (docs/performance.md)
-        backend = backend or LocalPoolBackend(jobs)
         task = functools.partial(run_point, policies=spec.policies, keep_requests=events)
         for point, result in backend.map_unordered(task, todo):
             _save(out, result)
