@@ -210,6 +210,8 @@ def test_colocated_rows_have_no_link_and_no_negative_waits(sched):
     assert row["admission_wait_ms"] is None  # KV is reserved before the prefill
     assert row["decode_queue_ms"] == 0.0 and row["link_util"] == 0.0
     assert row["decode_util"] > 0.05  # not diluted by stale timeouts
+    # KV in use is measured (it was NaN, which strict --json cannot carry)
+    assert 0.0 < row["mean_kv_used_gb"] <= row["peak_kv_used_gb"] <= row["kv_budget_gb"]
 
 
 def test_one_request_has_no_throughput():

@@ -20,7 +20,7 @@ from .config import (
     check_colocated_config,
     check_engine_config,
 )
-from .loop import DONE, NEED_HEAP, close_disaggregated, heap_room, log_room
+from .loop import DONE, NEED_HEAP, close_run, heap_room, log_room
 from .loop import run_colocated as _run_colocated
 from .loop import run_disaggregated as _run_disaggregated
 from .policies import POLICIES
@@ -78,6 +78,12 @@ class _Run:
             f2, i2 = np.empty(L.NTL_F * cap), np.empty(L.NTL_I * cap, dtype=np.int64)
             f2[: L.NTL_F * m], i2[: L.NTL_I * m] = self.TLF[: L.NTL_F * m], self.TLI[: L.NTL_I * m]
             self.TLF, self.TLI = f2, i2
+
+    def close(self) -> None:
+        """Integrate memory up to the end of the run (room for its last counters first)."""
+        if self.IS[L.IP_REC] and log_room(self.IS) > self.TLF.shape[0] // L.NTL_F:
+            self.grow(-1)
+        close_run(self.IS, self.F, self.TLF, self.TLI)
 
     def columns(self, gaps: bool) -> dict[str, np.ndarray]:
         """Result columns: views into the state, no copy."""
@@ -162,9 +168,7 @@ def simulate(
     args = lambda: (IS, F, r.R, r.B32, r.B8, r.EHT, r.EHI, r.TLF, r.TLI, r.bid, r.bt)  # noqa: E731
     while (status := _run_disaggregated(*args())) != DONE:
         r.grow(status)
-    if recorder is not None and log_room(IS) > r.TLF.shape[0] // L.NTL_F:
-        r.grow(-1)
-    close_disaggregated(IS, F, r.TLF, r.TLI)
+    r.close()
     r.log(recorder, "disaggregated", (cfg.n_prefill, cfg.n_decode, cfg.link_channels))
 
     t_end = float(F[L.G_NOW])
@@ -222,7 +226,8 @@ def simulate_colocated(req: Requests, cfg: ColocatedConfig, recorder=None) -> Si
     args = lambda: (IS, F, r.R, r.B32, r.EHT, r.EHI, r.TLF, r.TLI, r.bid, r.bt)  # noqa: E731
     while (status := _run_colocated(*args())) != DONE:
         r.grow(status)
-    t_end = max(float(F[L.G_NOW]), t_warm)
+    r.close()
+    t_end = float(F[L.G_NOW])
     r.log(recorder, "colocated", (k, k, 1))
 
     cols = r.columns(True)
@@ -235,7 +240,7 @@ def simulate_colocated(req: Requests, cfg: ColocatedConfig, recorder=None) -> Si
         "budget_tokens": float(cfg.budget_tokens),
         "mean_replica_tokens": 0.0,
         "peak_replica_tokens": 0.0,
-        "mean_used_tokens": float("nan"),
+        "mean_used_tokens": float(F[L.G_USED_AREA]) / window / k,
         "peak_used_tokens": float(IS[L.GI_PEAK_USED]),
         "prefill_util": busy / window / k,
         "decode_util": busy / window / k,

@@ -24,7 +24,7 @@ import math
 from . import layout as L
 from .batch import interrupt, record_gaps, run_to_next_finish, schedule, stall_gaps
 from .blocks import pc_insert, pc_match
-from .disagg import least_loaded
+from .disagg import least_loaded, mem_changed
 from .jit import jit, sig
 from .queues import batch_pop, batch_push, push, wq_append, wq_remove
 from .series import roofline, weights_read
@@ -77,17 +77,17 @@ def timeout(IS, F, rid, t):
 
 
 @sig(
-    "void(int64[::1], float64[::1], int32[::1], int32[::1], int64[::1], int64[::1], int64, int64, float64, int64)"
+    "void(int64[::1], float64[::1], int32[::1], int32[::1], float64[::1], int64[::1], "
+    "int64[::1], int64[::1], int64, int64, float64, int64)"
 )
-def reserve(IS, F, R, B32, bid, bt, rid, i, t, need):
+def reserve(IS, F, R, B32, TLF, TLI, bid, bt, rid, i, t, need):
     """Admit ``rid``: reserve its KV and look its prompt up in the prefix cache."""
     n = IS[L.IP_N]
     b = L.DI0 + i * L.NDI
     IS[b + L.D_PRIV] += need
     R[rid * L.NR + L.R_PRIV] = need
     F[IS[L.H_FT] + L.T_AD * n + rid] = t
-    if IS[b + L.D_PRIV] > IS[L.GI_PEAK_USED]:
-        IS[L.GI_PEAK_USED] = IS[b + L.D_PRIV]
+    mem_changed(IS, F, TLF, TLI, i, t)
     ptr = IS[L.H_PTR]
     i0, i1 = IS[ptr + rid], IS[ptr + rid + 1]
     hit = 0
@@ -101,7 +101,7 @@ def reserve(IS, F, R, B32, bid, bt, rid, i, t, need):
 
 
 @jit
-def admit_head(IS, F, R, B32, bid, bt, i, t):
+def admit_head(IS, F, R, B32, TLF, TLI, bid, bt, i, t):
     """The waiting head if its KV fits (reserved now), skipping rejected ones; else -1."""
     n, io = IS[L.IP_N], IS[L.H_O]
     hp = L.DI0 + i * L.NDI + L.D_WQH
@@ -124,13 +124,16 @@ def admit_head(IS, F, R, B32, bid, bt, i, t):
                 reject(IS, F, rid, t, L.R_NO_MEMORY)
                 continue
             return -1  # wait at the head until memory frees (or the timeout)
-        reserve(IS, F, R, B32, bid, bt, rid, i, t, need)
+        reserve(IS, F, R, B32, TLF, TLI, bid, bt, rid, i, t, need)
         return rid
     return -1
 
 
-@sig("void(int64[::1], float64[::1], int32[::1], int64, int64, float64, boolean)")
-def finish(IS, F, R, rid, i, t, joined):
+@sig(
+    "void(int64[::1], float64[::1], int32[::1], float64[::1], int64[::1], int64, int64, float64, "
+    "boolean)"
+)
+def finish(IS, F, R, TLF, TLI, rid, i, t, joined):
     n = IS[L.IP_N]
     b = L.DI0 + i * L.NDI
     F[IS[L.H_FT] + L.T_DN * n + rid] = t
@@ -139,12 +142,13 @@ def finish(IS, F, R, rid, i, t, joined):
         IS[b + L.D_B] -= 1
         IS[b + L.D_CTX] -= R[rid * L.NR + L.R_PROMPT] + R[rid * L.NR + L.R_OUTPUT]
     IS[b + L.D_PRIV] -= R[rid * L.NR + L.R_PRIV]
+    mem_changed(IS, F, TLF, TLI, i, t)
     IS[b + L.D_LOAD] -= 1
     IS[L.GI_INSYS] -= 1
 
 
 @jit
-def prefilled(IS, F, R, B32, bid, bt, rid, i, end):
+def prefilled(IS, F, R, B32, TLF, TLI, bid, bt, rid, i, end):
     """Prompt done at ``end``: its first token is emitted; it joins the batch for the rest."""
     n, ft = IS[L.IP_N], IS[L.H_FT]
     b = L.DI0 + i * L.NDI
@@ -157,7 +161,7 @@ def prefilled(IS, F, R, B32, bid, bt, rid, i, end):
         pc_insert(IS, B32, i, bid, bt, i0, i1)
     out = R[rid * L.NR + L.R_OUTPUT]
     if out == 1:
-        finish(IS, F, R, rid, i, end, False)
+        finish(IS, F, R, TLF, TLI, rid, i, end, False)
         return
     IS[b + L.D_B] += 1
     IS[b + L.D_CTX] += R[rid * L.NR + L.R_PROMPT] + 1
@@ -166,7 +170,7 @@ def prefilled(IS, F, R, B32, bid, bt, rid, i, end):
 
 
 @jit
-def complete_prompts(IS, F, R, B32, bid, bt, i, t, end, first, chunked):
+def complete_prompts(IS, F, R, B32, TLF, TLI, bid, bt, i, t, end, first, chunked):
     """The step's prompts (a list through L.R_PBN from ``first``) that are now fully
     prefilled emit their first token at ``end``: all of them in a prefill step (which also
     starts them, at ``t``), those whose last chunk this was in a mixed step."""
@@ -176,10 +180,10 @@ def complete_prompts(IS, F, R, B32, bid, bt, i, t, end, first, chunked):
         nxt = R[rid * L.NR + L.R_PBN]
         if not chunked:
             F[IS[L.H_FT] + L.T_PS * n + rid] = t
-            prefilled(IS, F, R, B32, bid, bt, rid, i, end)
+            prefilled(IS, F, R, B32, TLF, TLI, bid, bt, rid, i, end)
         elif R[rid * L.NR + R_DONE] == R[rid * L.NR + L.R_PROMPT]:
             wq_remove(IS, R, L.DI0 + i * L.NDI + L.D_WQH, rid)
-            prefilled(IS, F, R, B32, bid, bt, rid, i, end)
+            prefilled(IS, F, R, B32, TLF, TLI, bid, bt, rid, i, end)
         rid = nxt
 
 
@@ -198,7 +202,7 @@ def prefill_step(IS, F, R, B32, TLF, TLI, bid, bt, i, t):
     flops = 0.0
     kv_io = 0.0
     while IS[b + L.D_B] + count < maxb:
-        rid = admit_head(IS, F, R, B32, bid, bt, i, t)
+        rid = admit_head(IS, F, R, B32, TLF, TLI, bid, bt, i, t)
         if rid == -1:
             break
         hit = IS[IS[L.H_O] + L.O_PH * n + rid]
@@ -228,7 +232,7 @@ def prefill_step(IS, F, R, B32, TLF, TLI, bid, bt, i, t):
     )
     end = t + dur
     stall_gaps(IS, F, i, end, False)  # running sequences stall for the whole prefill step
-    complete_prompts(IS, F, R, B32, bid, bt, i, t, end, first, False)
+    complete_prompts(IS, F, R, B32, TLF, TLI, bid, bt, i, t, end, first, False)
     if IS[L.IP_REC]:
         record(TLF, TLI, IS, L.REC_CO_PREFILL, i, t, end, count, new_sum, 0)
     return dur
@@ -253,7 +257,7 @@ def chunked_step(IS, F, R, B32, TLF, TLI, bid, bt, i, t):
     cur = -1  # the waiting entry before the next candidate (-1: the head)
     while room > 0 and nb + count < maxb:
         if cur == -1:
-            rid = admit_head(IS, F, R, B32, bid, bt, i, t)
+            rid = admit_head(IS, F, R, B32, TLF, TLI, bid, bt, i, t)
             if rid == -1:
                 break
         else:
@@ -268,7 +272,7 @@ def chunked_step(IS, F, R, B32, TLF, TLI, bid, bt, i, t):
                 need = R[rid * L.NR + L.R_PROMPT] + R[rid * L.NR + L.R_OUTPUT]
                 if need > budget or IS[b + L.D_PRIV] + need > budget:
                     break
-                reserve(IS, F, R, B32, bid, bt, rid, i, t, need)
+                reserve(IS, F, R, B32, TLF, TLI, bid, bt, rid, i, t, need)
         done = R[rid * L.NR + R_DONE]
         m = R[rid * L.NR + L.R_PROMPT] - done
         if room < m:
@@ -312,7 +316,7 @@ def chunked_step(IS, F, R, B32, TLF, TLI, bid, bt, i, t):
     while rid != -1:
         R[rid * L.NR + R_DONE] += R[rid * L.NR + L.R_CHUNK]
         rid = R[rid * L.NR + L.R_PBN]
-    complete_prompts(IS, F, R, B32, bid, bt, i, t, end, first, True)
+    complete_prompts(IS, F, R, B32, TLF, TLI, bid, bt, i, t, end, first, True)
     if IS[L.IP_REC]:
         record(TLF, TLI, IS, L.REC_CO_MIXED, i, t, end, nb, chunk_sum, 0)
     return dur
@@ -344,7 +348,7 @@ def boundary(IS, F, R, B32, EHT, EHI, TLF, TLI, bid, bt, i, version, t):
     top = IS[L.H_DH] + 2 * IS[L.H_CAPB] * i
     while IS[b + L.D_HSZ] > 0 and IS[top] == it:
         rid = batch_pop(IS, i)
-        finish(IS, F, R, rid, i, t, True)
+        finish(IS, F, R, TLF, TLI, rid, i, t, True)
     if IS[L.IP_MODE] == L.MODE_PRIORITY:
         dur = prefill_step(IS, F, R, B32, TLF, TLI, bid, bt, i, t)
     else:

@@ -98,7 +98,7 @@ def run_colocated(IS, F, R, B32, EHT, EHI, TLF, TLI, bid, bt):
 
 
 @entry
-def close_disaggregated(IS, F, TLF, TLI):
+def close_run(IS, F, TLF, TLI):
     """The end of the run: integrate memory up to t_end (left in F[G_NOW])."""
     t_end = F[G_NOW]
     if F[FP_TWARM] > t_end:
