@@ -30,8 +30,8 @@ from .queues import batch_pop, batch_push, push, wq_append, wq_remove
 from .series import roofline, weights_read
 from .timeline import record
 
-# R fields in colocated mode: L.R_PRIV = KV reserved, L.R_NHIT = prompt tokens prefilled so far,
-# L.R_PBN = next request of the step being built, L.R_CHUNK = its chunk in that step.
+# R fields in colocated mode: R_PRIV = KV reserved, R_NHIT = prompt tokens prefilled so far,
+# R_PBN = next request of the step being built, R_CHUNK = its chunk in that step.
 R_DONE = L.R_NHIT
 
 
@@ -171,7 +171,7 @@ def prefilled(IS, F, R, B32, TLF, TLI, bid, bt, rid, i, end):
 
 @jit
 def complete_prompts(IS, F, R, B32, TLF, TLI, bid, bt, i, t, end, first, chunked):
-    """The step's prompts (a list through L.R_PBN from ``first``) that are now fully
+    """The step's prompts (a list through R_PBN from ``first``) that are now fully
     prefilled emit their first token at ``end``: all of them in a prefill step (which also
     starts them, at ``t``), those whose last chunk this was in a mixed step."""
     n = IS[L.IP_N]
