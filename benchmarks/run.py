@@ -6,8 +6,13 @@
 Measures, and prints and writes as JSON (median / min / max over repeats):
 
 * throughput: simulated requests per second per core on one long run of each seed workload
-  and policy (completed + rejected requests; the compiled core and, for reference, the
-  Python core on a shorter run), by wall clock and by CPU time;
+  and policy (completed + rejected requests), by wall clock and by CPU time;
+* commands: wall time of `run`, `run --timeline`, `compare`, `capacity` and
+  `sweep --study disagg` in fresh processes (median of 3); with ``--baseline REF`` the same
+  commands also run on the source of git revision REF, so before/after ratios come from one
+  run on one machine state;
+* cold start: the first `prefixbench sweep` after `pip install .` into a fresh virtualenv
+  (compile included);
 * study: wall time of the full default sweep (384 runs, 10,000 requests each) with 2 workers,
   each repeat in a fresh process writing into a fresh temporary directory;
 * million: a 1,000,000-request synthetic run and a real trace tiled to 1,000,000 requests,
@@ -16,7 +21,10 @@ Measures, and prints and writes as JSON (median / min / max over repeats):
 * help: ``prefixbench --help`` wall time (fresh process, median of 5);
 * scaling: cost against requests (10k → 1M) and against grid size (1 → 384 runs), with the
   log-log slope (1.0 = linear);
-* compile: the compiled core's cold numba compile (empty cache directory) and warm load.
+* compile: the engine's cold numba compile (empty cache directory) and warm load.
+
+``--only a,b`` runs only the named sections (compile, throughput, study, commands, cold,
+help, million, scaling).
 
 The machine is recorded too (CPU, cores, versions, load average: on a shared machine the
 load of other processes inflates wall times; CPU-time figures are less affected).
@@ -41,7 +49,9 @@ ROOT = Path(__file__).resolve().parent.parent
 POLICIES = ("transfer_per_request", "recompute_on_decode", "replicate_hotset", "replicate_all_lru")
 WORKLOADS = ("enterprise_hotset", "long_context_support", "medium_chat", "tool_call")
 TARGETS = {
-    "study_wall_s": ("<=", 10.0),
+    "study_wall_s": ("<=", 8.0),
+    "timeline_over_run": ("<=", 2.0),
+    "cold_first_sweep_s": ("<=", 20.0),
     "fast_requests_per_s_per_core_min": (">=", 250_000.0),
     "million_synthetic_wall_s": ("<=", 10.0),
     "million_trace_wall_s": ("<=", 10.0),
@@ -95,40 +105,16 @@ def machine_info() -> dict:
         "numba": numba_v,
         "polars": pl.__version__,
         "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE"),
-        "PREFIXBENCH_ENGINE": os.environ.get("PREFIXBENCH_ENGINE"),
+        "NUMBA_DISABLE_JIT": os.environ.get("NUMBA_DISABLE_JIT"),
         "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9, 1),
     }
 
 
 def product_engine() -> str:
-    """Which core ``prefixbench.engine.core.simulate`` (what run and sweep call) dispatches to."""
-    from prefixbench.engine import core
-    from prefixbench.loader import load_scenario
-    from prefixbench.runner import prepare
+    """Whether the engine runs compiled (numba) or interpreted (NUMBA_DISABLE_JIT=1)."""
+    from prefixbench.engine import loop
 
-    try:
-        from prefixbench.engine import fastcore
-    except ImportError:
-        return "python"
-    prep = prepare(load_scenario("medium_chat", ["run.requests=50", "run.warmup_requests=0"]))
-    calls = []
-    real = fastcore.simulate_fast
-
-    def spy(*a, **k):
-        calls.append(1)
-        return real(*a, **k)
-
-    saved = getattr(core, "simulate_fast", None)
-    fastcore.simulate_fast = spy
-    if saved is not None:
-        core.simulate_fast = spy
-    try:
-        core.simulate(prep.requests, prep.base)
-    finally:
-        fastcore.simulate_fast = real
-        if saved is not None:
-            core.simulate_fast = saved
-    return "fast" if calls else "python"
+    return "compiled" if hasattr(loop.run_disaggregated, "py_func") else "interpreted"
 
 
 # ---------------------------------------------------------------- child processes
@@ -249,15 +235,20 @@ def mode_million(kind: str, policy: str, trace: str) -> None:
 COMPILE_PROBE = """
 import json, time
 t0 = time.perf_counter()
-from prefixbench.engine import fastcore
+import prefixbench.engine
 t1 = time.perf_counter()
 from prefixbench.loader import load_scenario
-from prefixbench.runner import prepare
+from prefixbench.runner import prepare, simulate_policy
 prep = prepare(load_scenario("medium_chat", ["run.requests=200", "run.warmup_requests=0"]))
+co = prepare(load_scenario("medium_chat", ["run.requests=200", "run.warmup_requests=0",
+                                           "cluster.mode=colocated"]))
 t2 = time.perf_counter()
-fastcore.simulate_fast(prep.requests, prep.base)
+simulate_policy(prep, "replicate_all_lru")
 t3 = time.perf_counter()
-print(json.dumps({"import_s": t1 - t0, "first_call_s": t3 - t2, "total_s": (t1 - t0) + (t3 - t2)}))
+simulate_policy(co, "transfer_per_request")
+t4 = time.perf_counter()
+print(json.dumps({"import_s": t1 - t0, "first_call_s": t3 - t2, "colocated_first_call_s": t4 - t3,
+                  "total_s": (t1 - t0) + (t3 - t2)}))
 """
 
 
@@ -290,35 +281,27 @@ def bench_compile() -> dict:
 # ---------------------------------------------------------------- in-process measurements
 
 
-def bench_throughput(n_fast: int, n_python: int, repeats: int) -> dict:
+def bench_throughput(n: int, repeats: int) -> dict:
     import dataclasses
 
-    from prefixbench.engine import fastcore
-    from prefixbench.engine.core import Simulator
+    from prefixbench.engine import simulate
     from prefixbench.loader import load_scenario
     from prefixbench.runner import prepare
 
     rows = []
     for wl in WORKLOADS:
-        prep_f = prepare(load_scenario(wl, [f"run.requests={n_fast}"]))
-        prep_p = prepare(load_scenario(wl, [f"run.requests={n_python}"]))
+        prep = prepare(load_scenario(wl, [f"run.requests={n}"]))
         for pol in POLICIES:
-            cfg = dataclasses.replace(prep_f.base, policy=pol)
-            fastcore.simulate_fast(prep_f.requests.slice(0, 2000), cfg)  # load the compiled code
+            cfg = dataclasses.replace(prep.base, policy=pol)
+            simulate(prep.requests.slice(0, 2000), cfg)  # load the compiled code
             wall, cpu = [], []
             for _ in range(repeats):
                 t, c = time.perf_counter(), time.process_time()
-                res = fastcore.simulate_fast(prep_f.requests, cfg)
+                res = simulate(prep.requests, cfg)
                 cpu.append(time.process_time() - c)
                 wall.append(time.perf_counter() - t)
             out = res.columns["outcome"]
             counted = int(((out == 1) | (out == 2)).sum())
-            cfg_p = dataclasses.replace(prep_p.base, policy=pol)
-            c = time.process_time()
-            res_p = Simulator(prep_p.requests, cfg_p).run()
-            cpu_p = time.process_time() - c
-            out_p = res_p.columns["outcome"]
-            counted_p = int(((out_p == 1) | (out_p == 2)).sum())
             rows.append(
                 {
                     "workload": wl,
@@ -328,27 +311,132 @@ def bench_throughput(n_fast: int, n_python: int, repeats: int) -> dict:
                     "fast_cpu_s": stats(cpu),
                     "fast_rps_wall": counted / statistics.median(wall),
                     "fast_rps_cpu": counted / statistics.median(cpu),
-                    "python_requests": counted_p,
-                    "python_cpu_s": cpu_p,
-                    "python_rps_cpu": counted_p / cpu_p,
                 }
             )
             print(
-                f"  {wl:22s} {pol:22s} fast {rows[-1]['fast_rps_cpu'] / 1e3:8.0f}k req/s (cpu) "
-                f"{rows[-1]['fast_rps_wall'] / 1e3:8.0f}k (wall)   "
-                f"python {rows[-1]['python_rps_cpu'] / 1e3:6.1f}k",
+                f"  {wl:22s} {pol:22s} {rows[-1]['fast_rps_cpu'] / 1e3:8.0f}k req/s (cpu) "
+                f"{rows[-1]['fast_rps_wall'] / 1e3:8.0f}k (wall)",
                 flush=True,
             )
-    fast = [r["fast_rps_cpu"] for r in rows]
     return {
-        "n_fast": n_fast,
-        "n_python": n_python,
+        "n": n,
         "repeats": repeats,
         "rows": rows,
-        "fast_rps_cpu": stats(fast),
+        "fast_rps_cpu": stats([r["fast_rps_cpu"] for r in rows]),
         "fast_rps_wall": stats([r["fast_rps_wall"] for r in rows]),
-        "python_rps_cpu": stats([r["python_rps_cpu"] for r in rows]),
     }
+
+
+# ---------------------------------------------------------------- commands, before and after
+
+COMMANDS = {
+    "run": ["run", "--out", "{tmp}/run"],
+    "run_timeline": ["run", "--out", "{tmp}/run", "--timeline", "{tmp}/tl.json"],
+    "compare": ["compare"],
+    "capacity": ["capacity"],
+    "disagg_study": ["sweep", "--study", "disagg", "--out", "{tmp}/disagg"],
+}
+
+
+def baseline_source(ref: str, into: Path) -> Path:
+    """The ``src`` tree of git revision ``ref``, extracted into ``into``."""
+    arch = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", ref, "src"], capture_output=True, check=True
+    )
+    subprocess.run(["tar", "-x", "-C", str(into)], input=arch.stdout, check=True)
+    return into / "src"
+
+
+def time_command(argv: list[str], src: Path | None, repeats: int) -> dict:
+    """Median wall time of ``prefixbench argv`` in fresh processes, on the product or on the
+    source tree ``src`` (whose numba cache ``warm`` filled first)."""
+    env = {**os.environ, "COLUMNS": "100"}
+    if src is not None:
+        env["PYTHONPATH"] = str(src)
+    walls = []
+    for _ in range(repeats):
+        with tempfile.TemporaryDirectory() as tmp:
+            cmd = [sys.executable, "-m", "prefixbench", *(a.format(tmp=tmp) for a in argv)]
+            t = time.perf_counter()
+            p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp)
+            walls.append(time.perf_counter() - t)
+        if p.returncode != 0:
+            return {"error": p.stderr[-1500:]}
+    return stats(walls)
+
+
+def warm(src: Path | None) -> None:
+    """One small run of each mode, so the timed runs load compiled code from the cache."""
+    for extra in ([], ["--set", "cluster.mode=colocated"]):
+        time_command(["run", "--set", "run.requests=300", "--out", "{tmp}/w", *extra], src, 1)
+
+
+def bench_commands(
+    repeats: int, baseline: str | None, baseline_repeats: int, after: str | None
+) -> dict:
+    out: dict = {
+        "baseline": baseline,
+        "after_revision": after or "working tree",
+        "repeats": repeats,
+        "baseline_repeats": baseline_repeats,
+        "commands": {k: " ".join(v) for k, v in COMMANDS.items()},
+    }
+    with tempfile.TemporaryDirectory() as d, tempfile.TemporaryDirectory() as d2:
+        src = baseline_source(baseline, Path(d)) if baseline else None
+        now = baseline_source(after, Path(d2)) if after else None
+        warm(now)
+        if src is not None:
+            warm(src)
+        for name, argv in COMMANDS.items():
+            row = {"after": time_command(argv, now, repeats)}
+            if src is not None:
+                row["before"] = time_command(argv, src, baseline_repeats)
+                if "median" in row["before"] and "median" in row["after"]:
+                    row["after_over_before"] = row["after"]["median"] / row["before"]["median"]
+            out[name] = row
+            before = row.get("before", {}).get("median")
+            after = row["after"].get("median", float("nan"))
+            ratio = row.get("after_over_before", float("nan"))
+            tail = f"   before {before:7.2f} s   after/before {ratio:.2f}" if before else ""
+            print(f"  {name:14s} after {after:7.2f} s{tail}", flush=True)
+            for side in ("after", "before"):
+                if "error" in row.get(side, {}):
+                    print(f"    {side} failed: {row[side]['error'][-300:]}", flush=True)
+    run, tl = out["run"]["after"], out["run_timeline"]["after"]
+    if "median" in run and "median" in tl:
+        out["timeline_over_run"] = tl["median"] / run["median"]
+        print(f"  run --timeline / run: {out['timeline_over_run']:.2f}")
+    return out
+
+
+def bench_cold_start() -> dict:
+    """`pip install .` into a fresh virtualenv (dependencies from the shared base), then the
+    first `prefixbench sweep` (the 384-run study, compile included) and a second one."""
+    base_sp = Path(
+        os.environ.get("PREFIXBENCH_BASE_SITE", "/work/venv-base/lib/python3.11/site-packages")
+    )
+    with tempfile.TemporaryDirectory() as d:
+        venv = Path(d) / "venv"
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        sp = next((venv / "lib").glob("python3*/site-packages"))
+        (sp / "base.pth").write_text(str(base_sp) + "\n")
+        subprocess.run(
+            [str(venv / "bin" / "pip"), "install", "-q", "--no-deps", str(ROOT)],
+            check=True, capture_output=True,
+        )  # fmt: skip
+        walls = []
+        for label in ("first", "second"):
+            with tempfile.TemporaryDirectory() as out:
+                t = time.perf_counter()
+                p = subprocess.run(
+                    [str(venv / "bin" / "prefixbench"), "sweep", "--out", out],
+                    capture_output=True, text=True, cwd=d,
+                )  # fmt: skip
+                walls.append(time.perf_counter() - t)
+            if p.returncode != 0:
+                return {"error": p.stderr[-1500:]}
+            print(f"  {label} sweep after install: {walls[-1]:.2f} s", flush=True)
+    return {"first_sweep_s": walls[0], "second_sweep_s": walls[1], "base_site": str(base_sp)}
 
 
 def slope(xs: list[float], ys: list[float]) -> float:
@@ -361,7 +449,7 @@ def slope(xs: list[float], ys: list[float]) -> float:
 def bench_scaling_requests(sizes: list[int], repeats: int) -> dict:
     import dataclasses
 
-    from prefixbench.engine import fastcore
+    from prefixbench.engine import simulate
     from prefixbench.loader import load_scenario
     from prefixbench.runner import prepare
 
@@ -375,11 +463,11 @@ def bench_scaling_requests(sizes: list[int], repeats: int) -> dict:
         )
         t_prep = time.perf_counter() - t
         cfg = dataclasses.replace(prep.base, policy="replicate_all_lru")
-        fastcore.simulate_fast(prep.requests.slice(0, min(n, 2000)), cfg)
+        simulate(prep.requests.slice(0, min(n, 2000)), cfg)
         wall, cpu = [], []
         for _ in range(repeats):
             t, c = time.perf_counter(), time.process_time()
-            fastcore.simulate_fast(prep.requests, cfg)
+            simulate(prep.requests, cfg)
             cpu.append(time.process_time() - c)
             wall.append(time.perf_counter() - t)
         rows.append(
@@ -512,15 +600,18 @@ def bench_help(n: int = 5) -> dict:
 
 def verdicts(r: dict) -> dict:
     m = r.get("million", {})
+    g = lambda *keys: _dig(r, keys)  # noqa: E731
     figures = {
-        "study_wall_s": r["study"]["wall_s"]["median"],
-        "fast_requests_per_s_per_core_min": r["throughput"]["fast_rps_cpu"]["min"],
+        "study_wall_s": g("study", "wall_s", "median"),
+        "timeline_over_run": g("commands", "timeline_over_run"),
+        "cold_first_sweep_s": g("cold", "first_sweep_s"),
+        "fast_requests_per_s_per_core_min": g("throughput", "fast_rps_cpu", "min"),
         "million_synthetic_wall_s": m.get("synthetic", {}).get("run_s", {}).get("max"),
         "million_trace_wall_s": m.get("trace", {}).get("run_s", {}).get("max"),
         "million_peak_rss_mb_max": max(
             (m[k]["peak_rss_mb"]["max"] for k in ("synthetic", "trace") if k in m), default=None
         ),
-        "help_wall_s": r["help"]["wall_s"]["median"],
+        "help_wall_s": g("help", "wall_s", "median"),
     }
     out = {}
     for k, (op, target) in TARGETS.items():
@@ -528,6 +619,17 @@ def verdicts(r: dict) -> dict:
         ok = None if v is None else (v <= target if op == "<=" else v >= target)
         out[k] = {"value": v, "target": f"{op} {target:g}", "met": ok}
     return out
+
+
+def _dig(d: dict, keys: tuple):
+    for k in keys:
+        if not isinstance(d, dict) or k not in d:
+            return None
+        d = d[k]
+    return d
+
+
+SECTIONS = ("compile", "throughput", "study", "commands", "cold", "help", "million", "scaling")
 
 
 def main() -> None:
@@ -539,6 +641,14 @@ def main() -> None:
         "--out", default=str(ROOT / "benchmarks" / "results.json"), help="JSON output path"
     )
     ap.add_argument("--trace", default=None, help="Mooncake trace to tile to 1M requests")
+    ap.add_argument("--baseline", default=None, help="git revision to time the commands against")
+    ap.add_argument(
+        "--baseline-repeats", type=int, default=1, help="repeats of each baseline command"
+    )
+    ap.add_argument(
+        "--after", default=None, help="git revision to time as 'after' (default: working tree)"
+    )
+    ap.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections to run")
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     ap.add_argument("--wrap", action="store_true", help=argparse.SUPPRESS)
     args, rest = ap.parse_known_args()
@@ -566,40 +676,55 @@ def main() -> None:
         f"numba {r['machine']['numba']}; load {r['loadavg_start'][0]:.1f}"
     )
     r["engine_in_product_path"] = product_engine()
-    print(f"core.simulate dispatches to: {r['engine_in_product_path']}")
+    print(f"engine: {r['engine_in_product_path']}")
+    only = set(args.only.split(","))
+    r["sections"] = sorted(only)
 
-    print("compile (numba, fresh cache directory):", flush=True)
-    r["compile"] = bench_compile()
-    if "error" not in r["compile"]:
-        print(
-            f"  cold compile {r['compile']['cold_compile_s']:.2f} s, "
-            f"warm load {r['compile']['warm_load_s']:.2f} s"
+    if "compile" in only:
+        print("compile (numba, fresh cache directory):", flush=True)
+        r["compile"] = bench_compile()
+        if "error" not in r["compile"]:
+            print(
+                f"  cold compile {r['compile']['cold_compile_s']:.2f} s, "
+                f"warm load {r['compile']['warm_load_s']:.2f} s"
+            )
+    if "throughput" in only:
+        print("throughput (one long run per workload and policy):", flush=True)
+        r["throughput"] = bench_throughput(50_000 if quick else 200_000, 1 if quick else 3)
+    if "study" in only:
+        print("study (default sweep, 384 runs, 2 workers):", flush=True)
+        r["study"] = bench_study(1 if quick else 3)
+    if "commands" in only:
+        print(f"commands (fresh processes; baseline {args.baseline}):", flush=True)
+        r["commands"] = bench_commands(
+            1 if quick else 3, args.baseline, args.baseline_repeats, args.after
         )
-
-    print("throughput (one long run per workload and policy):", flush=True)
-    r["throughput"] = bench_throughput(
-        50_000 if quick else 200_000, 10_000 if quick else 20_000, 1 if quick else 3
-    )
-
-    print("study (default sweep, 384 runs, 2 workers):", flush=True)
-    r["study"] = bench_study(1 if quick else 3)
-
-    print("help:", flush=True)
-    r["help"] = bench_help()
-    print(f"  prefixbench --help {r['help']['wall_s']['median']:.3f} s (median of 5)")
-
-    print("1M-request runs (own process each):", flush=True)
-    r["million"] = bench_million(["replicate_all_lru"] if quick else list(POLICIES), trace)
-
-    print("scaling with requests:", flush=True)
-    sizes = [10_000, 30_000, 100_000] if quick else [10_000, 30_000, 100_000, 300_000, 1_000_000]
-    r["scaling_requests"] = bench_scaling_requests(sizes, 1 if quick else 3)
-    print(f"  log-log slope {r['scaling_requests']['loglog_slope_simulate_cpu']:.3f} (1 = linear)")
-
-    print("scaling with grid size:", flush=True)
-    r["scaling_grid"] = bench_scaling_grid([1, 4, 16] if quick else [1, 4, 16, 64], r["study"])
-    fit = r["scaling_grid"]["linear_fit"]
-    print(f"  wall ≈ {fit['fixed_s']:.2f} s + {fit['per_run_s'] * 1e3:.1f} ms x runs")
+    if "cold" in only:
+        print("cold start (fresh virtualenv, pip install ., first sweep):", flush=True)
+        r["cold"] = bench_cold_start()
+    if "help" in only:
+        print("help:", flush=True)
+        r["help"] = bench_help()
+        print(f"  prefixbench --help {r['help']['wall_s']['median']:.3f} s (median of 5)")
+    if "million" in only:
+        print("1M-request runs (own process each):", flush=True)
+        r["million"] = bench_million(["replicate_all_lru"] if quick else list(POLICIES), trace)
+    if "scaling" in only:
+        print("scaling with requests:", flush=True)
+        sizes = (
+            [10_000, 30_000, 100_000] if quick else [10_000, 30_000, 100_000, 300_000, 1_000_000]
+        )
+        r["scaling_requests"] = bench_scaling_requests(sizes, 1 if quick else 3)
+        print(
+            f"  log-log slope {r['scaling_requests']['loglog_slope_simulate_cpu']:.3f} (1 = linear)"
+        )
+        if "study" in r:
+            print("scaling with grid size:", flush=True)
+            r["scaling_grid"] = bench_scaling_grid(
+                [1, 4, 16] if quick else [1, 4, 16, 64], r["study"]
+            )
+            fit = r["scaling_grid"]["linear_fit"]
+            print(f"  wall ≈ {fit['fixed_s']:.2f} s + {fit['per_run_s'] * 1e3:.1f} ms x runs")
 
     r["loadavg_end"] = os.getloadavg()
     r["benchmark_wall_s"] = time.perf_counter() - t_start

@@ -813,8 +813,8 @@ class ColocatedReference:
         assert all(r.outcome != PENDING for r in self.reqs), "a request never ended"
         assert all(x.used == 0 and x.load == 0 and not x.running for x in self.inst)
         cols = _columns(self.reqs)
-        for k in ("t_transfer_start", "t_transfer_end", "t_decode_start"):
-            cols[k] = cols["t_prefill_end"].copy()
+        # no link in a colocated instance: no transfer times (docs/coupled.md)
+        cols["t_decode_start"] = cols["t_prefill_end"].copy()
         cols["decode_instance"] = cols["prefill_instance"].copy()
         return cols
 

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from prefixbench.cli import app
-from prefixbench.engine.core import Outcome
+from prefixbench.engine import Outcome
 from prefixbench.loader import load_scenario
 from prefixbench.runner import colocated_config, prepare, simulate_policy
 from prefixbench.study.capacity import max_rate, probe

@@ -30,6 +30,7 @@ import pytest
 
 from prefixbench import catalog
 from prefixbench.costmodel import Efficiency, InstanceCost
+from prefixbench.engine.audit import audit
 from prefixbench.loader import load_scenario
 from prefixbench.runner import EngineConfig, prepare, simulate, simulate_policy
 from prefixbench.workload.requests import Requests
@@ -201,7 +202,9 @@ def check_memory(c: dict, req: Requests, budget: int, n_decode: int) -> None:
 
 def run_checked(requests: Requests, cfg: EngineConfig):
     """Run the engine and check conservation from its public results."""
-    res = simulate(requests, cfg)
+    res = simulate(requests, cfg, keep_state=True)
+    problems = audit(res.state)  # every request ended once, nothing left behind (engine/audit.py)
+    assert not problems, problems
     c = res.columns
     check_columns(c, requests.arrival)
     check_memory(c, requests, cfg.budget_tokens, cfg.n_decode)

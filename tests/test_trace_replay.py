@@ -12,7 +12,7 @@ from tracestats import infinite_cache_hit_ratio
 from typer.testing import CliRunner
 
 from prefixbench.cli import app
-from prefixbench.engine.core import simulate
+from prefixbench.engine import simulate
 from prefixbench.loader import load_scenario
 from prefixbench.runner import prepare
 

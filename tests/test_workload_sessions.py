@@ -329,7 +329,7 @@ def test_unbounded_lru_reproduces_the_generators_infinite_cache_hit_ratio():
     arriving while the KV it shares is still in flight; gaps here are >= 1 s)."""
     import dataclasses
 
-    from prefixbench.engine.core import simulate
+    from prefixbench.engine import simulate
     from prefixbench.loader import load_scenario
     from prefixbench.runner import prepare
 

@@ -363,57 +363,23 @@ def decode_series_coeffs(cost: InstanceCost, batch: int, context0: float) -> tup
     return a1, s1, a2, s2, cost.decode_overhead
 
 
-def _lin_sum(a: float, s: float, j0: float, j1: float) -> float:
-    """Sum over integer j in [j0, j1) of a + s·j."""
-    n = j1 - j0
-    if n <= 0:
-        return 0.0
-    return n * a + s * (j0 + j1 - 1) * n / 2.0
+def series_time(coeffs: tuple[float, ...], k: int) -> float:
+    """Time of the first ``k`` iterations of a fixed batch (closed form, no loop): at most two
+    arithmetic series, as the dominant roofline term switches at most once. One source for
+    the engine and everyone else: the compiled ``engine.series.series_time``."""
+    from .engine.series import series_time as closed_form
 
-
-def series_time(coeffs: tuple[float, ...], k: float) -> float:
-    """Time of the first ``k`` iterations of a fixed batch (closed form, no loop)."""
-    if k <= 0:
-        return 0.0
-    a1, s1, a2, s2, o = coeffs
-    last = k - 1
-    first = a1 >= a2
-    # Equal slopes never cross (a rounding tie at the end is not a switch).
-    if s1 == s2 or first == (a1 + s1 * last >= a2 + s2 * last):
-        return k * o + (_lin_sum(a1, s1, 0, k) if first else _lin_sum(a2, s2, 0, k))
-    # The dominant roofline term switches once, at j = x in (0, last].
-    x = (a2 - a1) / (s1 - s2)
-    cut = float(min(max(np.ceil(x), 1.0), last))
-    if first:
-        return k * o + _lin_sum(a1, s1, 0, cut) + _lin_sum(a2, s2, cut, k)
-    return k * o + _lin_sum(a2, s2, 0, cut) + _lin_sum(a1, s1, cut, k)
+    a1, s1, a2, s2, o = (float(c) for c in coeffs)
+    return closed_form(a1, s1, a2, s2, o, int(k))
 
 
 def iterations_within(coeffs: tuple[float, ...], elapsed: float, k_max: int) -> int:
-    """Largest k <= k_max with series_time(k) <= elapsed (iterations completed by then)."""
-    if elapsed < 0.0:
-        return 0
-    if series_time(coeffs, k_max) <= elapsed:
-        return k_max
-    a1, s1, a2, s2, o = coeffs
-    # Guess from the quadratic of the term dominant at the start, then check exactly.
-    a, s = (a1, s1) if a1 >= a2 else (a2, s2)
-    a += o
-    if s > 0.0:
-        b = a - s / 2.0
-        guess = (-b + np.sqrt(b * b + 2.0 * s * elapsed)) / s
-    elif a > 0.0:
-        guess = elapsed / a
-    else:  # zero-cost start (only the other term grows): let the exact search decide
-        guess = 0.0
-    lo = int(max(0.0, min(guess, k_max - 1)))
-    for _ in range(3):
-        if series_time(coeffs, lo) > elapsed:
-            lo -= 1
-        elif series_time(coeffs, lo + 1) <= elapsed:
-            lo += 1
-        else:
-            return lo
+    """Largest k <= k_max with series_time(k) <= elapsed (iterations completed by then);
+    the compiled ``engine.series.iterations_within``."""
+    from .engine.series import iterations_within as inverse
+
+    a1, s1, a2, s2, o = (float(c) for c in coeffs)
+    return int(inverse(a1, s1, a2, s2, o, float(elapsed), int(k_max)))
     lo, hi = 0, k_max  # invariant: series(lo) <= elapsed < series(hi)
     while hi - lo > 1:
         mid = (lo + hi) // 2

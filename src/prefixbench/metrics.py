@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from .engine.core import REASON_NAMES, Outcome, SimResult
+from .engine import REASON_NAMES, Outcome, SimResult
 from .runner import Prepared
 from .stability import assess, instance_busy
 
@@ -70,6 +70,11 @@ def _reusable_rate(prep: Prepared, admitted: pl.DataFrame) -> float:
     return float(reusable_tokens(prep.requests)[ids].sum() / prompt)
 
 
+def _if(measured: bool, expr: pl.Expr) -> pl.Expr:
+    """The mean of ``expr``, or null where the stage does not exist."""
+    return expr.mean() if measured else pl.lit(None, pl.Float64)
+
+
 def summarize(prep: Prepared, policy: str, df: pl.DataFrame, res: SimResult) -> dict:
     """The run's summary row: latency percentiles, throughput, rejects, reuse, memory, links."""
     s = prep.scenario
@@ -78,7 +83,11 @@ def summarize(prep: Prepared, policy: str, df: pl.DataFrame, res: SimResult) -> 
     admitted = steady.filter(pl.col("t_admit").is_not_nan())
     arr = prep.requests.arrival
     warm = min(s.run.warmup_requests, len(arr) - 1)
-    window = float(arr[-1] - arr[warm]) or 1e-12
+    span = float(arr[-1] - arr[warm])
+    window = span if span > 0 else None  # one request or equal arrivals: no rate to measure
+    # colocated instances have no hand-off: KV is reserved before the prefill (its wait is in
+    # the prefill queue) and nothing crosses a link
+    handoff = s.cluster.mode != "colocated"
     lat = done.select(
         *_pcts("ttft_ms", "ttft"),
         *_pcts("ttft_prefill_ms", "ttft_prefill"),
@@ -90,13 +99,15 @@ def summarize(prep: Prepared, policy: str, df: pl.DataFrame, res: SimResult) -> 
         .alias("_slo_ok"),
         ((pl.col("t_prefill_start") - pl.col("arrival")) * MS).mean().alias("prefill_queue_ms"),
         ((pl.col("t_prefill_end") - pl.col("t_prefill_start")) * MS).mean().alias("prefill_ms"),
-        ((pl.col("t_admit") - pl.col("t_prefill_end")) * MS).mean().alias("admission_wait_ms"),
-        ((pl.col("t_transfer_start") - pl.col("t_admit")) * MS).mean().alias("link_wait_ms"),
+        _if(handoff, (pl.col("t_admit") - pl.col("t_prefill_end")) * MS).alias("admission_wait_ms"),
+        _if(handoff, (pl.col("t_transfer_start") - pl.col("t_admit")) * MS).alias("link_wait_ms"),
         ((pl.col("t_recompute_start") - pl.col("t_admit")) * MS)
         .fill_nan(0.0)
         .mean()
         .alias("recompute_wait_ms"),
-        ((pl.col("t_transfer_end") - pl.col("t_transfer_start")) * MS).mean().alias("transfer_ms"),
+        _if(handoff, (pl.col("t_transfer_end") - pl.col("t_transfer_start")) * MS).alias(
+            "transfer_ms"
+        ),
         ((pl.col("t_recompute_end") - pl.col("t_recompute_start")) * MS)
         .fill_nan(0.0)
         .mean()
@@ -104,7 +115,10 @@ def summarize(prep: Prepared, policy: str, df: pl.DataFrame, res: SimResult) -> 
         (
             (
                 pl.col("t_decode_start")
-                - pl.max_horizontal("t_transfer_end", pl.col("t_recompute_end").fill_nan(0.0))
+                - pl.max_horizontal(
+                    pl.col("t_transfer_end").fill_nan(pl.col("t_prefill_end")),
+                    pl.col("t_recompute_end").fill_nan(0.0),
+                )
             )
             * MS
         )
@@ -154,12 +168,12 @@ def summarize(prep: Prepared, policy: str, df: pl.DataFrame, res: SimResult) -> 
         "completed": completed,
         "rejected": rejected,
         "reject_rate": rejected / n_steady if n_steady else 0.0,
-        "throughput_rps": completed / window,
-        "throughput_tok_s": out_tokens / window,
+        "throughput_rps": completed / window if window else None,
+        "throughput_tok_s": out_tokens / window if window else None,
         **lat,
         **adm,
         "slo_attainment": slo_ok / n_steady if n_steady else 0.0,
-        "goodput_rps": slo_ok / window,
+        "goodput_rps": slo_ok / window if window else None,
         "mean_replica_kv_gb": st["mean_replica_tokens"] * gb,
         "peak_replica_kv_gb": st["peak_replica_tokens"] * gb,
         "mean_kv_used_gb": st["mean_used_tokens"] * gb,

@@ -16,7 +16,7 @@ from .catalog.describe import run_notes
 from .catalog.formats import with_formats
 from .catalog.specs import ModelSpec
 from .costmodel import InstanceCost, decode_iteration_time, kv_bytes_per_token, weight_bytes
-from .engine.core import EngineConfig, SimResult, simulate
+from .engine import ColocatedConfig, EngineConfig, SimResult, simulate, simulate_colocated
 from .engine.routing import DECODE_ROUTERS, PREFILL_ROUTERS
 from .errors import ScenarioError, SimulationError
 from .scenario import Scenario, SessionWorkload, SyntheticWorkload, TraceWorkload
@@ -251,11 +251,9 @@ def colocated_budget(prep: Prepared, n: int) -> int:
     return int(m.budget_factor * ref)
 
 
-def colocated_config(prep: Prepared):
+def colocated_config(prep: Prepared) -> ColocatedConfig:
     """The coupled system on the same hardware: P + D instances of the decode hardware, the
     same total KV budget spread over them, each with a prefix cache like a prefill node's."""
-    from .engine.colocated import ColocatedConfig
-
     c, b = prep.scenario.cluster, prep.base
     n = c.prefill_instances + c.decode_instances
     return ColocatedConfig(
@@ -282,9 +280,7 @@ def simulate_policy(
     from dataclasses import replace
 
     if prep.scenario.cluster.mode == "colocated":
-        from .engine.colocated import ColocatedSimulator
-
-        return ColocatedSimulator(prep.requests, colocated_config(prep), recorder).run()
+        return simulate_colocated(prep.requests, colocated_config(prep), recorder)
     return simulate(
         prep.requests, replace(prep.base, policy=policy, track_gaps=track_gaps), recorder
     )

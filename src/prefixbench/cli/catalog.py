@@ -68,5 +68,16 @@ def catalog_show(
         if k not in links
     ]
     out.print(kv_table(f"{info['kind']}: {info.get('name', name)}", rows))
+    import textwrap
+
     for k, v in links.items():
-        out.print(f"{k}: {safe_text(v)}", markup=False, highlight=False, soft_wrap=True)
+        # wrap at spaces only: a URL is never broken, and stays whole on a line of its own
+        text = textwrap.wrap(
+            f"{k}: {safe_text(v)}",
+            width=max(out.width, 40),
+            break_long_words=False,
+            break_on_hyphens=False,
+            subsequent_indent="  ",
+        )
+        for line in text:
+            out.print(line, markup=False, highlight=False, soft_wrap=True)

@@ -1,477 +1,361 @@
-"""Coupled (colocated) serving: every instance runs both prefill and decode.
+"""The colocated mode's event handlers: every instance runs both prefill and decode.
 
 Two schedulers, on the same total instance count as the disaggregated system:
 
 - ``prefill_priority`` (vLLM v0 style): at each iteration boundary, waiting prompts are
-  prefilled first, whole, up to the step token budget; every running sequence stalls
-  for the whole prefill step. The prefill step emits each prompt's first token.
-- ``chunked`` (Sarathi-Serve style): each step carries one decode token per running
-  sequence plus prefill chunks of waiting prompts filling the rest of a per-step token
-  budget; a prompt emits its first token at the end of the step finishing its last chunk.
+  prefilled first, whole, up to the step token budget; every running sequence stalls for
+  the whole prefill step. The prefill step emits each prompt's first token.
+- ``chunked`` (Sarathi-Serve style): each step carries one decode token per running sequence
+  plus prefill chunks of waiting prompts filling the rest of a per-step token budget; a
+  prompt emits its first token at the end of the step finishing its last chunk.
 
-When no prompt is waiting, the batch is advanced in closed form exactly as in the
-disaggregated decode instance. There is no hand-off, so the prefix policies do not apply:
+When no prompt is waiting, the batch advances in closed form exactly as a disaggregated
+decode instance (batch.py). There is no hand-off, so the prefix policies do not apply:
 each instance keeps its own prefix cache (prefill work skipped on hits) and every request
-reserves its own KV (docs/model.md, "Colocated mode").
+reserves its own KV, prompt plus output, at admission, before its prefill. Waiting prompts
+are admitted in FIFO order; on_full=reject rejects the head that does not fit, on_full=wait
+keeps it at the head until memory frees or its timeout (counted from arrival) passes.
 """
 
 from __future__ import annotations
 
-import heapq
 import math
-from collections import deque
-from dataclasses import dataclass
 
-import numpy as np
+from . import layout as L
+from .batch import interrupt, record_gaps, run_to_next_finish, schedule, stall_gaps
+from .blocks import pc_insert, pc_match
+from .disagg import least_loaded, mem_changed
+from .jit import jit, sig
+from .queues import batch_pop, batch_push, push, wq_append, wq_remove
+from .series import roofline, weights_read
+from .timeline import record
 
-from ..costmodel import InstanceCost, decode_series_coeffs, iterations_within, series_time
-from ..workload.requests import Requests
-from .cache import BlockLRU
-from .core import Outcome, Reason, SimResult
-
-INF = math.inf
-EV_STEP, EV_TIMEOUT, EV_ARRIVAL = 0, 1, 2
-
-
-@dataclass
-class ColocatedConfig:
-    cost: InstanceCost
-    instances: int
-    scheduler: str = "prefill_priority"  # or "chunked"
-    step_token_budget: int = (
-        8192  # prefill tokens per step (prefill_priority) or all tokens (chunked)
-    )
-    max_batch: int = 64
-    budget_tokens: int = 10**9
-    prefix_cache_tokens: int = 10**9
-    on_full: str = "reject"
-    wait_timeout_s: float = 2.0
-    warmup_requests: int = 0
+# R fields in colocated mode: R_PRIV = KV reserved, R_NHIT = prompt tokens prefilled so far,
+# R_PBN = next request of the step being built, R_CHUNK = its chunk in that step.
+R_DONE = L.R_NHIT
 
 
-class _Inst:
-    __slots__ = (
-        "waiting",
-        "b",
-        "ctx",
-        "it",
-        "t_seg",
-        "heap",
-        "next_t",
-        "next_k",
-        "version",
-        "stepping",
-        "used",
-        "cache",
-        "busy",
-        "partial",
-    )
-
-    def __init__(self, cache_tokens: int) -> None:
-        self.waiting: deque[int] = deque()
-        self.b = 0
-        self.ctx = 0
-        self.it = 0
-        self.t_seg = 0.0
-        self.heap: list[tuple[int, int]] = []
-        self.next_t = INF
-        self.next_k = 0
-        self.version = 0
-        self.stepping = False  # a prefill or mixed step is running (its end is a boundary)
-        self.used = 0
-        self.cache = BlockLRU(cache_tokens)
-        self.busy = 0.0
-        self.partial: dict[int, int] = {}  # chunked: rid -> prompt tokens prefilled so far
+@jit
+def arrive(IS, F, R, EHT, EHI, rid, t):
+    """Queue the prompt on the least loaded instance (ties: lowest index)."""
+    n = IS[L.IP_N]
+    if rid + 1 < n:
+        push(EHT, EHI, IS, F[IS[L.H_FT] + L.T_ARR * n + rid + 1], L.EV_ARRIVAL, rid + 1, 0)
+    IS[L.GI_INSYS] += 1
+    i = least_loaded(IS, L.DI0 + L.D_LOAD, L.NDI, IS[L.IP_ND])
+    io = IS[L.H_O]
+    IS[io + L.O_PI * n + rid] = i
+    IS[io + L.O_DI * n + rid] = i
+    IS[L.DI0 + i * L.NDI + L.D_LOAD] += 1
+    wq_append(IS, R, L.DI0 + i * L.NDI + L.D_WQH, rid)
+    if IS[L.IP_WAIT]:
+        push(EHT, EHI, IS, t + F[L.FP_WAIT_TO], L.EV_TIMEOUT, rid, 0)
+    interrupt(IS, F, EHT, EHI, i, t)
 
 
-class ColocatedSimulator:
-    def __init__(self, req: Requests, cfg: ColocatedConfig, recorder=None) -> None:
-        self.cfg = cfg
-        self.rec = recorder
-        n = self.n = len(req)
-        self.arrival = req.arrival.tolist()
-        self.prompt = req.prompt_len.tolist()
-        self.output = req.output_len.tolist()
-        self.ptr = req.blk_ptr.tolist()
-        self.bh = req.blk_hash.tolist()
-        self.bt = req.blk_tokens.tolist()
-        nan = math.nan
-        self.t_prefill_start = [nan] * n
-        self.t_prefill_end = [nan] * n
-        self.t_first = [nan] * n
-        self.t_done = [nan] * n
-        self.t_admit = [nan] * n
-        self.inst_of = [-1] * n
-        self.outcome = [0] * n
-        self.reason = [0] * n
-        self.hit = [0] * n
-        self.reserved = [0] * n
-        self.max_gap = [0.0] * n
-        self.last_tok = [nan] * n
-        self.inst = [_Inst(cfg.prefix_cache_tokens) for _ in range(cfg.instances)]
-        self.load = [0] * cfg.instances
-        self.events: list = []
-        self.seq = 0
-        self.now = 0.0
-        warm = min(cfg.warmup_requests, n - 1) if n else 0
-        self.t_warm = self.arrival[warm] if n else 0.0
-        self.batch_area = 0.0
-        self.peak_used = 0
+@sig("void(int64[::1], float64[::1], int64, float64, int64)")
+def reject(IS, F, rid, t, reason):
+    n, io = IS[L.IP_N], IS[L.H_O]
+    IS[io + L.O_OUT * n + rid] = L.OUT_REJECTED
+    IS[io + L.O_REA * n + rid] = reason
+    F[IS[L.H_FT] + L.T_DN * n + rid] = t
+    IS[L.DI0 + IS[io + L.O_PI * n + rid] * L.NDI + L.D_LOAD] -= 1
+    IS[L.GI_INSYS] -= 1
 
-    def push(self, t, kind, a, b=0):
-        self.seq += 1
-        heapq.heappush(self.events, (t, kind, self.seq, a, b))
 
-    def run(self) -> SimResult:
-        if self.n:
-            self.push(self.arrival[0], EV_ARRIVAL, 0)
-        while self.events:
-            t, kind, _, a, b = heapq.heappop(self.events)
-            self.now = t
-            if kind == EV_STEP:
-                self._boundary(a, b, t)
-            elif kind == EV_TIMEOUT:
-                self._timeout(a, t)
-            else:
-                self._arrive(a, t)
-        return self._result()
+@jit
+def timeout(IS, F, rid, t):
+    """A prompt not admitted within the timeout gives up (it leaves the waiting queue when
+    it reaches the head); returns False for a stale timeout."""
+    n = IS[L.IP_N]
+    if IS[IS[L.H_O] + L.O_OUT * n + rid] != L.OUT_PENDING or not math.isnan(
+        F[IS[L.H_FT] + L.T_AD * n + rid]
+    ):
+        return False
+    reject(IS, F, rid, t, L.R_TIMEOUT)
+    return True
 
-    # ------------------------------------------------------------------ arrivals
 
-    def _arrive(self, rid: int, t: float) -> None:
-        if rid + 1 < self.n:
-            self.push(self.arrival[rid + 1], EV_ARRIVAL, rid + 1)
-        i = min(range(self.cfg.instances), key=lambda j: (self.load[j], j))
-        self.inst_of[rid] = i
-        self.load[i] += 1
-        self.inst[i].waiting.append(rid)
-        if self.cfg.on_full == "wait":
-            self.push(t + self.cfg.wait_timeout_s, EV_TIMEOUT, rid)
-        self._interrupt(i, t)
+@sig(
+    "void(int64[::1], float64[::1], int32[::1], int32[::1], float64[::1], int64[::1], "
+    "int64[::1], int64[::1], int64, int64, float64, int64)"
+)
+def reserve(IS, F, R, B32, TLF, TLI, bid, bt, rid, i, t, need):
+    """Admit ``rid``: reserve its KV and look its prompt up in the prefix cache."""
+    n = IS[L.IP_N]
+    b = L.DI0 + i * L.NDI
+    IS[b + L.D_PRIV] += need
+    R[rid * L.NR + L.R_PRIV] = need
+    F[IS[L.H_FT] + L.T_AD * n + rid] = t
+    mem_changed(IS, F, TLF, TLI, i, t)
+    ptr = IS[L.H_PTR]
+    i0, i1 = IS[ptr + rid], IS[ptr + rid + 1]
+    hit = 0
+    if i1 > i0:
+        hit = pc_match(IS, B32, i, bid, bt, i0, i1)
+        prompt = R[rid * L.NR + L.R_PROMPT]
+        if prompt - 1 < hit:
+            hit = prompt - 1
+    IS[IS[L.H_O] + L.O_PH * n + rid] = hit
+    R[rid * L.NR + R_DONE] = hit
 
-    def _timeout(self, rid: int, t: float) -> None:
-        if self.outcome[rid] == Outcome.PENDING and math.isnan(self.t_admit[rid]):
-            self._reject(rid, t, Reason.TIMEOUT)
 
-    def _reject(self, rid: int, t: float, reason: Reason) -> None:
-        self.outcome[rid] = Outcome.REJECTED
-        self.reason[rid] = reason
-        self.t_done[rid] = t
-        self.load[self.inst_of[rid]] -= 1
-
-    def _interrupt(self, i: int, t: float) -> None:
-        inst = self.inst[i]
-        if inst.stepping:
-            return
-        if inst.b == 0:
-            if inst.next_t > t:
-                inst.version += 1
-                inst.next_t, inst.next_k, inst.t_seg = t, 0, t
-                self.push(t, EV_STEP, i, inst.version)
-            return
-        coeffs = decode_series_coeffs(self.cfg.cost, inst.b, inst.ctx)
-        k_max = inst.heap[0][0] - inst.it
-        k = min(iterations_within(coeffs, t - inst.t_seg, k_max) + 1, k_max)
-        while k < k_max and inst.t_seg + series_time(coeffs, k) <= t:
-            k += 1
-        tb = inst.t_seg + series_time(coeffs, k)
-        if tb < inst.next_t:
-            inst.version += 1
-            inst.next_t, inst.next_k = tb, k
-            self.push(tb, EV_STEP, i, inst.version)
-
-    # ------------------------------------------------------------------ admission
-
-    def _admit_head(self, i: int, t: float) -> int | None:
-        """The waiting head if its KV fits (reserved now), skipping rejected ones; else None."""
-        inst, cfg = self.inst[i], self.cfg
-        while inst.waiting:
-            rid = inst.waiting[0]
-            if self.outcome[rid] == Outcome.REJECTED:
-                inst.waiting.popleft()
+@jit
+def admit_head(IS, F, R, B32, TLF, TLI, bid, bt, i, t):
+    """The waiting head if its KV fits (reserved now), skipping rejected ones; else -1."""
+    n, io = IS[L.IP_N], IS[L.H_O]
+    hp = L.DI0 + i * L.NDI + L.D_WQH
+    budget = IS[L.IP_BUDGET]
+    while IS[hp] != -1:
+        rid = IS[hp]
+        if IS[io + L.O_OUT * n + rid] == L.OUT_REJECTED:
+            wq_remove(IS, R, hp, rid)
+            continue
+        if not math.isnan(F[IS[L.H_FT] + L.T_AD * n + rid]):
+            return rid  # chunked: already admitted, prefill in progress
+        need = R[rid * L.NR + L.R_PROMPT] + R[rid * L.NR + L.R_OUTPUT]
+        if need > budget:
+            wq_remove(IS, R, hp, rid)
+            reject(IS, F, rid, t, L.R_TOO_LARGE)
+            continue
+        if IS[L.DI0 + i * L.NDI + L.D_PRIV] + need > budget:
+            if IS[L.IP_WAIT] == 0:
+                wq_remove(IS, R, hp, rid)
+                reject(IS, F, rid, t, L.R_NO_MEMORY)
                 continue
-            if not math.isnan(self.t_admit[rid]):
-                return rid  # chunked: already admitted, prefill in progress
-            need = self.prompt[rid] + self.output[rid]
-            if need > cfg.budget_tokens:
-                inst.waiting.popleft()
-                self._reject(rid, t, Reason.TOO_LARGE)
+            return -1  # wait at the head until memory frees (or the timeout)
+        reserve(IS, F, R, B32, TLF, TLI, bid, bt, rid, i, t, need)
+        return rid
+    return -1
+
+
+@sig(
+    "void(int64[::1], float64[::1], int32[::1], float64[::1], int64[::1], int64, int64, float64, "
+    "boolean)"
+)
+def finish(IS, F, R, TLF, TLI, rid, i, t, joined):
+    n = IS[L.IP_N]
+    b = L.DI0 + i * L.NDI
+    F[IS[L.H_FT] + L.T_DN * n + rid] = t
+    IS[IS[L.H_O] + L.O_OUT * n + rid] = L.OUT_COMPLETED
+    if joined:
+        IS[b + L.D_B] -= 1
+        IS[b + L.D_CTX] -= R[rid * L.NR + L.R_PROMPT] + R[rid * L.NR + L.R_OUTPUT]
+    IS[b + L.D_PRIV] -= R[rid * L.NR + L.R_PRIV]
+    mem_changed(IS, F, TLF, TLI, i, t)
+    IS[b + L.D_LOAD] -= 1
+    IS[L.GI_INSYS] -= 1
+
+
+@jit
+def prefilled(IS, F, R, B32, TLF, TLI, bid, bt, rid, i, end):
+    """Prompt done at ``end``: its first token is emitted; it joins the batch for the rest."""
+    n, ft = IS[L.IP_N], IS[L.H_FT]
+    b = L.DI0 + i * L.NDI
+    F[ft + L.T_PE * n + rid] = end
+    F[ft + L.T_FT * n + rid] = end
+    F[ft + L.T_LAST * n + rid] = end
+    ptr = IS[L.H_PTR]
+    i0, i1 = IS[ptr + rid], IS[ptr + rid + 1]
+    if i1 > i0:
+        pc_insert(IS, B32, i, bid, bt, i0, i1)
+    out = R[rid * L.NR + L.R_OUTPUT]
+    if out == 1:
+        finish(IS, F, R, TLF, TLI, rid, i, end, False)
+        return
+    IS[b + L.D_B] += 1
+    IS[b + L.D_CTX] += R[rid * L.NR + L.R_PROMPT] + 1
+    # the boundary at ``end`` advances by 0 iterations, so ``it`` is already current
+    batch_push(IS, i, IS[b + L.D_IT] + out - 1, rid)
+
+
+@jit
+def complete_prompts(IS, F, R, B32, TLF, TLI, bid, bt, i, t, end, first, chunked):
+    """The step's prompts (a list through R_PBN from ``first``) that are now fully
+    prefilled emit their first token at ``end``: all of them in a prefill step (which also
+    starts them, at ``t``), those whose last chunk this was in a mixed step."""
+    n = IS[L.IP_N]
+    rid = first
+    while rid != -1:
+        nxt = R[rid * L.NR + L.R_PBN]
+        if not chunked:
+            F[IS[L.H_FT] + L.T_PS * n + rid] = t
+            prefilled(IS, F, R, B32, TLF, TLI, bid, bt, rid, i, end)
+        elif R[rid * L.NR + R_DONE] == R[rid * L.NR + L.R_PROMPT]:
+            wq_remove(IS, R, L.DI0 + i * L.NDI + L.D_WQH, rid)
+            prefilled(IS, F, R, B32, TLF, TLI, bid, bt, rid, i, end)
+        rid = nxt
+
+
+@jit
+def prefill_step(IS, F, R, B32, TLF, TLI, bid, bt, i, t):
+    """vLLM v0: prefill waiting prompts (whole) before the next decode iteration; returns
+    the step's duration, or -1 when no prompt can start."""
+    n = IS[L.IP_N]
+    b = L.DI0 + i * L.NDI
+    hp = b + L.D_WQH
+    c0 = L.FP_DC
+    lf, lmh, att, kv = F[c0 + L.C_LF], F[c0 + L.C_LMH], F[c0 + L.C_ATT], F[c0 + L.C_KV]
+    maxb, budget = IS[L.IP_MAXB], IS[L.IP_TOKB]
+    first, last, count = -1, -1, 0
+    new_sum = 0
+    flops = 0.0
+    kv_io = 0.0
+    while IS[b + L.D_B] + count < maxb:
+        rid = admit_head(IS, F, R, B32, TLF, TLI, bid, bt, i, t)
+        if rid == -1:
+            break
+        hit = IS[IS[L.H_O] + L.O_PH * n + rid]
+        prompt = R[rid * L.NR + L.R_PROMPT]
+        n_new = prompt - hit
+        if count and new_sum + n_new > budget:
+            break
+        wq_remove(IS, R, hp, rid)
+        if first == -1:
+            first = rid
+        else:
+            R[last * L.NR + L.R_PBN] = rid
+        R[rid * L.NR + L.R_PBN] = -1
+        last = rid
+        count += 1
+        new_sum += n_new
+        flops += n_new * lf + lmh + att * (n_new * hit + n_new * (n_new + 1) / 2.0)
+        kv_io += kv * prompt
+    if count == 0:
+        return -1.0
+    dur = roofline(
+        flops,
+        weights_read(F, c0, new_sum) + kv_io,
+        F[c0 + L.C_FRP],
+        F[c0 + L.C_BR],
+        F[c0 + L.C_POV],
+    )
+    end = t + dur
+    stall_gaps(IS, F, i, end, False)  # running sequences stall for the whole prefill step
+    complete_prompts(IS, F, R, B32, TLF, TLI, bid, bt, i, t, end, first, False)
+    if IS[L.IP_REC]:
+        record(TLF, TLI, IS, L.REC_CO_PREFILL, i, t, end, count, new_sum, 0)
+    return dur
+
+
+@jit
+def chunked_step(IS, F, R, B32, TLF, TLI, bid, bt, i, t):
+    """Sarathi-Serve: one decode token per running sequence plus prefill chunks of waiting
+    prompts (FIFO) in the step's token budget; returns its duration, or -1 when no prompt
+    is waiting (plain decode: the closed form handles it)."""
+    n, ft = IS[L.IP_N], IS[L.H_FT]
+    b = L.DI0 + i * L.NDI
+    c0 = L.FP_DC
+    lf, lmh, att, kv = F[c0 + L.C_LF], F[c0 + L.C_LMH], F[c0 + L.C_ATT], F[c0 + L.C_KV]
+    maxb, budget = IS[L.IP_MAXB], IS[L.IP_BUDGET]
+    nb, ctx = IS[b + L.D_B], IS[b + L.D_CTX]
+    room = IS[L.IP_TOKB] - nb
+    flops = nb * (lf + lmh) + att * ctx
+    kv_io = kv * ctx
+    first, last, count = -1, -1, 0
+    chunk_sum = 0
+    cur = -1  # the waiting entry before the next candidate (-1: the head)
+    while room > 0 and nb + count < maxb:
+        if cur == -1:
+            rid = admit_head(IS, F, R, B32, TLF, TLI, bid, bt, i, t)
+            if rid == -1:
+                break
+        else:
+            rid = R[cur * L.NR + L.R_WQN]
+            if rid == -1:
+                break
+            if IS[IS[L.H_O] + L.O_OUT * n + rid] == L.OUT_REJECTED:
+                cur = rid
                 continue
-            if inst.used + need > cfg.budget_tokens:
-                if cfg.on_full == "reject":
-                    inst.waiting.popleft()
-                    self._reject(rid, t, Reason.NO_MEMORY)
-                    continue
-                return None  # wait at the head until memory frees (or the timeout)
-            self._reserve(rid, i, t, need)
-            return rid
-        return None
-
-    def _reserve(self, rid: int, i: int, t: float, need: int) -> None:
-        """Admit ``rid``: reserve its KV and look its prompt up in the prefix cache."""
-        inst = self.inst[i]
-        inst.used += need
-        self.reserved[rid] = need
-        self.t_admit[rid] = t
-        self.peak_used = max(self.peak_used, inst.used)
-        i0, i1 = self.ptr[rid], self.ptr[rid + 1]
-        hit = (
-            min(inst.cache.match(self.bh[i0:i1], self.bt[i0:i1]), self.prompt[rid] - 1)
-            if i1 > i0
-            else 0
-        )
-        self.hit[rid] = hit
-        inst.partial[rid] = hit
-
-    # ------------------------------------------------------------------ steps
-
-    def _boundary(self, i: int, version: int, t: float) -> None:
-        inst = self.inst[i]
-        if version != inst.version:
-            return
-        cfg = self.cfg
-        k = inst.next_k
-        if (inst.b > 0 or inst.stepping) and inst.t_seg >= self.t_warm:
-            inst.busy += t - inst.t_seg
-            self.batch_area += inst.b * (t - inst.t_seg)
-        if k > 0:
-            self._gaps_closed_form(inst, k)
-            if self.rec is not None:
-                self.rec.segment(
-                    "colocated",
-                    f"instance {i}",
-                    inst.t_seg,
-                    decode_series_coeffs(cfg.cost, inst.b, inst.ctx),
-                    k,
-                    inst.b,
-                )
-        inst.it += k
-        inst.ctx += inst.b * k
-        inst.t_seg = t
-        inst.stepping = False
-        inst.next_t = INF
-        while inst.heap and inst.heap[0][0] == inst.it:
-            _, rid = heapq.heappop(inst.heap)
-            self._finish(rid, i, t)
-        step = (
-            self._prefill_step(i, t)
-            if cfg.scheduler == "prefill_priority"
-            else self._chunked_step(i, t)
-        )
-        if step is not None:
-            dur = step
-            inst.stepping = True
-            inst.version += 1
-            inst.next_t, inst.next_k = t + dur, 0
-            self.push(t + dur, EV_STEP, i, inst.version)
-            return
-        if inst.b == 0:
-            return
-        coeffs = decode_series_coeffs(cfg.cost, inst.b, inst.ctx)
-        k_next = inst.heap[0][0] - inst.it
-        inst.version += 1
-        inst.next_t, inst.next_k = t + series_time(coeffs, k_next), k_next
-        self.push(inst.next_t, EV_STEP, i, inst.version)
-
-    def _gaps_closed_form(self, inst: _Inst, k: int) -> None:
-        """Token gaps of k closed-form iterations: each running sequence emits a token per
-        iteration; the largest gap of the series is its first or last iteration."""
-        a1, s1, a2, s2, o = decode_series_coeffs(self.cfg.cost, inst.b, inst.ctx)
-        worst = max(max(a1, a2), max(a1 + s1 * (k - 1), a2 + s2 * (k - 1))) + o
-        t_first_it = inst.t_seg + series_time((a1, s1, a2, s2, o), 1)
-        for _, rid in inst.heap:
-            # the first iteration's gap runs from this sequence's previous token
-            g = t_first_it - self.last_tok[rid]
-            m = max(worst if k > 1 else 0.0, g)
-            if m > self.max_gap[rid]:
-                self.max_gap[rid] = m
-            self.last_tok[rid] = inst.t_seg + series_time((a1, s1, a2, s2, o), k)
-
-    def _step_time(self, flops: float, bytes_: float, prefill: bool) -> float:
-        c = self.cfg.cost
-        rate = c.flops_rate_prefill if prefill else c.flops_rate_decode
-        over = c.prefill_overhead if prefill else c.decode_overhead
-        return max(flops / rate, bytes_ / c.byte_rate) + over
-
-    def _prefill_step(self, i: int, t: float) -> float | None:
-        """vLLM-v0: prefill waiting prompts (whole) before the next decode iteration."""
-        inst, cfg, c = self.inst[i], self.cfg, self.cfg.cost
-        batch, new_sum, flops, kv_io = [], 0, 0.0, 0.0
-        while inst.b + len(batch) < cfg.max_batch:
-            rid = self._admit_head(i, t)
-            if rid is None:
-                break
-            n_new = self.prompt[rid] - self.hit[rid]
-            if batch and new_sum + n_new > cfg.step_token_budget:
-                break
-            inst.waiting.popleft()
-            batch.append(rid)
-            new_sum += n_new
-            hit = self.hit[rid]
-            flops += (
-                n_new * c.linear_flops
-                + c.lm_head_flops
-                + c.attn_coef * (n_new * hit + n_new * (n_new + 1) / 2.0)
-            )
-            kv_io += c.kv_bpt * self.prompt[rid]
-        if not batch:
-            return None
-        dur = self._step_time(flops, float(c.weights_read(new_sum)) + kv_io, True)
-        end = t + dur
-        for _, rid in inst.heap:  # running sequences stall for the whole prefill step
-            g = end - self.last_tok[rid]
-            if g > self.max_gap[rid]:
-                self.max_gap[rid] = g
-        for rid in batch:
-            self.t_prefill_start[rid] = t
-            self._prefilled(rid, i, end)
-        if self.rec is not None:
-            self.rec.slice(
-                "colocated",
-                f"instance {i}",
-                f"prefill x{len(batch)} (decodes stalled)",
-                t,
-                end,
-                {"tokens": new_sum},
-            )
-        return dur
-
-    def _chunked_step(self, i: int, t: float) -> float | None:
-        """Sarathi: one decode token per running sequence plus prefill chunks in the budget."""
-        inst, cfg, c = self.inst[i], self.cfg, self.cfg.cost
-        room = cfg.step_token_budget - inst.b
-        chunks: list[tuple[int, int]] = []
-        pos = 0
-        flops = inst.b * (c.linear_flops + c.lm_head_flops) + c.attn_coef * inst.ctx
-        kv_io = c.kv_bpt * inst.ctx
-        while room > 0 and inst.b + len(chunks) < cfg.max_batch and pos < len(inst.waiting):
-            if pos == 0:
-                rid = self._admit_head(i, t)
-                if rid is None:
+            if math.isnan(F[ft + L.T_AD * n + rid]):
+                # admit further prompts in FIFO order, stopping at the first that does not fit
+                need = R[rid * L.NR + L.R_PROMPT] + R[rid * L.NR + L.R_OUTPUT]
+                if need > budget or IS[b + L.D_PRIV] + need > budget:
                     break
-            else:
-                rid = inst.waiting[pos]
-                if self.outcome[rid] == Outcome.REJECTED:
-                    pos += 1
-                    continue
-                if math.isnan(self.t_admit[rid]):
-                    # admit further prompts in FIFO order, stopping at the first that does not fit
-                    need = self.prompt[rid] + self.output[rid]
-                    if need > cfg.budget_tokens or inst.used + need > cfg.budget_tokens:
-                        break
-                    self._reserve(rid, i, t, need)
-            done = inst.partial[rid]
-            n = min(room, self.prompt[rid] - done)
-            chunks.append((rid, n))
-            if math.isnan(self.t_prefill_start[rid]):
-                self.t_prefill_start[rid] = t
-            flops += n * c.linear_flops + c.attn_coef * (n * done + n * (n + 1) / 2.0)
-            kv_io += c.kv_bpt * (done + n)
-            room -= n
-            pos += 1
-        if not chunks and inst.b == 0:
-            return None
-        if not chunks:
-            return None  # plain decode: the closed form handles it
-        finishing = [rid for rid, n in chunks if inst.partial[rid] + n == self.prompt[rid]]
-        flops += len(finishing) * c.lm_head_flops
-        dur = self._step_time(
-            flops, float(c.weights_read(inst.b + sum(n for _, n in chunks))) + kv_io, False
-        )
-        end = t + dur
-        # running sequences emit one token in this step
-        for _, rid in inst.heap:
-            g = end - self.last_tok[rid]
-            if g > self.max_gap[rid]:
-                self.max_gap[rid] = g
-            self.last_tok[rid] = end
-        inst.it += 1  # the step is one decode iteration for the running batch
-        inst.ctx += inst.b
-        for rid, n in chunks:
-            inst.partial[rid] += n
-        for rid in finishing:
-            inst.waiting.remove(rid)
-            self._prefilled(rid, i, end)
-        if self.rec is not None:
-            self.rec.slice(
-                "colocated",
-                f"instance {i}",
-                f"mixed step b={inst.b} +{sum(n for _, n in chunks)} prefill",
-                t,
-                end,
-                {},
-            )
-        return dur
+                reserve(IS, F, R, B32, TLF, TLI, bid, bt, rid, i, t, need)
+        done = R[rid * L.NR + R_DONE]
+        m = R[rid * L.NR + L.R_PROMPT] - done
+        if room < m:
+            m = room
+        if first == -1:
+            first = rid
+        else:
+            R[last * L.NR + L.R_PBN] = rid
+        R[rid * L.NR + L.R_PBN] = -1
+        R[rid * L.NR + L.R_CHUNK] = m
+        last = rid
+        count += 1
+        chunk_sum += m
+        if math.isnan(F[ft + L.T_PS * n + rid]):
+            F[ft + L.T_PS * n + rid] = t
+        flops += m * lf + att * (m * done + m * (m + 1) / 2.0)
+        kv_io += kv * (done + m)
+        room -= m
+        cur = rid
+    if count == 0:
+        return -1.0
+    finishing = 0
+    rid = first
+    while rid != -1:
+        if R[rid * L.NR + R_DONE] + R[rid * L.NR + L.R_CHUNK] == R[rid * L.NR + L.R_PROMPT]:
+            finishing += 1
+        rid = R[rid * L.NR + L.R_PBN]
+    flops += finishing * lmh
+    dur = roofline(
+        flops,
+        weights_read(F, c0, nb + chunk_sum) + kv_io,
+        F[c0 + L.C_FRD],
+        F[c0 + L.C_BR],
+        F[c0 + L.C_DOV],
+    )
+    end = t + dur
+    stall_gaps(IS, F, i, end, True)  # running sequences emit one token in this step
+    IS[b + L.D_IT] += 1  # the step is one decode iteration for the running batch
+    IS[b + L.D_CTX] += nb
+    rid = first
+    while rid != -1:
+        R[rid * L.NR + R_DONE] += R[rid * L.NR + L.R_CHUNK]
+        rid = R[rid * L.NR + L.R_PBN]
+    complete_prompts(IS, F, R, B32, TLF, TLI, bid, bt, i, t, end, first, True)
+    if IS[L.IP_REC]:
+        record(TLF, TLI, IS, L.REC_CO_MIXED, i, t, end, nb, chunk_sum, 0)
+    return dur
 
-    def _prefilled(self, rid: int, i: int, end: float) -> None:
-        """Prompt done at ``end``: first token emitted; join the batch for the rest."""
-        inst = self.inst[i]
-        inst.partial.pop(rid, None)
-        self.t_prefill_end[rid] = end
-        self.t_first[rid] = end
-        self.last_tok[rid] = end
-        i0, i1 = self.ptr[rid], self.ptr[rid + 1]
-        if i1 > i0:
-            inst.cache.insert(self.bh[i0:i1], self.bt[i0:i1])
-        if self.output[rid] == 1:
-            self._finish(rid, i, end, joined=False)
-            return
-        inst.b += 1
-        inst.ctx += self.prompt[rid] + 1
-        # the boundary at ``end`` advances by next_k = 0, so ``it`` is already current
-        heapq.heappush(inst.heap, (inst.it + self.output[rid] - 1, rid))
 
-    def _finish(self, rid: int, i: int, t: float, joined: bool = True) -> None:
-        inst = self.inst[i]
-        self.t_done[rid] = t
-        self.outcome[rid] = Outcome.COMPLETED
-        if joined:
-            inst.b -= 1
-            inst.ctx -= self.prompt[rid] + self.output[rid]
-        inst.used -= self.reserved[rid]
-        self.load[i] -= 1
-
-    def _result(self) -> SimResult:
-        n = self.n
-        t_end = max(self.now, self.t_warm)
-        window = max(t_end - self.t_warm, 1e-12)
-        f64 = lambda xs: np.asarray(xs, dtype=np.float64)  # noqa: E731
-        nan = np.full(n, np.nan)
-        zeros = np.zeros(n, dtype=np.int64)
-        cols = {
-            "t_prefill_start": f64(self.t_prefill_start),
-            "t_prefill_end": f64(self.t_prefill_end),
-            "t_admit": f64(self.t_admit),
-            "t_transfer_start": f64(self.t_prefill_end),
-            "t_transfer_end": f64(self.t_prefill_end),
-            "t_recompute_start": nan,
-            "t_recompute_end": nan,
-            "t_decode_start": f64(self.t_prefill_end),
-            "t_first_token": f64(self.t_first),
-            "t_done": f64(self.t_done),
-            "prefill_instance": np.asarray(self.inst_of, dtype=np.int64),
-            "decode_instance": np.asarray(self.inst_of, dtype=np.int64),
-            "outcome": np.asarray(self.outcome, dtype=np.int64),
-            "reject_reason": np.asarray(self.reason, dtype=np.int64),
-            "prefill_hit_tokens": np.asarray(self.hit, dtype=np.int64),
-            "replica_hit_tokens": zeros,
-            "recompute_tokens": zeros,
-            "transfer_tokens": zeros,
-            "persisted_tokens": zeros,
-            "max_token_gap": f64(self.max_gap),
-        }
-        cfg = self.cfg
-        stats = {
-            "t_warm": self.t_warm,
-            "t_end": t_end,
-            "budget_tokens": float(cfg.budget_tokens),
-            "mean_replica_tokens": 0.0,
-            "peak_replica_tokens": 0.0,
-            "mean_used_tokens": math.nan,
-            "peak_used_tokens": float(self.peak_used),
-            "prefill_util": sum(x.busy for x in self.inst) / window / cfg.instances,
-            "decode_util": sum(x.busy for x in self.inst) / window / cfg.instances,
-            "mean_decode_batch": self.batch_area / window / cfg.instances,
-            "link_util": 0.0,
-        }
-        return SimResult(cols, stats)
+@jit
+def boundary(IS, F, R, B32, EHT, EHI, TLF, TLI, bid, bt, i, version, t):
+    """Instance ``i`` reaches a boundary it scheduled: finish sequences, then run a prefill
+    (or mixed) step if a prompt can start, else decode on to the next finish."""
+    b = L.DI0 + i * L.NDI
+    if version != IS[b + L.D_VER]:
+        return
+    f = L.DF0 + i * L.NDF
+    k = IS[b + L.D_NK]
+    nb = IS[b + L.D_B]
+    if (nb > 0 or IS[b + L.D_STALL]) and F[f + L.DF_TSEG] >= F[L.FP_TWARM]:
+        F[f + L.DF_BUSY] += t - F[f + L.DF_TSEG]
+        F[L.G_BATCH_AREA] += nb * (t - F[f + L.DF_TSEG])
+    if k > 0:
+        record_gaps(IS, F, i, k, False)
+        if IS[L.IP_REC]:
+            record(TLF, TLI, IS, L.REC_DECODE, i, F[f + L.DF_TSEG], t, nb, k, IS[b + L.D_CTX])
+    IS[b + L.D_IT] += k
+    IS[b + L.D_CTX] += nb * k
+    F[f + L.DF_TSEG] = t
+    IS[b + L.D_STALL] = 0
+    F[f + L.DF_NEXT_T] = math.inf
+    it = IS[b + L.D_IT]
+    top = IS[L.H_DH] + 2 * IS[L.H_CAPB] * i
+    while IS[b + L.D_HSZ] > 0 and IS[top] == it:
+        rid = batch_pop(IS, i)
+        finish(IS, F, R, TLF, TLI, rid, i, t, True)
+    if IS[L.IP_MODE] == L.MODE_PRIORITY:
+        dur = prefill_step(IS, F, R, B32, TLF, TLI, bid, bt, i, t)
+    else:
+        dur = chunked_step(IS, F, R, B32, TLF, TLI, bid, bt, i, t)
+    if dur >= 0.0:
+        IS[b + L.D_STALL] = 1
+        schedule(IS, F, EHT, EHI, i, t + dur, 0)
+        return
+    if IS[b + L.D_B] > 0:
+        run_to_next_finish(IS, F, EHT, EHI, i, t)

@@ -1,143 +1,183 @@
-"""A timeline recorder: what each instance and link did, exported as a Chrome/Perfetto trace.
+"""Timelines: the engine's event log as a Chrome/Perfetto trace (ui.perfetto.dev,
+chrome://tracing).
 
-The engine calls ``slice`` (a busy interval), ``segment`` (k closed-form decode iterations of
-a fixed batch, expanded here into one slice per iteration) and ``counter`` (a sampled
-value). ``to_chrome`` writes the JSON trace-event format that ui.perfetto.dev and
-chrome://tracing open: one process per role, one thread (track) per instance or link
-channel, times in microseconds.
+Pass a ``Recorder`` to ``simulate``/``simulate_colocated``: the engine then logs every
+prefill step, KV transfer, decode segment, recompute stall, colocated step and memory
+counter into arrays (engine/timeline.py) and hands them to the recorder. ``events`` turns
+them into trace events: one process per role (prefill, link, decode, or colocated), one
+thread (track) per instance or link channel. Times are whole nanoseconds: ``ts`` and
+``dur`` are microseconds written with exactly three decimals, from integer-nanosecond
+boundaries, so slices that touch never overlap after rounding (Perfetto's JSON importer
+drops partially overlapping slices). Decode segments become one slice per iteration up to
+``MAX_ITERATION_SLICES`` per recorder, one slice per segment beyond that (file size).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from pathlib import Path
 
-from ..costmodel import series_time
+import numpy as np
 
-MAX_ITERATION_SLICES = 200_000  # beyond this, segments stay one slice each (file size)
+from ..errors import PrefixbenchError
+from . import layout as L
+from .timeline import expand
+from .trace_json import MAX_FIELD, SEGMENT_WHOLE, TEMPLATES, template_bytes, write_events
+
+MAX_ITERATION_SLICES = 200_000
+
+
+class TimelineError(PrefixbenchError):
+    """The timeline file cannot be written."""
 
 
 class Recorder:
+    """Collects one run's timeline log (the engine calls ``attach``)."""
+
     def __init__(self, label: str = "") -> None:
         self.label = label
-        self.slices: list[tuple[str, str, str, float, float, dict]] = []
-        self.segments: list[tuple[str, str, float, tuple, int, int]] = []
-        self.counters: list[tuple[str, str, str, float, float]] = []
+        self.mode = ""
+        self.shape = (0, 0, 0)
+        self.tlf = np.zeros(0)
+        self.tli = np.zeros(0, dtype=np.int64)
+        self.fp = np.zeros(0)
+        self.per_iteration = True
 
-    def slice(
-        self, role: str, track: str, name: str, t0: float, t1: float, args: dict | None = None
-    ) -> None:
-        self.slices.append((role, track, name, t0, t1, args or {}))
+    def attach(self, mode: str, shape, tlf: np.ndarray, tli: np.ndarray, fp: np.ndarray) -> None:
+        self.mode, self.shape = mode, tuple(int(x) for x in shape)
+        self.tlf, self.tli, self.fp = tlf, tli, fp
 
-    def segment(self, role: str, track: str, t0: float, coeffs: tuple, k: int, batch: int) -> None:
-        self.segments.append((role, track, t0, coeffs, k, batch))
+    @property
+    def records(self) -> int:
+        return self.tli.shape[0] // L.NTL_I
 
-    def counter(self, role: str, track: str, name: str, t: float, value: float) -> None:
-        self.counters.append((role, track, name, t, value))
+    def slices(self) -> tuple[np.ndarray, np.ndarray]:
+        """(ints, ns): one row per slice or counter sample: (kind, track, a, b, c, iteration)
+        and (start, end) in integer nanoseconds."""
+        m = self.records
+        kinds = self.tli[0 :: L.NTL_I]
+        iters = self.tli[3 :: L.NTL_I][kinds == L.REC_DECODE]
+        per_iteration = self.per_iteration = int(iters.sum()) <= MAX_ITERATION_SLICES
+        size = m + (int(iters.sum()) - iters.shape[0] if per_iteration else 0)
+        out_i = np.zeros(6 * size, dtype=np.int64)
+        out_ns = np.zeros(2 * size, dtype=np.int64)
+        fp = np.zeros(max(L.NFP, self.fp.shape[0]))
+        fp[: self.fp.shape[0]] = self.fp
+        k = expand(self.tlf, self.tli, m, fp, per_iteration, out_i, out_ns)
+        return out_i[: 6 * k].reshape(k, 6), out_ns[: 2 * k].reshape(k, 2)
 
-    def events(self, pid_base: int = 0) -> list[dict]:
-        """Chrome trace events (``ph`` X slices, C counters, M names)."""
-        pids: dict[str, int] = {}
-        tids: dict[tuple[str, str], int] = {}
-        out: list[dict] = []
+    def events(self, pid_base: int = 0) -> tuple[list[str], bytes]:
+        """Chrome trace events: the process and track names (JSON object strings), and
+        every slice and counter sample, each preceded by ``,\\n`` (compiled writer)."""
+        rows, ns = self.slices()
+        m = rows.shape[0]
+        if m == 0:
+            return [], b""
+        kinds, tracks = rows[:, 0], rows[:, 1]
+        role = _roles(self.mode, kinds)
+        pid = pid_base + role + 1
+        tid = tracks + 1
+        tpl_id = kinds.copy()
+        if not self.per_iteration:
+            tpl_id[kinds == L.REC_DECODE] = SEGMENT_WHOLE
+        tpl, off = template_bytes()
+        fields = np.array([sum(0x11 <= c <= 0x1A for c in t.encode()) for t in TEMPLATES])
+        size = int((off[1:] - off[:-1] + 2 + fields * MAX_FIELD)[tpl_id].sum())
+        buf = np.empty(size, dtype=np.uint8)
+        kvb = int(round(float(self.fp[L.FP_DC + L.C_KV]))) if self.fp.shape[0] > L.FP_DC else 0
+        flat_i, flat_ns = (
+            np.ascontiguousarray(rows).reshape(-1),
+            np.ascontiguousarray(ns).reshape(-1),
+        )
+        k = write_events(tpl, off, tpl_id, flat_i, flat_ns, pid, tid, kvb, buf)
+        return self._names(pid_base, role, tracks), buf[:k].tobytes()
+
+    def _names(self, pid_base: int, role: np.ndarray, tracks: np.ndarray) -> list[str]:
         prefix = f"{self.label}: " if self.label else ""
-
-        def ids(role: str, track: str) -> tuple[int, int]:
-            if role not in pids:
-                pids[role] = pid_base + len(pids) + 1
-                out.append(
-                    {
-                        "ph": "M",
-                        "name": "process_name",
-                        "pid": pids[role],
-                        "args": {"name": prefix + role},
-                    }
-                )
-            key = (role, track)
-            if key not in tids:
-                tids[key] = len(tids) + 1
-                out.append(
-                    {
-                        "ph": "M",
-                        "name": "thread_name",
-                        "pid": pids[role],
-                        "tid": tids[key],
-                        "args": {"name": track},
-                    }
-                )
-            return pids[role], tids[key]
-
-        us = 1e6
-        for role, track, name, t0, t1, args in self.slices:
-            pid, tid = ids(role, track)
+        roles = ROLES[self.mode]
+        out = []
+        for r in np.unique(role).tolist():
             out.append(
-                {
-                    "ph": "X",
-                    "name": name,
-                    "pid": pid,
-                    "tid": tid,
-                    "ts": t0 * us,
-                    "dur": (t1 - t0) * us,
-                    "args": args,
-                }
+                f'{{"ph":"M","name":"process_name","pid":{pid_base + r + 1},'
+                f'"args":{{"name":{_json_str(prefix + roles[r])}}}}}'
             )
-        total = sum(k for *_, k, _ in self.segments)
-        for role, track, t0, coeffs, k, batch in self.segments:
-            pid, tid = ids(role, track)
-            if total <= MAX_ITERATION_SLICES:
-                prev = t0
-                for j in range(1, k + 1):
-                    t = t0 + series_time(coeffs, j)
-                    out.append(
-                        {
-                            "ph": "X",
-                            "name": f"decode b={batch}",
-                            "pid": pid,
-                            "tid": tid,
-                            "ts": prev * us,
-                            "dur": (t - prev) * us,
-                            "args": {"batch": batch},
-                        }
-                    )
-                    prev = t
-            else:
-                t1 = t0 + series_time(coeffs, k)
-                out.append(
-                    {
-                        "ph": "X",
-                        "name": f"decode x{k} b={batch}",
-                        "pid": pid,
-                        "tid": tid,
-                        "ts": t0 * us,
-                        "dur": (t1 - t0) * us,
-                        "args": {"iterations": k, "batch": batch},
-                    }
-                )
-        for role, track, name, t, value in self.counters:
-            pid, _ = ids(role, track)
+        pairs = np.unique(np.stack([role, tracks], axis=1), axis=0).tolist()
+        for r, t in pairs:
             out.append(
-                {
-                    "ph": "C",
-                    "name": f"{track} {name}",
-                    "pid": pid,
-                    "ts": t * us,
-                    "args": {name: value},
-                }
+                f'{{"ph":"M","name":"thread_name","pid":{pid_base + r + 1},"tid":{t + 1},'
+                f'"args":{{"name":{_json_str(self._track_name(r, t))}}}}}'
             )
         return out
 
+    def _track_name(self, role: int, track: int) -> str:
+        name = ROLES[self.mode][role]
+        if name == "colocated":
+            return f"instance {track}"
+        if name == "link":
+            _, D, C = self.shape
+            pd, c = divmod(track, C)
+            return f"p{pd // D}->d{pd % D} ch{c}"
+        return f"{name} {track}"
+
+
+ROLES = {"disaggregated": ("prefill", "link", "decode"), "colocated": ("colocated",)}
+
+
+def _roles(mode: str, kinds: np.ndarray) -> np.ndarray:
+    """Process index of each record: prefill, link, decode (colocated: one process)."""
+    if mode == "colocated":
+        return np.zeros_like(kinds)
+    role = np.full_like(kinds, 2)
+    role[(kinds == L.REC_PREFILL) | (kinds == L.REC_QUEUE)] = 0
+    role[kinds == L.REC_LINK] = 1
+    return role
+
+
+def _json_str(s: str) -> str:
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
 
 def write_chrome_trace(recorders: list[Recorder], path: Path) -> Path:
-    """One trace file holding every recorder (e.g. one per policy), written atomically."""
-    events: list[dict] = []
-    for i, r in enumerate(recorders):
-        events.extend(r.events(pid_base=100 * i))
+    """One trace file holding every recorder (e.g. one per policy), written atomically: a
+    temporary file next to the target, renamed over it; on any error the temporary file is
+    removed and a one-line TimelineError says what went wrong."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        json.dump({"traceEvents": events, "displayTimeUnit": "ms"}, f)
-    os.replace(tmp, path)
+    where = "--timeline"
+    if path.is_dir():
+        raise TimelineError(f"{path} is a directory", where=where, fix="give a file name")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as e:
+        raise TimelineError(
+            f"cannot write {path}: {e.strerror or e}", where=where, fix="pick a writable folder"
+        ) from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            parts = [r.events(pid_base=100 * i) for i, r in enumerate(recorders)]
+            names = [n for ns, _ in parts for n in ns]
+            f.write(b'{"displayTimeUnit":"ns","traceEvents":[\n')
+            f.write(",\n".join(names).encode())
+            for _, body in parts:
+                f.write(body)
+            f.write(b"\n]}\n")
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except OSError as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise TimelineError(
+            f"cannot write {path}: {e.strerror or e}",
+            where=where,
+            fix="free disk space or pick another folder",
+        ) from None
     return path

@@ -229,10 +229,7 @@ def check_spec(spec: MapSpec) -> MapSpec:
 
 
 def _outcome_codes() -> tuple[int, int]:
-    try:
-        from ..engine import Outcome  # the engine's public name
-    except ImportError:  # older trees export it from the core module only
-        from ..engine.core import Outcome
+    from ..engine import Outcome
     return int(Outcome.COMPLETED), int(Outcome.REJECTED)
 
 

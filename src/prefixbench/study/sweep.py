@@ -167,6 +167,10 @@ def run_sweep(
         on_start(len(points), len(points) - len(todo))
     if todo:
         backend = backend or LocalPoolBackend(jobs)
+        if isinstance(backend, LocalPoolBackend) and backend.jobs > 1 and len(todo) > 1:
+            from ..engine import warm_up
+
+            warm_up()  # compile once here, not once per worker (docs/performance.md)
         task = functools.partial(run_point, policies=spec.policies, keep_requests=events)
         for point, result in backend.map_unordered(task, todo):
             _save(out, result)

@@ -1,0 +1,271 @@
+"""The engine's Python entry points: pack a configuration into the flat state, run the
+compiled loop, unpack columns and stats (and hand the timeline log to a recorder).
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields, replace
+
+import numpy as np
+
+from ..errors import SimulationError
+from ..workload.requests import Requests
+from . import layout as L
+from .blocks import dense_block_ids, prewarm
+from .config import (
+    TIME_COLUMNS,
+    ColocatedConfig,
+    EngineConfig,
+    SimResult,
+    check_colocated_config,
+    check_engine_config,
+)
+from .loop import DONE, NEED_HEAP, close_run, heap_room, log_room
+from .loop import run_colocated as _run_colocated
+from .loop import run_disaggregated as _run_disaggregated
+from .policies import POLICIES
+from .queues import push
+from .routing import DECODE_ROUTERS, PREFILL_ROUTERS
+
+
+def _c64(a: np.ndarray) -> np.ndarray:
+    """``a`` as a writable, contiguous int64 array: numba types a read-only array (as from
+    a memory-mapped or Arrow-backed table) differently, which would compile the whole
+    engine a second time."""
+    return np.require(a, dtype=np.int64, requirements=["C", "W"])
+
+
+class _Run:
+    """The state of one run: flat arrays plus the growable heap and timeline log."""
+
+    def __init__(self, req: Requests, ip: np.ndarray, fp: np.ndarray, hot: np.ndarray) -> None:
+        self.n = n = len(req)
+        bid, self.hot_ids, n_ids = dense_block_ids(_c64(req.blk_hash), hot)
+        self.bid, self.bt = _c64(bid), _c64(req.blk_tokens)
+        longest = int(req.prompt_len.max(initial=0)) + int(req.output_len.max(initial=0))
+        if max(n, n_ids, longest) >= 2**31 - 1:
+            raise SimulationError(
+                "the run exceeds the engine's 32-bit records (requests, block ids or a "
+                "request's tokens ≥ 2^31)",
+                where="workload",
+                fix="replay fewer or shorter requests",
+            )
+        self.IS, self.F, self.R, self.B32, self.B8 = L.allocate(
+            req.prompt_len, req.output_len, req.arrival, req.blk_ptr,
+            self.bid.shape[0], n_ids, ip, fp, self.hot_ids,
+        )  # fmt: skip
+        self.EHT, self.EHI = np.empty(1024), np.empty(3 * 1024, dtype=np.int64)
+        cap = 4096 if ip[L.IP_REC] else 1
+        self.TLF = np.empty(L.NTL_F * cap)
+        self.TLI = np.empty(L.NTL_I * cap, dtype=np.int64)
+        if n:
+            push(self.EHT, self.EHI, self.IS, float(req.arrival[0]), L.EV_ARRIVAL, 0, 0)
+
+    def grow(self, what: int) -> None:
+        if what == NEED_HEAP:
+            need, cap = int(heap_room(self.IS)), self.EHT.shape[0]
+            while cap < need:
+                cap *= 2
+            size = int(self.IS[L.GI_HSZ])
+            t2, i2 = np.empty(cap), np.empty(3 * cap, dtype=np.int64)
+            t2[:size], i2[: 3 * size] = self.EHT[:size], self.EHI[: 3 * size]
+            self.EHT, self.EHI = t2, i2
+        else:
+            need, cap = int(log_room(self.IS)), self.TLF.shape[0] // L.NTL_F
+            while cap < need:
+                cap *= 2
+            m = int(self.IS[L.GI_TLN])
+            f2, i2 = np.empty(L.NTL_F * cap), np.empty(L.NTL_I * cap, dtype=np.int64)
+            f2[: L.NTL_F * m], i2[: L.NTL_I * m] = self.TLF[: L.NTL_F * m], self.TLI[: L.NTL_I * m]
+            self.TLF, self.TLI = f2, i2
+
+    def close(self) -> None:
+        """Integrate memory up to the end of the run (room for its last counters first)."""
+        if self.IS[L.IP_REC] and log_room(self.IS) > self.TLF.shape[0] // L.NTL_F:
+            self.grow(-1)
+        close_run(self.IS, self.F, self.TLF, self.TLI)
+
+    def columns(self, gaps: bool) -> dict[str, np.ndarray]:
+        """Result columns: views into the state, no copy."""
+        n, IS, F = self.n, self.IS, self.F
+        io, ft = int(IS[L.H_O]), int(IS[L.H_FT])
+        cols = {name: F[ft + i * n : ft + (i + 1) * n] for i, name in enumerate(TIME_COLUMNS)}
+        cols.update(
+            {name: IS[io + i * n : io + (i + 1) * n] for i, name in enumerate(L.INT_COLUMNS)}
+        )
+        if gaps:
+            cols["max_token_gap"] = F[ft + L.T_GAP * n : ft + (L.T_GAP + 1) * n]
+        return cols
+
+    def log(self, recorder, mode: str, shape: tuple[int, int, int]) -> None:
+        if recorder is not None:
+            m = int(self.IS[L.GI_TLN])
+            recorder.attach(
+                mode, shape, self.TLF[: L.NTL_F * m].copy(), self.TLI[: L.NTL_I * m].copy(),
+                self.F[: L.NFP].copy(),
+            )  # fmt: skip
+
+
+def _window(t_end: float, t_warm: float) -> float:
+    """The measured window; NaN when it is empty (rates over it are then undefined)."""
+    w = t_end - t_warm
+    return w if w > 0.0 else float("nan")
+
+
+def _t_warm(req: Requests, warmup: int) -> float:
+    n = len(req)
+    return float(req.arrival[min(warmup, n - 1)]) if n else 0.0
+
+
+def _costs(*costs) -> list[float]:
+    return [float(getattr(c, f)) for c in costs for f in L.COST_FIELDS]
+
+
+def simulate(
+    req: Requests, cfg: EngineConfig, recorder=None, keep_state: bool = False
+) -> SimResult:
+    """Run one scenario's requests through the disaggregated system described by ``cfg``.
+
+    With a ``recorder`` (engine.recorder.Recorder) the engine also logs what every
+    instance and link channel did, for a Chrome/Perfetto timeline; ``keep_state`` keeps the
+    final state on the result (for engine.audit)."""
+    check_engine_config(cfg)
+    n = len(req)
+    ip = np.array(
+        [
+            cfg.n_prefill,
+            cfg.n_decode,
+            cfg.link_channels,
+            cfg.max_batch,
+            cfg.prefill_token_budget,
+            min(cfg.prefill_cache_tokens, 2**61),
+            cfg.budget_tokens,
+            cfg.on_full == "wait",
+            POLICIES[cfg.policy].code,
+            PREFILL_ROUTERS[cfg.prefill_router].code,
+            DECODE_ROUTERS[cfg.decode_router].code,
+            bool(cfg.track_gaps),
+            L.MODE_DISAGG,
+            recorder is not None,
+        ],
+        dtype=np.int64,
+    )
+    t_warm = _t_warm(req, cfg.warmup_requests)
+    fp = np.array(
+        [cfg.link_bytes_per_s, cfg.link_latency_s, cfg.wait_timeout_s, t_warm]
+        + _costs(cfg.prefill_cost, cfg.decode_cost)
+    )
+    hot_h = np.array([h for h, _ in cfg.hot_blocks], dtype=np.int64)
+    hot_t = np.array([t for _, t in cfg.hot_blocks], dtype=np.int64)
+    r = _Run(req, ip, fp, hot_h)
+    IS, F = r.IS, r.F
+    if cfg.policy == "replicate_hotset" and hot_h.shape[0] > 0:
+        prewarm(IS, r.B32, r.B8, _c64(r.hot_ids), hot_t)
+        IS[L.GI_PEAK_REP] = IS[L.GI_PEAK_USED] = IS[L.DI0 + L.D_USED]
+    dI = IS[L.DI0 : L.DI0 + cfg.n_decode * L.NDI].reshape(cfg.n_decode, L.NDI)
+    dI[:, L.D_LREP] = dI[:, L.D_USED]
+    dI[:, L.D_LUSED] = dI[:, L.D_USED]
+    args = lambda: (IS, F, r.R, r.B32, r.B8, r.EHT, r.EHI, r.TLF, r.TLI, r.bid, r.bt)  # noqa: E731
+    while (status := _run_disaggregated(*args())) != DONE:
+        r.grow(status)
+    r.close()
+    r.log(recorder, "disaggregated", (cfg.n_prefill, cfg.n_decode, cfg.link_channels))
+
+    t_end = float(F[L.G_NOW])
+    window = _window(t_end, t_warm)
+    n_dec = cfg.n_decode
+    fpb = int(IS[L.H_FPB])
+    p_busy = F[fpb : fpb + cfg.n_prefill].tolist()
+    d_busy = [float(F[L.DF0 + d * L.NDF + L.DF_BUSY]) for d in range(n_dec)]
+    stats = {
+        "t_warm": t_warm,
+        "t_end": t_end,
+        "budget_tokens": float(cfg.budget_tokens),
+        "mean_replica_tokens": float(F[L.G_REP_AREA]) / window / n_dec,
+        "peak_replica_tokens": float(IS[L.GI_PEAK_REP]),
+        "mean_used_tokens": float(F[L.G_USED_AREA]) / window / n_dec,
+        "peak_used_tokens": float(IS[L.GI_PEAK_USED]),
+        "prefill_util": sum(p_busy) / window / cfg.n_prefill,
+        "decode_util": sum(d_busy) / window / n_dec,
+        "mean_decode_batch": float(F[L.G_BATCH_AREA]) / window / n_dec,
+        "link_util": float(F[L.G_LINK]) / window / (cfg.n_prefill * n_dec * cfg.link_channels),
+    }
+    del n
+    return SimResult(r.columns(bool(cfg.track_gaps)), stats, r if keep_state else None)
+
+
+def simulate_colocated(req: Requests, cfg: ColocatedConfig, recorder=None) -> SimResult:
+    """Run the requests through ``cfg.instances`` colocated instances (prefill and decode
+    sharing one device, one HBM budget and one schedule)."""
+    check_colocated_config(cfg)
+    mode = L.MODE_PRIORITY if cfg.scheduler == "prefill_priority" else L.MODE_CHUNKED
+    k = cfg.instances
+    ip = np.array(
+        [
+            k,
+            k,
+            1,
+            cfg.max_batch,
+            cfg.step_token_budget,
+            min(cfg.prefix_cache_tokens, 2**61),
+            cfg.budget_tokens,
+            cfg.on_full == "wait",
+            0,
+            0,
+            0,
+            1,
+            mode,
+            recorder is not None,
+        ],
+        dtype=np.int64,
+    )
+    t_warm = _t_warm(req, cfg.warmup_requests)
+    fp = np.array([1.0, 0.0, cfg.wait_timeout_s, t_warm] + _costs(cfg.cost, cfg.cost))
+    r = _Run(req, ip, fp, np.zeros(0, dtype=np.int64))
+    IS, F = r.IS, r.F
+    args = lambda: (IS, F, r.R, r.B32, r.EHT, r.EHI, r.TLF, r.TLI, r.bid, r.bt)  # noqa: E731
+    while (status := _run_colocated(*args())) != DONE:
+        r.grow(status)
+    r.close()
+    t_end = float(F[L.G_NOW])
+    r.log(recorder, "colocated", (k, k, 1))
+
+    cols = r.columns(True)
+    cols["t_decode_start"][:] = cols["t_prefill_end"]  # no hand-off: t_transfer_* stay NaN
+    window = _window(t_end, t_warm)
+    busy = sum(float(F[L.DF0 + i * L.NDF + L.DF_BUSY]) for i in range(k))
+    stats = {
+        "t_warm": t_warm,
+        "t_end": t_end,
+        "budget_tokens": float(cfg.budget_tokens),
+        "mean_replica_tokens": 0.0,
+        "peak_replica_tokens": 0.0,
+        "mean_used_tokens": float(F[L.G_USED_AREA]) / window / k,
+        "peak_used_tokens": float(IS[L.GI_PEAK_USED]),
+        "prefill_util": busy / window / k,
+        "decode_util": busy / window / k,
+        "mean_decode_batch": float(F[L.G_BATCH_AREA]) / window / k,
+        "link_util": 0.0,
+    }
+    return SimResult(cols, stats)
+
+
+def warm_up(colocated: bool = False) -> None:
+    """Compile (or load from the cache) the engine on a three-request run, so that worker
+    processes started afterwards load the cached machine code instead of each compiling it."""
+    from ..costmodel import InstanceCost
+
+    cost = InstanceCost(**{f.name: 1.0 for f in fields(InstanceCost)})
+    req = Requests(
+        arrival=np.array([0.0, 0.5, 1.0]),
+        prompt_len=np.array([8, 8, 8], dtype=np.int64),
+        output_len=np.array([2, 2, 2], dtype=np.int64),
+        blk_ptr=np.array([0, 1, 2, 2], dtype=np.int64),
+        blk_hash=np.array([1, 1], dtype=np.int64),
+        blk_tokens=np.array([4, 4], dtype=np.int64),
+        prefix_id=np.array([0, 0, -1], dtype=np.int64),
+    )
+    cfg = EngineConfig(policy="replicate_hotset", prefill_cost=cost, decode_cost=cost)
+    simulate(req, replace(cfg, hot_blocks=[(1, 4)]))  # every handler, and the prewarm
+    if colocated:
+        simulate_colocated(req, ColocatedConfig(cost=cost, instances=1))

@@ -1,0 +1,140 @@
+"""A decode batch in closed form, shared by the decode instances and colocated instances.
+
+A fixed batch's iterations cost an arithmetic series in the resident context
+(series.series_time), so an instance schedules one event at the next iteration boundary
+where something happens (a sequence finishes) and is interrupted when work arrives: the
+work then waits for the first boundary strictly after its arrival. Boundaries are decided
+in absolute time, the way their times are computed, so rounding can never move work to an
+earlier or a later boundary than the one it sees.
+"""
+
+from __future__ import annotations
+
+from .jit import jit, sig
+from .layout import (
+    D_B,
+    D_CTX,
+    D_HSZ,
+    D_IT,
+    D_NK,
+    D_STALL,
+    D_VER,
+    DF0,
+    DF_NEXT_T,
+    DF_TSEG,
+    DI0,
+    EV_DECODE,
+    H_CAPB,
+    H_DH,
+    H_FT,
+    IP_N,
+    NDF,
+    NDI,
+    T_FT,
+    T_GAP,
+    T_LAST,
+)
+from .queues import push
+from .series import coeffs, iterations_within, series_time
+
+
+@sig("void(int64[::1], float64[::1], float64[::1], int64[::1], int64, float64, int64)")
+def schedule(IS, F, EHT, EHI, d, t, k):
+    """Make the boundary ``k`` iterations after ``t_seg``, at time ``t``, the next one."""
+    b = DI0 + d * NDI
+    IS[b + D_VER] += 1
+    F[DF0 + d * NDF + DF_NEXT_T] = t
+    IS[b + D_NK] = k
+    push(EHT, EHI, IS, t, EV_DECODE, d, IS[b + D_VER])
+
+
+@jit
+def first_boundary_after(F, nb, ctx, tseg, t, k_max):
+    """The first iteration boundary strictly after ``t`` (at most ``k_max``): (k, time)."""
+    a1, s1, a2, s2, o = coeffs(F, nb, ctx)
+    k = iterations_within(a1, s1, a2, s2, o, t - tseg, k_max) + 1
+    if k_max < k:
+        k = k_max
+    while k < k_max and tseg + series_time(a1, s1, a2, s2, o, k) <= t:
+        k += 1
+    while k > 1 and tseg + series_time(a1, s1, a2, s2, o, k - 1) > t:
+        k -= 1
+    return k, tseg + series_time(a1, s1, a2, s2, o, k)
+
+
+@sig("void(int64[::1], float64[::1], float64[::1], int64[::1], int64, float64)")
+def interrupt(IS, F, EHT, EHI, d, t):
+    """Work arrived for instance ``d``: make it stop at the next iteration boundary."""
+    b = DI0 + d * NDI
+    f = DF0 + d * NDF
+    if IS[b + D_STALL]:
+        return  # the end of the running stall (or step) is a boundary already scheduled
+    if IS[b + D_B] == 0:
+        if F[f + DF_NEXT_T] > t:
+            F[f + DF_TSEG] = t
+            schedule(IS, F, EHT, EHI, d, t, 0)
+        return
+    k_max = IS[IS[H_DH] + 2 * IS[H_CAPB] * d] - IS[b + D_IT]
+    k, tb = first_boundary_after(F, IS[b + D_B], IS[b + D_CTX], F[f + DF_TSEG], t, k_max)
+    if tb < F[f + DF_NEXT_T]:
+        schedule(IS, F, EHT, EHI, d, tb, k)
+
+
+@sig("void(int64[::1], float64[::1], float64[::1], int64[::1], int64, float64)")
+def run_to_next_finish(IS, F, EHT, EHI, d, t):
+    """Schedule the boundary at which the batch's next sequence finishes."""
+    b = DI0 + d * NDI
+    a1, s1, a2, s2, o = coeffs(F, IS[b + D_B], IS[b + D_CTX])
+    k_next = IS[IS[H_DH] + 2 * IS[H_CAPB] * d] - IS[b + D_IT]
+    schedule(IS, F, EHT, EHI, d, t + series_time(a1, s1, a2, s2, o, k_next), k_next)
+
+
+@sig("void(int64[::1], float64[::1], int64, int64, boolean)")
+def record_gaps(IS, F, d, k, first_token_in_batch):
+    """Largest token gap per sequence over ``k`` closed-form iterations from ``t_seg``: the
+    first iteration's gap runs from the sequence's previous token (so it includes a stall);
+    later gaps are iteration times, largest at the first or last. With
+    ``first_token_in_batch`` (disaggregated) a sequence whose first token is this
+    iteration's has no gap yet."""
+    b = DI0 + d * NDI
+    n, ft = IS[IP_N], IS[H_FT]
+    a1, s1, a2, s2, o = coeffs(F, IS[b + D_B], IS[b + D_CTX])
+    worst = 0.0
+    if k > 1:
+        worst = a1 + s1 * (k - 1)
+        if a2 + s2 * (k - 1) > worst:
+            worst = a2 + s2 * (k - 1)
+        if a1 > worst:
+            worst = a1
+        if a2 > worst:
+            worst = a2
+        worst = worst + o
+    tseg = F[DF0 + d * NDF + DF_TSEG]
+    t1 = tseg + series_time(a1, s1, a2, s2, o, 1)
+    tk = tseg + series_time(a1, s1, a2, s2, o, k)
+    rb = IS[H_DH] + 2 * IS[H_CAPB] * d + IS[H_CAPB]
+    for i in range(IS[b + D_HSZ]):
+        rid = IS[rb + i]
+        g = t1 - F[ft + T_LAST * n + rid]
+        if first_token_in_batch and F[ft + T_FT * n + rid] == t1:
+            g = 0.0
+        m = g if g > worst else worst
+        if m > F[ft + T_GAP * n + rid]:
+            F[ft + T_GAP * n + rid] = m
+        F[ft + T_LAST * n + rid] = tk
+
+
+@sig("void(int64[::1], float64[::1], int64, float64, boolean)")
+def stall_gaps(IS, F, d, end, emits):
+    """Every running sequence of instance ``d`` waits until ``end`` for its next token (a
+    colocated step); with ``emits`` the step gives each of them a token at ``end``."""
+    b = DI0 + d * NDI
+    n, ft = IS[IP_N], IS[H_FT]
+    rb = IS[H_DH] + 2 * IS[H_CAPB] * d + IS[H_CAPB]
+    for i in range(IS[b + D_HSZ]):
+        rid = IS[rb + i]
+        g = end - F[ft + T_LAST * n + rid]
+        if g > F[ft + T_GAP * n + rid]:
+            F[ft + T_GAP * n + rid] = g
+        if emits:
+            F[ft + T_LAST * n + rid] = end

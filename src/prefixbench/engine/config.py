@@ -1,0 +1,169 @@
+"""What one engine run takes and gives: configurations, results, outcome codes.
+
+``EngineConfig`` is a disaggregated run, ``ColocatedConfig`` a colocated one (both built by
+runner.py from a scenario). ``check_*`` refuse, with one line naming the field, anything
+the engine cannot represent; nothing is silently run another way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..costmodel import InstanceCost
+from ..errors import SimulationError
+from .layout import Outcome, Reason
+from .policies import POLICIES
+from .routing import DECODE_ROUTERS, PREFILL_ROUTERS
+
+REASON_NAMES = {r.value: r.name.lower() for r in Reason}
+SCHEDULERS = {
+    "prefill_priority": "vLLM v0: whole prefills first; running decodes stall for each step",
+    "chunked": "Sarathi-Serve: one decode token per sequence plus prefill chunks per step",
+}
+ON_FULL = ("reject", "wait")
+
+# The per-request timestamp columns every run returns (SimResult.columns), in order.
+TIME_COLUMNS = (
+    "t_prefill_start",
+    "t_prefill_end",
+    "t_admit",
+    "t_transfer_start",
+    "t_transfer_end",
+    "t_recompute_start",
+    "t_recompute_end",
+    "t_decode_start",
+    "t_first_token",
+    "t_done",
+)
+INT32_MAX = 2**31 - 1
+
+
+@dataclass
+class EngineConfig:
+    """Resolved, plain-number inputs of one disaggregated run (built by runner.prepare)."""
+
+    policy: str
+    prefill_cost: InstanceCost
+    decode_cost: InstanceCost
+    n_prefill: int = 1
+    n_decode: int = 1
+    link_bytes_per_s: float = 3.125e9
+    link_latency_s: float = 0.0
+    link_channels: int = 1
+    max_batch: int = 64
+    prefill_token_budget: int = 8192
+    prefill_cache_tokens: int = 10**9
+    budget_tokens: int = 10**9  # decode KV budget per instance
+    hot_blocks: list[tuple[int, int]] = field(default_factory=list)  # (hash, tokens), hottest first
+    on_full: str = "reject"
+    wait_timeout_s: float = 2.0
+    prefill_router: str = "least_tokens"
+    decode_router: str = "least_load"
+    warmup_requests: int = 0
+    track_gaps: bool = False  # record each request's largest gap between tokens
+
+
+@dataclass
+class ColocatedConfig:
+    """One colocated run: ``instances`` devices each running prefill and decode."""
+
+    cost: InstanceCost
+    instances: int
+    scheduler: str = "prefill_priority"  # or "chunked"
+    step_token_budget: int = 8192  # prefill tokens per step (prefill_priority) or all (chunked)
+    max_batch: int = 64
+    budget_tokens: int = 10**9
+    prefix_cache_tokens: int = 10**9
+    on_full: str = "reject"
+    wait_timeout_s: float = 2.0
+    warmup_requests: int = 0
+
+
+@dataclass
+class SimResult:
+    """Per-request columns (numpy) and per-run counters."""
+
+    columns: dict[str, np.ndarray]
+    stats: dict[str, float]
+    state: object = None  # the engine's final state, with simulate(..., keep_state=True)
+
+
+def _plain_int(v, lo: int, hi: int) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool) and lo <= int(v) <= hi
+
+
+def _refuse(what: str, where: str, fix: str) -> None:
+    raise SimulationError(what, where=where, fix=fix)
+
+
+def _check_name(name: str, registry, where: str) -> None:
+    if name not in registry:
+        _refuse(f"the engine has no {where} '{name}'", where, "use one of: " + ", ".join(registry))
+
+
+def _check_ints(pairs: list[tuple[str, object, int, int]]) -> None:
+    for where, v, lo, hi in pairs:
+        if not _plain_int(v, lo, hi):
+            _refuse(f"{v!r} is not an integer in [{lo}, {hi}]", where, "pick a value in range")
+
+
+def _check_common(cfg, instances: list[tuple[str, object]]) -> None:
+    if cfg.on_full not in ON_FULL:
+        _refuse(f"unknown on_full '{cfg.on_full}'", "memory.on_full", "use reject or wait")
+    counts = [(where, v, 1, INT32_MAX) for where, v in instances]
+    _check_ints(
+        counts
+        + [
+            ("cluster.max_decode_batch", cfg.max_batch, 1, INT32_MAX),
+            ("budget_tokens", cfg.budget_tokens, 0, 2**62),
+            ("run.warmup_requests", cfg.warmup_requests, 0, 2**62),
+        ]
+    )
+
+
+def check_engine_config(cfg: EngineConfig) -> None:
+    """Refuse a disaggregated configuration the engine cannot run as given."""
+    _check_name(cfg.policy, POLICIES, "policy")
+    _check_name(cfg.prefill_router, PREFILL_ROUTERS, "prefill_router")
+    _check_name(cfg.decode_router, DECODE_ROUTERS, "decode_router")
+    _check_common(
+        cfg,
+        [
+            ("cluster.prefill_instances", cfg.n_prefill),
+            ("cluster.decode_instances", cfg.n_decode),
+            ("cluster.link.channels", cfg.link_channels),
+        ],
+    )
+    _check_ints(
+        [
+            ("cluster.prefill_token_budget", cfg.prefill_token_budget, 1, 2**62),
+            ("prefill_cache_tokens", min(cfg.prefill_cache_tokens, 2**61), 0, 2**62),
+        ]
+    )
+
+
+def check_colocated_config(cfg: ColocatedConfig) -> None:
+    """Refuse a colocated configuration the engine cannot run as given."""
+    _check_name(cfg.scheduler, SCHEDULERS, "cluster.colocated_scheduler")
+    _check_common(cfg, [("instances", cfg.instances)])
+    _check_ints(
+        [
+            ("step_token_budget", cfg.step_token_budget, 1, 2**62),
+            ("prefix_cache_tokens", min(cfg.prefix_cache_tokens, 2**61), 0, 2**62),
+        ]
+    )
+
+
+__all__ = [
+    "ColocatedConfig",
+    "EngineConfig",
+    "Outcome",
+    "REASON_NAMES",
+    "Reason",
+    "SimResult",
+    "TIME_COLUMNS",
+    "check_colocated_config",
+    "check_engine_config",
+]

@@ -1,0 +1,546 @@
+"""The disaggregated mode's event handlers: prefill → admission → KV link → decode.
+
+* Arrival: the prefill router picks an instance; the request queues FIFO.
+* Prefill step: whole prompts up to the token budget; each looks its blocks up in the
+  instance's prefix cache, so a hit computes only the suffix (attending to the cached part).
+* Hand-off: the decode router picks an instance, which must admit the request (reserve its
+  prompt and output KV, less the resident replica blocks it uses; idle replicas are trimmed
+  LRU for room) before any KV moves. With no room, on_full=reject rejects and on_full=wait
+  queues FCFS until memory frees or the timeout passes. The policy decides which blocks
+  cross the link (queued on the least busy channel between the two instances) and which
+  the decode instance recomputes itself.
+* Decode: continuous batching in closed form (batch.py); queued prefix recomputes run back
+  to back at the next boundary while the batch stalls.
+
+Every request ends exactly once: completed or rejected with a reason.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import layout as L
+from .batch import interrupt, record_gaps, run_to_next_finish, schedule
+from .blocks import (
+    pc_insert,
+    pc_match,
+    rs_acquire,
+    rs_add_pending,
+    rs_idle_tokens,
+    rs_match,
+    rs_release_one,
+    rs_trim,
+)
+from .jit import jit, sig
+from .queues import batch_pop, batch_push, push, q_append, q_popleft, wq_append, wq_remove
+from .series import coeffs, roofline, series_time, weights_read
+from .timeline import record
+
+# ---------------------------------------------------------------- accounting
+
+
+@jit
+def mem_changed(IS, F, TLF, TLI, d, t):
+    """Integrate replica and total KV over time (steady window) and track peaks."""
+    b = L.DI0 + d * L.NDI
+    f = L.DF0 + d * L.NDF
+    lo = F[f + L.DF_MEM_T]
+    if F[L.FP_TWARM] > lo:
+        lo = F[L.FP_TWARM]
+    if t > lo:
+        F[L.G_REP_AREA] += IS[b + L.D_LREP] * (t - lo)
+        F[L.G_USED_AREA] += IS[b + L.D_LUSED] * (t - lo)
+    F[f + L.DF_MEM_T] = t
+    rep = IS[b + L.D_USED]
+    used = rep + IS[b + L.D_PRIV]
+    IS[b + L.D_LREP] = rep
+    IS[b + L.D_LUSED] = used
+    if rep > IS[L.GI_PEAK_REP]:
+        IS[L.GI_PEAK_REP] = rep
+    if used > IS[L.GI_PEAK_USED]:
+        IS[L.GI_PEAK_USED] = used
+    if IS[L.IP_REC]:
+        record(TLF, TLI, IS, L.REC_KV, d, t, t, used, rep, 0)
+    assert used <= IS[L.IP_BUDGET], "decode KV over budget"
+
+
+# ---------------------------------------------------------------- prefill
+
+
+@sig("int64(int64[::1], int64, int64, int64)")
+def least_loaded(IS, first, stride, count):
+    """The instance whose load field (``IS[first + i·stride]``) is smallest; ties: lowest
+    index."""
+    best = 0
+    for i in range(1, count):
+        if IS[first + i * stride] < IS[first + best * stride]:
+            best = i
+    return best
+
+
+@jit
+def route_prefill(IS):
+    """least_tokens (fewest queued and running prompt tokens; ties: lowest index) or
+    round_robin."""
+    npf = IS[L.IP_NP]
+    pi = IS[L.H_PI]
+    if IS[L.IP_PROUTE] == 1:
+        p = IS[L.GI_RR_P] % npf
+        IS[L.GI_RR_P] += 1
+        return p
+    return least_loaded(IS, pi + L.P_LOAD, L.NPI, npf)
+
+
+@jit
+def arrive(IS, F, R, B32, EHT, EHI, TLF, TLI, bid, bt, rid, t):
+    n = IS[L.IP_N]
+    if rid + 1 < n:
+        push(EHT, EHI, IS, F[IS[L.H_FT] + L.T_ARR * n + rid + 1], L.EV_ARRIVAL, rid + 1, 0)
+    IS[L.GI_INSYS] += 1
+    p = route_prefill(IS)
+    IS[IS[L.H_O] + L.O_PI * n + rid] = p
+    pb = IS[L.H_PI] + p * L.NPI
+    q_append(IS, R, pb + L.P_QH, L.R_PQN, rid)
+    IS[pb + L.P_QN] += 1
+    IS[pb + L.P_LOAD] += R[rid * L.NR + L.R_PROMPT]
+    if IS[pb + L.P_BH] == -1:
+        start_prefill(IS, F, R, B32, EHT, EHI, TLF, TLI, bid, bt, p, t)
+
+
+@jit
+def start_prefill(IS, F, R, B32, EHT, EHI, TLF, TLI, bid, bt, p, t):
+    """Batch whole queued prompts up to the token budget and schedule the step's end."""
+    n, ptr, io, ft = IS[L.IP_N], IS[L.H_PTR], IS[L.H_O], IS[L.H_FT]
+    pb = IS[L.H_PI] + p * L.NPI
+    budget = IS[L.IP_TOKB]
+    c0 = L.FP_PC
+    lf, lmh, att, kv = F[c0 + L.C_LF], F[c0 + L.C_LMH], F[c0 + L.C_ATT], F[c0 + L.C_KV]
+    new_sum = 0
+    flops = 0.0
+    kv_io = 0.0
+    first = -1
+    last = -1
+    count = 0
+    while IS[pb + L.P_QH] != -1:
+        rid = IS[pb + L.P_QH]
+        i0, i1 = IS[ptr + rid], IS[ptr + rid + 1]
+        prompt = R[rid * L.NR + L.R_PROMPT]
+        hit = 0
+        if i1 > i0:
+            hit = pc_match(IS, B32, p, bid, bt, i0, i1)
+            if prompt - 1 < hit:
+                hit = prompt - 1  # the last prompt token is always computed
+        n_new = prompt - hit
+        if first != -1 and new_sum + n_new > budget:
+            break
+        q_popleft(IS, R, pb + L.P_QH, L.R_PQN)
+        IS[pb + L.P_QN] -= 1
+        if first == -1:
+            first = rid
+        else:
+            R[last * L.NR + L.R_PBN] = rid
+        R[rid * L.NR + L.R_PBN] = -1
+        last = rid
+        count += 1
+        new_sum += n_new
+        IS[io + L.O_PH * n + rid] = hit
+        F[ft + L.T_PS * n + rid] = t
+        flops += n_new * lf + lmh + att * (n_new * hit + n_new * (n_new + 1) / 2.0)
+        kv_io += kv * prompt
+    dur = roofline(
+        flops,
+        weights_read(F, c0, new_sum) + kv_io,
+        F[c0 + L.C_FRP],
+        F[c0 + L.C_BR],
+        F[c0 + L.C_POV],
+    )
+    if t >= F[L.FP_TWARM]:
+        F[IS[L.H_FPB] + p] += dur
+    IS[pb + L.P_BH] = first
+    push(EHT, EHI, IS, t + dur, L.EV_PREFILL, p, 0)
+    if IS[L.IP_REC]:
+        record(TLF, TLI, IS, L.REC_PREFILL, p, t, t + dur, count, new_sum, 0)
+        record(TLF, TLI, IS, L.REC_QUEUE, p, t, t, IS[pb + L.P_QN], 0, 0)
+
+
+@jit
+def prefill_done(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, p, t):
+    """Cache the batch's blocks, hand each request to a decode instance, start the next step."""
+    n, ptr, io, ft = IS[L.IP_N], IS[L.H_PTR], IS[L.H_O], IS[L.H_FT]
+    pb = IS[L.H_PI] + p * L.NPI
+    first = IS[pb + L.P_BH]
+    IS[pb + L.P_BH] = -1
+    rid = first
+    while rid != -1:
+        F[ft + L.T_PE * n + rid] = t
+        IS[pb + L.P_LOAD] -= R[rid * L.NR + L.R_PROMPT]
+        i0, i1 = IS[ptr + rid], IS[ptr + rid + 1]
+        if i1 > i0:
+            pc_insert(IS, B32, p, bid, bt, i0, i1)
+        rid = R[rid * L.NR + L.R_PBN]
+    wait = IS[L.IP_WAIT] != 0
+    rid = first
+    while rid != -1:
+        d = route_decode(IS, B8, bid, rid)
+        IS[io + L.O_DI * n + rid] = d
+        IS[L.DI0 + d * L.NDI + L.D_LOAD] += 1
+        if IS[L.DI0 + d * L.NDI + L.D_WQH] != -1 and wait:
+            wait_for_room(IS, F, R, EHT, EHI, rid, d, t)  # first come, first admitted
+        elif not admit(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t):
+            if wait:
+                wait_for_room(IS, F, R, EHT, EHI, rid, d, t)
+            else:
+                reject(IS, F, rid, d, t, L.R_NO_MEMORY)
+        rid = R[rid * L.NR + L.R_PBN]
+    if IS[pb + L.P_QH] != -1:
+        start_prefill(IS, F, R, B32, EHT, EHI, TLF, TLI, bid, bt, p, t)
+
+
+# ---------------------------------------------------------------- admission
+
+
+@jit
+def route_decode(IS, B8, bid, rid):
+    """least_load (fewest admitted-and-unfinished requests; ties: lowest index),
+    prefix_affinity (longest resident leading run of the request's blocks; ties: least
+    load) or round_robin."""
+    nd = IS[L.IP_ND]
+    code = IS[L.IP_DROUTE]
+    if code == 2:
+        i = IS[L.GI_RR_D] % nd
+        IS[L.GI_RR_D] += 1
+        return i
+    if code == 1:
+        ptr = IS[L.H_PTR]
+        i0, i1 = IS[ptr + rid], IS[ptr + rid + 1]
+        if i1 != i0 and nd != 1:
+            U = IS[L.IP_U]
+            best, best_i = -1, 0
+            for i in range(nd):
+                k = rs_match(B8, U, i, bid, i0, i1)
+                load, best_load = (
+                    IS[L.DI0 + i * L.NDI + L.D_LOAD],
+                    IS[L.DI0 + best_i * L.NDI + L.D_LOAD],
+                )
+                if k > best or (k == best and load < best_load):
+                    best, best_i = k, i
+            return best_i
+    return least_loaded(IS, L.DI0 + L.D_LOAD, L.NDI, nd)
+
+
+@sig("void(int64[::1], float64[::1], int64, int64, float64, int64)")
+def reject(IS, F, rid, d, t, reason):
+    n, io = IS[L.IP_N], IS[L.H_O]
+    IS[io + L.O_OUT * n + rid] = L.OUT_REJECTED
+    IS[io + L.O_REA * n + rid] = reason
+    F[IS[L.H_FT] + L.T_DN * n + rid] = t
+    IS[L.DI0 + d * L.NDI + L.D_LOAD] -= 1
+    IS[L.GI_INSYS] -= 1
+
+
+@jit
+def wait_for_room(IS, F, R, EHT, EHI, rid, d, t):
+    wq_append(IS, R, L.DI0 + d * L.NDI + L.D_WQH, rid)
+    push(EHT, EHI, IS, t + F[L.FP_WAIT_TO], L.EV_TIMEOUT, rid, 0)
+
+
+@jit
+def persist_new_blocks(IS, R, B32, B8, bid, bt, rid, d, i0, i1):
+    """Blocks the policy keeps as replicas once they land (marked in the request's
+    "persisted" flags); returns their tokens."""
+    U = IS[L.IP_U]
+    st = d * U
+    pflag, hot = IS[L.H_PFLAG], IS[L.H_HOT]
+    all_lru = IS[L.IP_POLICY] == L.POL_ALL_LRU
+    ptoks = 0
+    for j in range(i0, i1):
+        h = bid[j]
+        if B8[st + h] & L.ST_IN == 0 and (all_lru or B8[hot + h] != 0):
+            rs_add_pending(IS, B32, B8, d, h, bt[j])
+            B8[pflag + j] = 1
+            ptoks += bt[j]
+            R[rid * L.NR + L.R_FLAGS] |= L.F_PERS
+    return ptoks
+
+
+@sig("UniTuple(int64, 2)(int64[::1], int64, int64, int64)")
+def handoff(IS, rid, prompt, hit_tok):
+    """The policy's hand-off: (tokens whose KV crosses the link, prefix tokens the decode
+    instance recomputes)."""
+    policy = IS[L.IP_POLICY]
+    if policy == L.POL_TRANSFER:
+        return prompt, np.int64(0)
+    if policy == L.POL_RECOMPUTE:
+        ph = IS[IS[L.H_O] + L.O_PH * IS[L.IP_N] + rid]
+        return prompt - ph, ph
+    return prompt - hit_tok, np.int64(0)
+
+
+@jit
+def send_kv(IS, F, TLF, TLI, rid, d, t, nbytes):
+    """Queue ``nbytes`` on the least busy channel (ties: lowest index) from the request's
+    prefill instance to ``d``; returns when the KV lands."""
+    n, io = IS[L.IP_N], IS[L.H_O]
+    nc = IS[L.IP_NC]
+    p = IS[io + L.O_PI * n + rid]
+    ch = IS[L.H_FCH] + (p * IS[L.IP_ND] + d) * nc
+    c = 0
+    for i in range(1, nc):
+        if F[ch + i] < F[ch + c]:
+            c = i
+    start = t
+    if F[ch + c] > start:
+        start = F[ch + c]
+    occupy = nbytes / F[L.FP_LINK_BPS]
+    F[ch + c] = start + occupy
+    if start >= F[L.FP_TWARM]:
+        F[L.G_LINK] += occupy
+    F[IS[L.H_FT] + L.T_XS * n + rid] = start
+    if IS[L.IP_REC]:
+        track = (p * IS[L.IP_ND] + d) * nc + c
+        record(TLF, TLI, IS, L.REC_LINK, track, start, start + occupy, rid, np.int64(nbytes), 0)
+    return start + occupy + F[L.FP_LINK_LAT]
+
+
+@jit
+def admit(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t):
+    """Reserve KV on decode instance ``d`` and start the hand-off; False if no room."""
+    n, ptr, io, U = IS[L.IP_N], IS[L.H_PTR], IS[L.H_O], IS[L.IP_U]
+    b = L.DI0 + d * L.NDI
+    rr = rid * L.NR
+    uses_replicas = IS[L.IP_POLICY] >= L.POL_HOTSET
+    budget = IS[L.IP_BUDGET]
+    i0, i1 = IS[ptr + rid], IS[ptr + rid + 1]
+    nhit = 0
+    if uses_replicas and i1 > i0:
+        nhit = rs_match(B8, U, d, bid, i0, i1)
+    hit_tok = 0
+    for j in range(i0, i0 + nhit):
+        hit_tok += bt[j]
+    prompt = np.int64(R[rr + L.R_PROMPT])
+    need = prompt + R[rr + L.R_OUTPUT] - hit_tok
+    if need > budget:
+        reject(IS, F, rid, d, t, L.R_TOO_LARGE)
+        return True
+    free = budget - IS[b + L.D_PRIV] - IS[b + L.D_USED]
+    if free < need:
+        idle_hit = rs_idle_tokens(IS, B32, bid, d, i0, i0 + nhit)
+        if free + IS[b + L.D_IDLE] - idle_hit < need:
+            return False
+    rs_acquire(IS, B32, B8, bid, d, i0, i0 + nhit)
+    if free < need:
+        rs_trim(IS, B32, B8, d, need - free)
+    ptoks = 0
+    if uses_replicas:
+        ptoks = persist_new_blocks(IS, R, B32, B8, bid, bt, rid, d, i0 + nhit, i1)
+    private = need - ptoks
+    IS[b + L.D_PRIV] += private
+    R[rr + L.R_PRIV] = private
+    R[rr + L.R_NHIT] = nhit
+    IS[io + L.O_PT * n + rid] = ptoks
+    IS[io + L.O_RH * n + rid] = hit_tok
+    ft = IS[L.H_FT]
+    F[ft + L.T_AD * n + rid] = t
+    mem_changed(IS, F, TLF, TLI, d, t)
+
+    xfer, rc = handoff(IS, rid, prompt, hit_tok)
+    IS[io + L.O_XT * n + rid] = xfer
+    IS[io + L.O_RC * n + rid] = rc
+    land = t
+    nbytes = xfer * F[L.FP_DC + L.C_KV]
+    if nbytes > 0:
+        land = send_kv(IS, F, TLF, TLI, rid, d, t, nbytes)
+    else:
+        F[ft + L.T_XS * n + rid] = t
+    push(EHT, EHI, IS, land, L.EV_TRANSFER, rid, 0)
+    if rc > 0:
+        R[rr + L.R_FLAGS] |= L.F_RC
+        q_append(IS, R, b + L.D_RQH, L.R_RQN, rid)
+        interrupt(IS, F, EHT, EHI, d, t)
+    return True
+
+
+@jit
+def drain_waiting(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, d, t):
+    """Memory freed on ``d``: admit waiting requests in order until one does not fit."""
+    n, io = IS[L.IP_N], IS[L.H_O]
+    hp = L.DI0 + d * L.NDI + L.D_WQH
+    while IS[hp] != -1:
+        rid = IS[hp]
+        if IS[io + L.O_OUT * n + rid] == L.OUT_REJECTED:
+            wq_remove(IS, R, hp, rid)
+        elif admit(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t):
+            wq_remove(IS, R, hp, rid)
+        else:
+            break
+
+
+@jit
+def timeout(IS, F, R, rid, t):
+    """A waiting request gives up; returns False if the timeout is stale (the request was
+    admitted or rejected meanwhile), so that it does not count as activity."""
+    n, io = IS[L.IP_N], IS[L.H_O]
+    if IS[io + L.O_OUT * n + rid] != L.OUT_PENDING or not math.isnan(
+        F[IS[L.H_FT] + L.T_AD * n + rid]
+    ):
+        return False
+    # leave the wait queue now: a stale entry would make later requests queue behind it
+    d = IS[io + L.O_DI * n + rid]
+    wq_remove(IS, R, L.DI0 + d * L.NDI + L.D_WQH, rid)
+    reject(IS, F, rid, d, t, L.R_TIMEOUT)
+    return True
+
+
+# ---------------------------------------------------------------- link and recompute
+
+
+@jit
+def landed(IS, F, R, B8, EHT, EHI, bid, rid, t):
+    """The request's KV is on its decode instance: persisted blocks become ready replicas;
+    the request joins the batch unless its prefix recompute is still pending."""
+    n, ptr = IS[L.IP_N], IS[L.H_PTR]
+    F[IS[L.H_FT] + L.T_XE * n + rid] = t
+    d = IS[IS[L.H_O] + L.O_DI * n + rid]
+    fl = rid * L.NR + L.R_FLAGS
+    if R[fl] & L.F_PERS:
+        pflag = IS[L.H_PFLAG]
+        st = d * IS[L.IP_U]
+        for j in range(IS[ptr + rid] + R[rid * L.NR + L.R_NHIT], IS[ptr + rid + 1]):
+            if B8[pflag + j]:
+                B8[st + bid[j]] |= L.ST_READY
+    R[fl] |= L.F_XD
+    if not R[fl] & L.F_RC:
+        q_append(IS, R, L.DI0 + d * L.NDI + L.D_JQH, L.R_JQN, rid)
+        interrupt(IS, F, EHT, EHI, d, t)
+
+
+@jit
+def run_recompute(IS, F, R, EHT, EHI, TLF, TLI, d, t):
+    """Run every queued prefix recompute back to back; the batch stalls meanwhile."""
+    n, io, ft = IS[L.IP_N], IS[L.H_O], IS[L.H_FT]
+    b = L.DI0 + d * L.NDI
+    f = L.DF0 + d * L.NDF
+    c0 = L.FP_DC
+    lf, att, kv = F[c0 + L.C_LF], F[c0 + L.C_ATT], F[c0 + L.C_KV]
+    end = t
+    while IS[b + L.D_RQH] != -1:
+        rid = q_popleft(IS, R, b + L.D_RQH, L.R_RQN)
+        m = IS[io + L.O_RC * n + rid]
+        flops = m * lf + att * m * (m + 1) / 2.0
+        bytes_ = weights_read(F, c0, m) + kv * m
+        F[ft + L.T_RS * n + rid] = end
+        end += roofline(flops, bytes_, F[c0 + L.C_FRP], F[c0 + L.C_BR], F[c0 + L.C_POV])
+        F[ft + L.T_RE * n + rid] = end
+        R[rid * L.NR + L.R_FLAGS] &= ~L.F_RC
+        if R[rid * L.NR + L.R_FLAGS] & L.F_XD:
+            q_append(IS, R, b + L.D_JQH, L.R_JQN, rid)
+    IS[b + L.D_STALL] = 1
+    F[f + L.DF_STALL_END] = end
+    if IS[L.IP_REC]:
+        record(TLF, TLI, IS, L.REC_STALL, d, t, end, 0, 0, 0)
+    schedule(IS, F, EHT, EHI, d, end, 0)
+
+
+# ---------------------------------------------------------------- decode
+
+
+@jit
+def finish(IS, F, R, B32, B8, bid, rid, d, t):
+    """A sequence emitted its last token: free its KV and release its replica blocks."""
+    n, ptr, io = IS[L.IP_N], IS[L.H_PTR], IS[L.H_O]
+    b = L.DI0 + d * L.NDI
+    rr = rid * L.NR
+    F[IS[L.H_FT] + L.T_DN * n + rid] = t
+    IS[io + L.O_OUT * n + rid] = L.OUT_COMPLETED
+    IS[b + L.D_B] -= 1
+    IS[b + L.D_CTX] -= np.int64(R[rr + L.R_PROMPT]) + R[rr + L.R_OUTPUT]
+    IS[b + L.D_PRIV] -= R[rr + L.R_PRIV]
+    # one release over the chain (held hit, then persisted blocks), tail first, so the
+    # chain's root stays the freshest idle block
+    i0, i1 = IS[ptr + rid], IS[ptr + rid + 1]
+    held_end = i0 + R[rr + L.R_NHIT]
+    pers = R[rr + L.R_FLAGS] & L.F_PERS
+    pflag = IS[L.H_PFLAG]
+    for j in range(i1 - 1, i0 - 1, -1):
+        if j < held_end or (pers and B8[pflag + j]):
+            rs_release_one(IS, B32, B8, d, bid[j])
+    IS[b + L.D_LOAD] -= 1
+    IS[L.GI_INSYS] -= 1
+
+
+@jit
+def advance(IS, F, TLF, TLI, d, t, first_token_in_batch):
+    """Bring instance ``d`` to the boundary at ``t`` (the k iterations it scheduled):
+    busy time, batch area, token gaps, the timeline segment; returns the iteration count."""
+    b = L.DI0 + d * L.NDI
+    f = L.DF0 + d * L.NDF
+    k = IS[b + L.D_NK]
+    nb = IS[b + L.D_B]
+    if (nb > 0 or IS[b + L.D_STALL]) and F[f + L.DF_TSEG] >= F[L.FP_TWARM]:
+        F[f + L.DF_BUSY] += t - F[f + L.DF_TSEG]
+        F[L.G_BATCH_AREA] += nb * (t - F[f + L.DF_TSEG])
+    if k > 0 and IS[L.IP_GAPS]:
+        record_gaps(IS, F, d, k, first_token_in_batch)
+    if k > 0 and IS[L.IP_REC]:
+        record(TLF, TLI, IS, L.REC_DECODE, d, F[f + L.DF_TSEG], t, nb, k, IS[b + L.D_CTX])
+    it = IS[b + L.D_IT] + k
+    IS[b + L.D_IT] = it
+    IS[b + L.D_CTX] += nb * k
+    F[f + L.DF_TSEG] = t
+    IS[b + L.D_STALL] = 0
+    F[f + L.DF_NEXT_T] = L.INF
+    return it
+
+
+@jit
+def join_batch(IS, F, R, d, t):
+    """Ready requests take free batch slots (FCFS); their first token ends the next
+    iteration."""
+    n, ft = IS[L.IP_N], IS[L.H_FT]
+    b = L.DI0 + d * L.NDI
+    jn = IS[L.H_JN]
+    nj = 0
+    maxb = IS[L.IP_MAXB]
+    it = IS[b + L.D_IT]
+    while IS[b + L.D_JQH] != -1 and IS[b + L.D_B] < maxb:
+        rid = q_popleft(IS, R, b + L.D_JQH, L.R_JQN)
+        IS[b + L.D_B] += 1
+        IS[b + L.D_CTX] += R[rid * L.NR + L.R_PROMPT]
+        batch_push(IS, d, it + R[rid * L.NR + L.R_OUTPUT], rid)
+        F[ft + L.T_DS * n + rid] = t
+        IS[jn + nj] = rid
+        nj += 1
+    if nj and IS[b + L.D_B] > 0:
+        a1, s1, a2, s2, o = coeffs(F, IS[b + L.D_B], IS[b + L.D_CTX])
+        first = t + series_time(a1, s1, a2, s2, o, 1)
+        gaps = IS[L.IP_GAPS]
+        for i in range(nj):
+            F[ft + L.T_FT * n + IS[jn + i]] = first
+            if gaps:  # the first iteration's gap runs from its start
+                F[ft + L.T_LAST * n + IS[jn + i]] = t
+
+
+@jit
+def decode_boundary(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, d, version, t):
+    b = L.DI0 + d * L.NDI
+    if version != IS[b + L.D_VER]:
+        return False  # superseded by an earlier boundary
+    it = advance(IS, F, TLF, TLI, d, t, True)
+    freed = False
+    top = IS[L.H_DH] + 2 * IS[L.H_CAPB] * d
+    while IS[b + L.D_HSZ] > 0 and IS[top] == it:
+        rid = batch_pop(IS, d)
+        finish(IS, F, R, B32, B8, bid, rid, d, t)
+        freed = True
+    if freed:
+        mem_changed(IS, F, TLF, TLI, d, t)
+        drain_waiting(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, d, t)
+    if IS[b + L.D_RQH] != -1:
+        run_recompute(IS, F, R, EHT, EHI, TLF, TLI, d, t)
+        return True
+    join_batch(IS, F, R, d, t)
+    if IS[b + L.D_B] > 0:
+        run_to_next_finish(IS, F, EHT, EHI, d, t)
+    return True

@@ -1,0 +1,35 @@
+"""How the engine is compiled: one numba decorator for every helper.
+
+``jit`` compiles lazily (numba infers the argument types at the first call); ``sig`` fixes
+a signature, for helpers called with literal arguments (numba would otherwise compile one
+copy per literal). Both cache the machine code next to the source (``cache=True``), so a
+fresh process loads instead of compiling, and both skip numba's reference counting
+(``_nrt=False``): the helpers only index arrays allocated in Python and kept alive by the
+caller, and an atomic incref/decref of every array on every call would cost more than the
+simulation itself.
+
+With ``NUMBA_DISABLE_JIT=1`` numba returns the plain Python functions, so the same source
+runs interpreted (for debugging and coverage; tests/test_engine.py runs a scenario so).
+"""
+
+from __future__ import annotations
+
+from numba import njit
+
+_OPTIONS = {"cache": True, "error_model": "numpy", "_nrt": False}
+# helpers called only from compiled code need no CPython or C-function wrapper, and
+# generating those is a good part of the compile time
+_INTERNAL = {**_OPTIONS, "no_cpython_wrapper": True, "no_cfunc_wrapper": True}
+
+jit = njit(**_INTERNAL)
+entry = njit(**_OPTIONS)  # also called from Python
+
+
+def sig(signature: str):
+    """``jit`` with a fixed signature."""
+    return njit(signature, **_INTERNAL)
+
+
+def entry_sig(signature: str):
+    """``entry`` with a fixed signature."""
+    return njit(signature, **_OPTIONS)

@@ -1,0 +1,261 @@
+"""The engine's state: a few flat arrays, and the offset of every field in them.
+
+numba compiles the event loop only over arrays, and its compile time grows with the number
+of array arguments, so the whole state lives in five arrays (plus the event heap and the
+timeline log, which grow on demand):
+
+* ``IS`` int64: parameters, run scalars, the offsets of the sections below, one record of
+  ``NDI`` fields per decode (or colocated) instance, ``NPI`` per prefill instance, the
+  decode batch heaps, a join scratch area, the requests' block pointers and the integer
+  result columns (row ``r`` of request ``rid`` at ``IS[IS[H_O] + r·n + rid]``);
+* ``F`` float64: parameters (link, timeout, warm-up time, both instances' cost
+  coefficients), run scalars, ``NDF`` fields per decode instance, prefill busy time, link
+  channel free times, and the per-request time columns;
+* ``R`` int32: one record of ``NR`` fields per request (queue links, lengths, flags);
+* ``B32`` int32: one 4-field record per block id and instance (replica store of each decode
+  instance, prefix cache of each prefill instance);
+* ``B8`` uint8: replica state bits per block and decode instance, the per-block-reference
+  "persisted" flag and the hot-set membership.
+
+A colocated instance is a prefill and a decode sharing one device: it uses decode instance
+``i``'s record (batch, waiting queue, reserved KV) and prefill instance ``i``'s prefix cache.
+The result columns are views into ``IS`` and ``F``: nothing is copied at the end.
+"""
+
+from __future__ import annotations
+
+import math
+from enum import IntEnum
+
+import numpy as np
+
+INF = math.inf
+
+
+class Ev(IntEnum):
+    """Event kinds, in the order they run when times are equal (then by insertion order)."""
+
+    DECODE = 0  # a decode (or colocated) instance reaches a boundary it scheduled
+    TRANSFER = 1  # a request's KV has landed on its decode instance
+    PREFILL = 2  # a prefill step finished
+    TIMEOUT = 3  # a waiting admission gives up
+    ARRIVAL = 4
+
+
+class Outcome(IntEnum):
+    PENDING = 0
+    COMPLETED = 1
+    REJECTED = 2
+
+
+class Reason(IntEnum):
+    NONE = 0
+    NO_MEMORY = 1  # on_full=reject and nothing trimmable made room
+    TIMEOUT = 2  # on_full=wait and no room within the timeout
+    TOO_LARGE = 3  # needs more KV than the whole budget
+
+
+class Mode(IntEnum):
+    DISAGGREGATED = 0
+    PREFILL_PRIORITY = 1  # colocated, vLLM-v0 style: whole prefills stall the batch
+    CHUNKED = 2  # colocated, Sarathi-Serve style: mixed steps under a token budget
+
+
+class Rec(IntEnum):
+    """Timeline record kinds (see timeline.py)."""
+
+    PREFILL = 0  # a prefill step: track p, a = requests, b = new tokens
+    LINK = 1  # a KV transfer: track (p·D + d)·C + c, a = request, b = bytes
+    DECODE = 2  # k closed-form iterations: track d, a = batch, b = k, c = context tokens
+    STALL = 3  # prefix recompute on decode (batch stalled): track d
+    KV = 4  # counter: track d, a = KV tokens used, b = replica tokens
+    QUEUE = 5  # counter: track p, a = queued requests
+    CO_PREFILL = 6  # colocated prefill step (decodes stalled): a = requests, b = tokens
+    CO_MIXED = 7  # colocated mixed step: a = running batch, b = prefill tokens
+
+
+EV_DECODE, EV_TRANSFER, EV_PREFILL, EV_TIMEOUT, EV_ARRIVAL = (int(e) for e in Ev)
+OUT_PENDING, OUT_COMPLETED, OUT_REJECTED = 0, 1, 2
+R_NONE, R_NO_MEMORY, R_TIMEOUT, R_TOO_LARGE = 0, 1, 2, 3
+MODE_DISAGG, MODE_PRIORITY, MODE_CHUNKED = 0, 1, 2
+REC_PREFILL, REC_LINK, REC_DECODE, REC_STALL, REC_KV, REC_QUEUE = 0, 1, 2, 3, 4, 5
+REC_CO_PREFILL, REC_CO_MIXED = 6, 7
+KIND_SHIFT = 56  # an event's heap key is kind << KIND_SHIFT | insertion number
+POL_TRANSFER, POL_RECOMPUTE, POL_HOTSET, POL_ALL_LRU = 0, 1, 2, 3
+NTL_F, NTL_I = 2, 5  # timeline record: floats (t0, t1), ints (kind, track, a, b, c)
+
+# ---------------------------------------------------------------- IS (int64)
+# parameters given by the caller
+(
+    IP_NP,
+    IP_ND,
+    IP_NC,
+    IP_MAXB,
+    IP_TOKB,
+    IP_PCAP,
+    IP_BUDGET,
+    IP_WAIT,
+    IP_POLICY,
+    IP_PROUTE,
+    IP_DROUTE,
+    IP_GAPS,
+    IP_MODE,
+    IP_REC,
+) = range(14)
+NIP = 14
+IP_N, IP_U = 14, 15  # requests, block ids
+GI_PEAK_REP, GI_PEAK_USED, GI_RR_P, GI_RR_D, GI_SEQ, GI_HSZ, GI_INSYS, GI_TLN = range(16, 24)
+H_PI, H_DH, H_CAPB, H_JN, H_PTR, H_O, H_FPB, H_FCH, H_FT, H_PC, H_PFLAG, H_HOT = range(24, 36)
+DI0 = 36
+# decode instance fields (queue head/tail pairs adjacent)
+(
+    D_B,  # sequences in the batch
+    D_CTX,  # tokens the next iteration attends to, summed over the batch
+    D_IT,  # iterations done since the start of the run
+    D_STALL,  # a recompute stall (or a colocated step) is running; its end is a boundary
+    D_NK,  # iterations the scheduled boundary advances by
+    D_VER,  # version of the scheduled boundary (older ones are stale)
+    D_PRIV,  # KV tokens reserved by admitted requests, replicas excluded
+    D_JQH,
+    D_JQT,  # join queue: ready requests waiting for a batch slot
+    D_RQH,
+    D_RQT,  # prefix recompute jobs waiting to run
+    D_WQH,
+    D_WQT,  # requests waiting for admission (colocated: every waiting prompt)
+    D_USED,  # replica tokens resident
+    D_IDLE,  # of which idle (refcount 0), trimmable
+    D_LRUH,
+    D_LRUT,  # idle replica blocks, least recently used first
+    D_LOAD,  # admitted-and-unfinished requests (routing)
+    D_HSZ,  # sequences in the batch heap
+    D_LREP,
+    D_LUSED,  # replica and total KV since the last memory change (time integrals)
+) = range(21)
+NDI = 21
+P_LOAD, P_QH, P_QT, P_BH, P_USED, P_LRUH, P_LRUT, P_QN = range(8)
+NPI = 8
+# integer result columns
+O_PI, O_DI, O_OUT, O_REA, O_PH, O_RH, O_RC, O_XT, O_PT = range(9)
+INT_COLUMNS = (
+    "prefill_instance",
+    "decode_instance",
+    "outcome",
+    "reject_reason",
+    "prefill_hit_tokens",
+    "replica_hit_tokens",
+    "recompute_tokens",
+    "transfer_tokens",
+    "persisted_tokens",
+)
+
+# ---------------------------------------------------------------- R (int32), per request
+# private KV tokens (colocated: reserved), held replica blocks (colocated: prompt tokens
+# prefilled so far), flags, queue links, prompt and output lengths, colocated chunk size
+(
+    R_PRIV,
+    R_NHIT,
+    R_FLAGS,
+    R_PQN,
+    R_PBN,
+    R_JQN,
+    R_RQN,
+    R_WQN,
+    R_WQP,
+    R_PROMPT,
+    R_OUTPUT,
+    R_CHUNK,
+) = range(12)
+NR = 12
+F_RC, F_XD, F_PERS = 1, 2, 4  # recompute pending, KV landed, has persisted blocks
+
+# ---------------------------------------------------------------- F (float64)
+FP_LINK_BPS, FP_LINK_LAT, FP_WAIT_TO, FP_TWARM = range(4)
+C_FRP, C_FRD, C_BR, C_POV, C_DOV, C_LF, C_LMH, C_ATT, C_KV, C_W, C_EW, C_EF = range(12)
+COST_FIELDS = (
+    "flops_rate_prefill",
+    "flops_rate_decode",
+    "byte_rate",
+    "prefill_overhead",
+    "decode_overhead",
+    "linear_flops",
+    "lm_head_flops",
+    "attn_coef",
+    "kv_bpt",
+    "weights",
+    "expert_weights",
+    "expert_frac",
+)
+FP_PC = 4  # prefill InstanceCost fields
+FP_DC = FP_PC + 12  # decode InstanceCost fields (colocated: the instance's cost)
+NFP = FP_DC + 12
+G_NOW, G_LINK, G_REP_AREA, G_USED_AREA, G_BATCH_AREA = range(NFP, NFP + 5)
+DF0 = NFP + 5
+DF_TSEG, DF_STALL_END, DF_NEXT_T, DF_BUSY, DF_MEM_T = range(5)
+NDF = 5
+# per-request time rows: the 10 result columns, arrival, then (with gaps) gap and last token
+T_PS, T_PE, T_AD, T_XS, T_XE, T_RS, T_RE, T_DS, T_FT, T_DN, T_ARR, T_GAP, T_LAST = range(13)
+
+# ---------------------------------------------------------------- B32 / B8, per block id
+# Replica store of decode d at 4·U·d + 4·h: tokens, refs, LRU prev, LRU next.
+# Prefix cache of prefill p at IS[H_PC] + 4·U·p + 4·h: tokens, LRU prev, LRU next, present.
+RS_TOK, RS_REF, RS_PREV, RS_NEXT = range(4)
+PC_TOK, PC_PREV, PC_NEXT, PC_IN = range(4)
+ST_IN, ST_READY, ST_INACT = 1, 2, 4  # replica state bits of decode d at B8[U·d + h]
+ST_ACTIVE_MASK = 0xFF ^ ST_INACT  # clears ST_INACT in a uint8 (~ST_INACT is negative)
+
+
+def allocate(
+    prompt: np.ndarray,
+    output: np.ndarray,
+    arrival: np.ndarray,
+    blk_ptr: np.ndarray,
+    n_refs: int,
+    n_ids: int,
+    ip: np.ndarray,
+    fp: np.ndarray,
+    hot_ids: np.ndarray,
+):
+    """Allocate and initialise the flat state for ``len(prompt)`` requests."""
+    n, nb = prompt.shape[0], n_refs
+    P, D, C = int(ip[IP_NP]), int(ip[IP_ND]), int(ip[IP_NC])
+    U = n_ids
+    capb = min(int(ip[IP_MAXB]), n) + 1
+    o_pi = DI0 + D * NDI
+    o_dh = o_pi + P * NPI
+    o_jn = o_dh + 2 * capb * D
+    o_ptr = o_jn + capb
+    o_out = o_ptr + n + 1
+    IS = np.zeros(o_out + 9 * n, dtype=np.int64)
+    IS[:NIP] = ip
+    IS[IP_N], IS[IP_U] = n, U
+    IS[H_PI], IS[H_DH], IS[H_CAPB] = o_pi, o_dh, capb
+    IS[H_JN], IS[H_PTR], IS[H_O] = o_jn, o_ptr, o_out
+    dI = IS[DI0:o_pi].reshape(D, NDI)
+    dI[:, [D_JQH, D_JQT, D_RQH, D_RQT, D_WQH, D_WQT, D_LRUH, D_LRUT]] = -1
+    IS[o_pi:o_dh].reshape(P, NPI)[:, [P_QH, P_QT, P_BH, P_LRUH, P_LRUT]] = -1
+    IS[o_ptr:o_out] = blk_ptr
+
+    R = np.zeros(n * NR, dtype=np.int32)
+    R[R_PROMPT::NR] = prompt
+    R[R_OUTPUT::NR] = output
+
+    f_pb = DF0 + D * NDF
+    f_ch = f_pb + P
+    f_t = f_ch + P * D * C
+    rows = T_LAST + 1 if ip[IP_GAPS] else T_ARR + 1
+    F = np.zeros(f_t + rows * n)
+    F[:NFP] = fp
+    dF = F[DF0:f_pb].reshape(D, NDF)
+    dF[:, DF_STALL_END] = -INF
+    dF[:, DF_NEXT_T] = INF
+    F[f_t : f_t + T_ARR * n] = np.nan
+    F[f_t + T_ARR * n : f_t + (T_ARR + 1) * n] = arrival
+    if ip[IP_GAPS]:
+        F[f_t + T_LAST * n :] = np.nan
+    IS[H_FPB], IS[H_FCH], IS[H_FT] = f_pb, f_ch, f_t
+
+    B32 = np.zeros(4 * (D + P) * U, dtype=np.int32)
+    B8 = np.zeros(D * U + nb + U, dtype=np.uint8)
+    IS[H_PC], IS[H_PFLAG], IS[H_HOT] = 4 * D * U, D * U, D * U + nb
+    B8[D * U + nb + hot_ids] = 1
+    return IS, F, R, B32, B8

@@ -1,0 +1,108 @@
+"""The run loops: pop the next event, hand it to its mode's handler, until none is left.
+
+Each loop returns to Python when the event heap or the timeline log might overflow
+(``NEED_HEAP``, ``NEED_LOG``); the caller grows the array and calls again, so capacity
+grows on demand and nothing is allocated in compiled code. The run's end time is the last
+event that did something: a stale timeout (its request was admitted or rejected meanwhile)
+does not stretch the measured window.
+"""
+
+from __future__ import annotations
+
+from . import colocated as co
+from . import disagg as dis
+from .jit import entry, jit
+from .layout import (
+    EV_DECODE,
+    EV_PREFILL,
+    EV_TIMEOUT,
+    EV_TRANSFER,
+    FP_TWARM,
+    G_NOW,
+    GI_HSZ,
+    GI_INSYS,
+    GI_TLN,
+    IP_ND,
+    IP_REC,
+    NTL_F,
+)
+from .queues import pop
+
+DONE, NEED_HEAP, NEED_LOG = 0, 1, 2
+
+
+@entry
+def heap_room(IS):
+    """Event heap entries one more event may need: a handler pushes at most two events per
+    request in the system, plus two."""
+    return IS[GI_HSZ] + 2 * IS[GI_INSYS] + 4
+
+
+@entry
+def log_room(IS):
+    """Timeline records one more event may need (two per request in the system, plus the
+    step, segment and counters of the instance it concerns), and the final counters."""
+    return IS[GI_TLN] + 2 * IS[GI_INSYS] + IS[IP_ND] + 8
+
+
+@jit
+def next_event(IS, EHT, EHI, TLF):
+    """(DONE, the next event) if handling it cannot overflow the event heap or the timeline
+    log, else (which array must grow first, nothing popped)."""
+    if heap_room(IS) > EHT.shape[0]:
+        return NEED_HEAP, 0.0, 0, 0, 0
+    if IS[IP_REC] and log_room(IS) > TLF.shape[0] // NTL_F:
+        return NEED_LOG, 0.0, 0, 0, 0
+    t, kind, a, b = pop(EHT, EHI, IS)
+    return DONE, t, kind, a, b
+
+
+@entry
+def run_disaggregated(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt):
+    """Handle events until none is left (DONE) or an array must grow (NEED_*)."""
+    while IS[GI_HSZ] > 0:
+        status, t, kind, a, b = next_event(IS, EHT, EHI, TLF)
+        if status != DONE:
+            return status
+        if kind == EV_DECODE:
+            dis.decode_boundary(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, a, b, t)
+        elif kind == EV_TRANSFER:
+            dis.landed(IS, F, R, B8, EHT, EHI, bid, a, t)
+        elif kind == EV_PREFILL:
+            dis.prefill_done(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, a, t)
+        elif kind == EV_TIMEOUT:
+            if not dis.timeout(IS, F, R, a, t):
+                continue
+        else:
+            dis.arrive(IS, F, R, B32, EHT, EHI, TLF, TLI, bid, bt, a, t)
+        F[G_NOW] = t
+    return DONE
+
+
+@entry
+def run_colocated(IS, F, R, B32, EHT, EHI, TLF, TLI, bid, bt):
+    """The colocated loop (its instances have no link and no hand-off)."""
+    while IS[GI_HSZ] > 0:
+        status, t, kind, a, b = next_event(IS, EHT, EHI, TLF)
+        if status != DONE:
+            return status
+        if kind == EV_DECODE:
+            co.boundary(IS, F, R, B32, EHT, EHI, TLF, TLI, bid, bt, a, b, t)
+        elif kind == EV_TIMEOUT:
+            if not co.timeout(IS, F, a, t):
+                continue
+        else:
+            co.arrive(IS, F, R, EHT, EHI, a, t)
+        F[G_NOW] = t
+    return DONE
+
+
+@entry
+def close_run(IS, F, TLF, TLI):
+    """The end of the run: integrate memory up to t_end (left in F[G_NOW])."""
+    t_end = F[G_NOW]
+    if F[FP_TWARM] > t_end:
+        t_end = F[FP_TWARM]
+    for d in range(IS[IP_ND]):
+        dis.mem_changed(IS, F, TLF, TLI, d, t_end)
+    F[G_NOW] = t_end

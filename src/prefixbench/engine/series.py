@@ -1,0 +1,126 @@
+"""The cost model's step times, compiled (the same operations as costmodel.py, in the same
+order, so the engine's numbers equal the cost model's bit for bit).
+
+A fixed decode batch's iteration j costs max(a1 + s1·j, a2 + s2·j) + overhead (compute and
+memory rooflines, both linear in j as the context grows), so k iterations cost a closed-form
+sum and the engine advances a batch by events, never by tokens.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .jit import entry_sig, jit, sig
+from .layout import C_ATT, C_BR, C_DOV, C_EF, C_EW, C_FRD, C_KV, C_LF, C_LMH, C_W, FP_DC
+
+
+@sig("float64(float64[::1], int64, int64)")
+def weights_read(F, c0, batch):
+    """Weight bytes one step reads (InstanceCost.weights_read): the dense part plus the
+    experts ``batch`` tokens touch."""
+    ew = F[c0 + C_EW]
+    if ew == 0.0:
+        return F[c0 + C_W]
+    touched = 1.0 - (1.0 - F[c0 + C_EF]) ** float(batch)
+    return F[c0 + C_W] + ew * touched
+
+
+@sig("float64(float64, float64, float64, float64, float64)")
+def roofline(flops, bytes_, flops_rate, byte_rate, overhead):
+    """One step: the slower of compute and memory, plus the fixed overhead."""
+    t = flops / flops_rate
+    mem = bytes_ / byte_rate
+    if mem > t:
+        t = mem
+    return t + overhead
+
+
+@jit
+def _lin_sum(a, s, j0, j1):
+    """Sum over integer j in [j0, j1) of a + s·j."""
+    n = j1 - j0
+    if n <= 0:
+        return 0.0
+    return n * a + s * (j0 + j1 - 1.0) * n / 2.0
+
+
+# entry: costmodel.series_time calls it from Python too (a helper without a CPython
+# wrapper would crash there)
+@entry_sig("float64(float64, float64, float64, float64, float64, int64)")
+def series_time(a1, s1, a2, s2, o, k):
+    """Time of the first ``k`` iterations of a fixed batch (costmodel.series_time)."""
+    if k <= 0:
+        return 0.0
+    last = k - 1
+    kf = float(k)
+    first = a1 >= a2
+    # equal slopes never cross (a rounding tie at the end is not a switch)
+    if s1 == s2 or first == (a1 + s1 * last >= a2 + s2 * last):
+        if first:
+            return kf * o + _lin_sum(a1, s1, 0.0, kf)
+        return kf * o + _lin_sum(a2, s2, 0.0, kf)
+    # the dominant roofline term switches once, at j = x in (0, last]
+    x = (a2 - a1) / (s1 - s2)
+    c = np.ceil(x)
+    if 1.0 > c:
+        c = 1.0
+    if last < c:
+        c = float(last)
+    if first:
+        return kf * o + _lin_sum(a1, s1, 0.0, c) + _lin_sum(a2, s2, c, kf)
+    return kf * o + _lin_sum(a2, s2, 0.0, c) + _lin_sum(a1, s1, c, kf)
+
+
+@entry_sig("int64(float64, float64, float64, float64, float64, float64, int64)")
+def iterations_within(a1, s1, a2, s2, o, elapsed, k_max):
+    """Largest k <= k_max with series_time(k) <= elapsed (costmodel.iterations_within)."""
+    if elapsed < 0.0:
+        return 0
+    if series_time(a1, s1, a2, s2, o, k_max) <= elapsed:
+        return k_max
+    if a1 >= a2:
+        a, s = a1, s1
+    else:
+        a, s = a2, s2
+    a += o
+    if s > 0.0:
+        b = a - s / 2.0
+        guess = (-b + math.sqrt(b * b + 2.0 * s * elapsed)) / s
+    elif a > 0.0:
+        guess = elapsed / a
+    else:
+        guess = 0.0
+    v = guess
+    if float(k_max - 1) < v:
+        v = float(k_max - 1)
+    lo = int(v) if v > 0.0 else 0
+    for _ in range(3):
+        if series_time(a1, s1, a2, s2, o, lo) > elapsed:
+            lo -= 1
+        elif series_time(a1, s1, a2, s2, o, lo + 1) <= elapsed:
+            lo += 1
+        else:
+            return lo
+    lo, hi = 0, k_max
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if series_time(a1, s1, a2, s2, o, mid) <= elapsed:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+@jit
+def coeffs(F, batch, ctx):
+    """(a1, s1, a2, s2, overhead) of a decode batch (costmodel.decode_series_coeffs)."""
+    c0 = FP_DC
+    fr, br = F[c0 + C_FRD], F[c0 + C_BR]
+    att, kv = F[c0 + C_ATT], F[c0 + C_KV]
+    a1 = (batch * (F[c0 + C_LF] + F[c0 + C_LMH]) + att * ctx) / fr
+    s1 = att * batch / fr
+    a2 = (weights_read(F, c0, batch) + kv * ctx) / br
+    s2 = kv * batch / br
+    return a1, s1, a2, s2, F[c0 + C_DOV]
