@@ -79,7 +79,7 @@ IMPOSSIBLE = {
     "warmup-swallows-run": (["--set", "run.warmup_requests=300"], "must be below run.requests"),
     # validation: refused when the scenario is loaded
     "zero-bandwidth": (["--set", "cluster.link.bandwidth_gbps=0"], "cluster.link.bandwidth_gbps"),
-    "negative-bandwidth": (["--set", "cluster.link.bandwidth_gbps=-25"], "greater than 0"),
+    "negative-bandwidth": (["--set", "cluster.link.bandwidth_gbps=-25"], "must be >= 0.001 and <= 10000"),
     "infinite-bandwidth": (["--set", "cluster.link.bandwidth_gbps=.inf"], "finite number"),
     "nan-latency": (["--set", "cluster.link.latency_us=.nan"], "finite number"),
     "zero-channels": (["--set", "cluster.link.channels=0"], "cluster.link.channels"),
@@ -99,7 +99,7 @@ IMPOSSIBLE = {
     "zero-mfu": (["--set", "efficiency.mbu=0"], "efficiency.mbu"),
     "token-count-overflow": (
         ["--set", "workload.output_length={kind: fixed, value: 99999999999999999999}"],
-        "must be <= 1000000000",
+        "must be >= 0 and <= 1000000000",
     ),
     "seed-overflow": (["--seed", "99999999999999999999"], "does not fit in a 64-bit integer"),
     "absurd-prefix-pool": (["--set", "workload.prefixes.count=1000000000000"], "prefixes.count"),

@@ -51,16 +51,20 @@ class _Reader:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
+    import os
+
     where = str(path)
-    if not path.is_file():
+    if not os.path.lexists(path):  # a directory or FIFO is refused by read_capped below
         raise CatalogError(
             "config file not found",
             where=where,
             fix="pass the path of a Hugging Face config.json on disk (nothing is downloaded)",
         )
+    from ..files import INT_DIGITS_HINT, read_capped
+
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
+        text = read_capped(path, CatalogError, "config file").decode("utf-8")
+    except UnicodeDecodeError as err:
         raise CatalogError(
             f"cannot read config file ({err})", where=where, fix="check the path"
         ) from err
@@ -72,6 +76,12 @@ def _read_json(path: Path) -> dict[str, Any]:
             where=where,
             fix="fix the JSON syntax there (a config.json is one JSON object)",
         ) from err
+    except (ValueError, RecursionError):  # the int-str limit, or nesting too deep
+        raise CatalogError(
+            "a number is too large or the JSON nested too deeply to read",
+            where=where,
+            fix=INT_DIGITS_HINT,
+        ) from None
     if not isinstance(raw, dict):
         raise CatalogError(
             "config must be a JSON object", where=where, fix="use the model's config.json as is"

@@ -69,6 +69,9 @@ def _polars_failures() -> tuple[type[BaseException], ...]:
 
 
 def _check_readable(path: str) -> None:
+    from ..files import check_regular
+
+    check_regular(path, TraceFormatError, "trace file")  # not a FIFO, device, directory
     try:
         with open(path, "rb") as fh:
             fh.read(1)
@@ -79,6 +82,16 @@ def _check_readable(path: str) -> None:
             where=path,
             fix="check that the path exists and is a readable file",
         ) from None
+
+
+def _open_lines(path: str):
+    """The file's lines as bytes; a gzip file (whatever its name) is read decompressed, as
+    polars reads it, so an error names the line of the decompressed text."""
+    import gzip
+
+    with open(path, "rb") as fh:
+        gz = fh.read(2) == b"\x1f\x8b"
+    return gzip.open(path, "rb") if gz else open(path, "rb")
 
 
 def _finish(
@@ -315,7 +328,7 @@ def _mooncake_slow(
 ) -> dict[str, np.ndarray] | None:
     ts, inp, out, counts, hashes = array("d"), array("q"), array("q"), array("q"), array("q")
     prev_ts, prev_line = -math.inf, 0
-    with open(path, "rb") as fh:
+    with _open_lines(path) as fh:
         for lineno, raw in enumerate(fh, start=1):
             if not raw.strip():
                 continue
@@ -515,7 +528,7 @@ def _azure_slow(path: str, skip_bad: bool, skips: Counter[str]) -> dict[str, np.
     prev_ns, prev_line = None, 0
     where: dict[str, int] = {}
     ncols = 0
-    with open(path, "rb") as fh:
+    with _open_lines(path) as fh:
         for lineno, raw in enumerate(fh, start=1):
             if lineno == 1:
                 try:
