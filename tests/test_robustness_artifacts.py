@@ -24,6 +24,7 @@ from polars.testing import assert_frame_equal
 from robustness_util import assert_clear
 
 from prefixbench.artifacts import (
+    _FRACTIONS,
     DIGEST_KEY,
     SCHEMA_VERSION,
     SCHEMAS,
@@ -40,8 +41,8 @@ KIND = "summary"
 def _frame(n: int = 4) -> pl.DataFrame:
     cols = {}
     for i, (c, t) in enumerate(SCHEMAS[KIND].items()):
-        if t == pl.Float64:
-            cols[c] = [i + k / 7 for k in range(n)]
+        if t == pl.Float64:  # fractions stay in [0, 1] (read_artifact checks them)
+            cols[c] = [k / (7 * n) if c in _FRACTIONS else i + k / 7 for k in range(n)]
         elif t == pl.Int64:
             cols[c] = [i * 1000 + k for k in range(n)]
         elif t == pl.Utf8:
@@ -181,7 +182,7 @@ def wrong_files(draw):
     elif op == "digest":
         meta[DIGEST_KEY] = draw(st.sampled_from(["", "0" * 64, "not-a-digest"]))
     else:
-        df, ok = df.head(0), True
+        df, ok = df.head(0), False  # schema-valid, but a summary with no rows is refused
     return op, col, df, meta, ok
 
 

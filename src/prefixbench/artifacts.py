@@ -100,6 +100,60 @@ SCHEMAS: dict[str, dict[str, pl.DataType]] = {
 }
 
 
+# What a file of a kind must hold beyond its schema (a hand-edited or foreign file can pass
+# the schema and still crash a reader or print wrong numbers): at least one row, one row per
+# key, finite metrics (never inf; never NaN where the simulator always has a value), and
+# fractions in [0, 1]. Kinds not listed are checked for their schema only.
+_SUMMARY_FINITE = (
+    "throughput_rps",
+    "throughput_tok_s",
+    "reject_rate",
+    "slo_attainment",
+    "goodput_rps",
+    "shared_request_fraction",
+    "replica_hit_rate",
+    "link_util",
+    "decode_util",
+    "prefill_util",
+)
+_FRACTIONS = ("reject_rate", "slo_attainment", "shared_request_fraction", "replica_hit_rate")
+CONTENT: dict[str, dict] = {
+    "summary": {"keys": ("model", "workload", "budget_factor", "seed", "policy"),
+                "finite": _SUMMARY_FINITE, "no_inf": True},
+    "runs": {"keys": ("run_id",), "finite": _SUMMARY_FINITE, "no_inf": True},
+    "agg": {"keys": ("model", "workload", "budget_factor", "policy"),
+            "finite": ("throughput_rps", "reject_rate"), "no_inf": True},
+    "crossover": {"keys": ("model", "accelerator", "link"), "finite": (), "no_inf": False},
+}  # fmt: skip
+
+
+def _check_content(df: pl.DataFrame, kind: str, path: Path) -> None:
+    rule = CONTENT.get(kind)
+    if rule is None:
+        return
+    fix = "re-create the file with the command that produced it"
+    if df.height == 0:
+        raise ArtifactError(f"the {kind} file has no rows", where=str(path), fix=fix)
+    keys = [k for k in rule["keys"] if k in df.columns]
+    if keys and df.select(keys).is_duplicated().any():
+        row = df.filter(df.select(keys).is_duplicated()).row(0, named=True)
+        shown = ", ".join(f"{k}={row[k]}" for k in keys)
+        raise ArtifactError(
+            f"the {kind} file holds a row twice ({shown})", where=str(path), fix=fix
+        )
+    floats = [c for c, t in df.schema.items() if t == pl.Float64]
+    for col in floats:
+        values = df[col]
+        if rule["no_inf"] and values.is_infinite().any():
+            raise ArtifactError(f"column '{col}' holds an infinite value", where=str(path), fix=fix)
+        if col in rule["finite"] and (values.is_nan().any() or values.null_count()):
+            raise ArtifactError(f"column '{col}' holds NaN or null", where=str(path), fix=fix)
+        if col in _FRACTIONS and col in rule["finite"] and not values.is_between(0, 1).all():
+            raise ArtifactError(
+                f"column '{col}' holds a value outside [0, 1]", where=str(path), fix=fix
+            )
+
+
 def register(kind: str, columns: dict[str, pl.DataType]) -> None:
     """Declare another artifact kind (used by the study pipeline's modules)."""
     SCHEMAS[kind] = columns
@@ -267,12 +321,39 @@ def read_artifact(path: Path, kind: str) -> pl.DataFrame:
                 where=str(path),
                 fix="re-create the file",
             )
+    _check_content(df, kind, path)
     return df
 
 
 def artifact_meta(path: Path) -> dict:
     raw = read_metadata(Path(path)).get("prefixbench.meta")
     try:
-        return json.loads(raw) if raw else {}
-    except ValueError:
+        meta = json.loads(raw) if raw else {}
+    except (ValueError, RecursionError):
         raise ArtifactError("corrupt prefixbench metadata", where=str(path), fix=_CORRUPT) from None
+    if not isinstance(meta, dict):
+        raise ArtifactError(
+            f"prefixbench metadata is a JSON {type(meta).__name__}, not an object",
+            where=str(path),
+            fix=_CORRUPT,
+        )
+    for key, want in META_TYPES.items():
+        value = meta.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, want)):
+            raise ArtifactError(
+                f"prefixbench metadata '{key}' is a JSON {type(value).__name__}, expected "
+                f"{_JSON_NAMES[want]}",
+                where=str(path),
+                fix=_CORRUPT,
+            )
+    return meta
+
+
+META_TYPES: dict[str, type] = {  # the metadata keys writers use, and their JSON types
+    "points": int,
+    "of": int,
+    "scenario": dict,
+    "point_id": str,
+    "point_key": list,
+}
+_JSON_NAMES = {int: "an integer", dict: "an object", str: "a string", list: "a list"}
