@@ -22,7 +22,7 @@ import polars as pl
 from ..artifacts import SCHEMAS, artifact_meta, read_artifact, register, write_atomic
 from ..errors import ArtifactError, PrefixbenchError
 from .aggregate import aggregate, prefix_table
-from .backends import Backend, LocalPoolBackend
+from .backends import Backend, LocalPoolBackend, sigterm_as_interrupt
 from .grid import Point, SweepSpec, canonical
 
 RUN_KEYS = ["model", "workload", "budget_factor", "seed", "policy"]
@@ -202,10 +202,11 @@ def run_sweep(
     if todo:
         backend = backend or LocalPoolBackend(jobs)
         task = functools.partial(run_point, policies=spec.policies, keep_requests=events)
-        for point, result in backend.map_unordered(task, todo):
-            _save(out, result)
-            if on_point:
-                on_point(point)
+        with sigterm_as_interrupt():
+            for point, result in backend.map_unordered(task, todo):
+                _save(out, result)
+                if on_point:
+                    on_point(point)
     return combine(out, points)
 
 
