@@ -202,3 +202,30 @@ def test_config_json_shaped_value_is_data(tmp_path: Path):
     p = tmp_path / "config.json"
     p.write_text(json.dumps({"a": [[[[1]]]]}))
     _refused([f"model={p}"])
+
+
+# ------------------------------------------------------------------ memory
+
+
+def test_a_run_that_cannot_fit_in_memory_is_refused_before_allocating(monkeypatch):
+    import prefixbench.memcheck as memcheck
+    import prefixbench.runner as runner_mod
+
+    monkeypatch.setattr(memcheck, "available_bytes", lambda: 4e9)  # a 4 GB machine
+
+    def never(*_a, **_k):
+        raise AssertionError("generated requests for a run that cannot fit")
+
+    monkeypatch.setattr(runner_mod, "build_requests", never)
+    r = runner.invoke(app, ["run", "--set", "run.requests=10000000"])
+    line = assert_one_stderr_line(r, code=2)
+    # 10^7 requests x 2.0 KB + 0.25 GB = 20.25 GB, written out by hand
+    assert "run.requests" in line and "about 20.2 GB" in line and "4.0 GB is available" in line
+    assert "at most 1,875,000" in line, line  # (4e9 - 0.25e9) / 2000
+
+
+def test_available_memory_is_read_from_the_system():
+    from prefixbench.memcheck import available_bytes
+
+    have = available_bytes()
+    assert have is not None and 1e8 < have < 1e15

@@ -141,7 +141,13 @@ def prepare(s: Scenario) -> Prepared:
                 fix=f"raise cluster.{role}.devices or pick a larger accelerator",
             )
 
+    from .memcheck import check_fits
+
+    if isinstance(s.workload, SyntheticWorkload):  # before generating anything
+        check_fits(s.run.requests or DEFAULT_REQUESTS)
     req, notes = build_requests(s)
+    if isinstance(s.workload, TraceWorkload):
+        check_fits(len(req), "run.requests (or the trace's length)")
     if len(req) == 0:
         raise SimulationError(
             "the workload produced no requests",
