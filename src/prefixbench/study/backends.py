@@ -141,12 +141,18 @@ def _sigint_ignored():
 def _stop(ex: ProcessPoolExecutor) -> None:
     """Cancel queued points and end running workers now instead of letting them finish."""
     procs = list((getattr(ex, "_processes", None) or {}).values())
+    manager = getattr(ex, "_executor_manager_thread", None)  # shutdown() forgets it
     ex.shutdown(wait=False, cancel_futures=True)
     for proc in procs:
         if proc.is_alive():
             proc.kill()  # workers ignore SIGTERM (it is the parent's to handle)
     for proc in procs:
         proc.join(timeout=5)
+    # Let the executor's manager thread finish closing its wake-up pipe now: otherwise the
+    # interpreter's exit hook can write to that pipe as it closes and print "Exception
+    # ignored ... Bad file descriptor" after our one-line message (Python 3.11's race).
+    if manager is not None and manager is not threading.current_thread():
+        manager.join(timeout=5)
 
 
 def make_backend(
