@@ -105,3 +105,21 @@ def test_stopping_the_pool_leaves_no_thread_to_race_the_exit():
     manager = ex._executor_manager_thread
     _stop(ex)
     assert not manager.is_alive()
+
+
+def test_numpy_warnings_do_not_reach_stderr():
+    """A RuntimeWarning raised inside a command (numpy's 'Mean of empty slice') is not
+    printed as a raw extra stderr line."""
+    import warnings
+
+    import numpy as np
+
+    from prefixbench.cli.app import guarded
+
+    def noisy():
+        return float(np.mean(np.array([])))  # RuntimeWarning: Mean of empty slice
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        guarded(noisy)()
+    assert [str(w.message) for w in seen] == []
