@@ -21,6 +21,7 @@ from pathlib import Path
 import polars as pl
 
 from .errors import ArtifactError
+from .files import is_file
 
 SCHEMA_VERSION = 1
 DIGEST_KEY = "prefixbench.data_sha256"
@@ -117,6 +118,11 @@ _SUMMARY_FINITE = (
     "prefill_util",
 )
 _FRACTIONS = ("reject_rate", "slo_attainment", "shared_request_fraction", "replica_hit_rate")
+# Metrics that cannot be negative (latencies, rates, sizes), those that cannot be 0 either
+# (a TTFT includes a prefill), and a ceiling far above any real run (1e15 ms = 31,700 years)
+_NON_NEGATIVE = ("_ms", "_rps", "_tok_s", "_gb", "_util", "_per_request", "_ci95")
+_POSITIVE = ("ttft_mean_ms",)
+MAX_METRIC = 1e15
 CONTENT: dict[str, dict] = {
     "summary": {"keys": ("model", "workload", "budget_factor", "seed", "policy"),
                 "finite": _SUMMARY_FINITE, "no_inf": True},
@@ -152,6 +158,15 @@ def _check_content(df: pl.DataFrame, kind: str, path: Path) -> None:
             raise ArtifactError(
                 f"column '{col}' holds a value outside [0, 1]", where=str(path), fix=fix
             )
+        if rule["no_inf"] and col.endswith(_NON_NEGATIVE):
+            low = 0.0 if col not in _POSITIVE else 1e-12
+            bad = values.fill_nan(None).drop_nulls()
+            if bad.len() and not bad.is_between(low, MAX_METRIC).all():
+                raise ArtifactError(
+                    f"column '{col}' holds a value outside [{low:g}, {MAX_METRIC:g}]",
+                    where=str(path),
+                    fix=fix,
+                )
 
 
 def register(kind: str, columns: dict[str, pl.DataType]) -> None:
@@ -247,7 +262,16 @@ _POLARS_FAILURES = (Exception, pl.exceptions.PanicException)  # a Rust panic is 
 
 def _read_bytes(path: Path) -> bytes:
     try:
-        return path.read_bytes()
+        with open(path, "rb") as fh:  # a file that does not end as Parquet is not read whole
+            head = fh.read(4)
+            fh.seek(0, os.SEEK_END)
+            if fh.tell() >= 12:
+                fh.seek(-4, os.SEEK_END)
+            tail = fh.read(4)
+            if head != b"PAR1" or tail != b"PAR1":
+                return head
+            fh.seek(0)
+            return fh.read()
     except OSError as e:
         raise ArtifactError(
             f"cannot read file ({e.strerror or e.__class__.__name__})",
@@ -271,7 +295,7 @@ def _metadata(raw: bytes, path: Path) -> dict[str, str]:
 
 def read_metadata(path: Path) -> dict[str, str]:
     path = Path(path)
-    if not path.is_file():
+    if not is_file(path):
         raise ArtifactError(
             "missing file", where=str(path), fix="run the command that produces it first"
         )
@@ -281,7 +305,7 @@ def read_metadata(path: Path) -> dict[str, str]:
 def read_artifact(path: Path, kind: str) -> pl.DataFrame:
     """Read and validate artifact ``kind``: existence, kind, schema version, columns, dtypes."""
     path = Path(path)
-    if not path.is_file():
+    if not is_file(path):
         raise ArtifactError(
             f"missing {kind} file", where=str(path), fix="run the command that produces it first"
         )

@@ -91,3 +91,11 @@ def exists(path: str | os.PathLike[str]) -> bool:
         return os.path.lexists(path)  # a symlink loop exists (and is refused when read)
     except (OSError, ValueError):
         return False
+
+
+def is_file(path: str | os.PathLike[str]) -> bool:
+    """``Path.is_file`` that answers False for a name the file system cannot hold."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return False

@@ -266,6 +266,12 @@ def validate(data: dict, where: str) -> Scenario:
         return Scenario.model_validate(data)
     except ValidationError as e:
         raise format_validation_error(e, where) from None
+    except UnicodeEncodeError as e:  # a YAML "\uD800" escape: text no file or name can hold
+        raise ScenarioError(
+            f"text holds an invalid character ({e.object[e.start : e.end]!r}, a lone surrogate)",
+            where=where,
+            fix="remove the \\uD800-\\uDFFF escape from the text",
+        ) from None
 
 
 def with_trace(data: dict, trace: str, fmt: str | None = None, skip_bad: bool = False) -> dict:

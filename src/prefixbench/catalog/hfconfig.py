@@ -109,6 +109,8 @@ def _dtype_bytes(r: _Reader) -> float:
 
 def _is_qwen2(cfg: dict[str, Any]) -> bool:
     archs = cfg.get("architectures") or []
+    if not isinstance(archs, list):  # a hand-edited file: one name, or not a name at all
+        archs = [archs]
     model_type = str(cfg.get("model_type", ""))
     return model_type.startswith("qwen2") or any(str(a).startswith("Qwen2") for a in archs)
 

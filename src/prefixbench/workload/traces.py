@@ -12,6 +12,7 @@ The replay controls (limit, window, rescale_rate, tile) are in workload/controls
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import math
@@ -84,6 +85,7 @@ def _check_readable(path: str) -> None:
         ) from None
 
 
+@contextlib.contextmanager
 def _open_lines(path: str):
     """The file's lines as bytes; a gzip file (whatever its name) is read decompressed, as
     polars reads it, so an error names the line of the decompressed text."""
@@ -91,7 +93,28 @@ def _open_lines(path: str):
 
     with open(path, "rb") as fh:
         gz = fh.read(2) == b"\x1f\x8b"
-    return gzip.open(path, "rb") if gz else open(path, "rb")
+        if not gz:
+            fh.seek(0)
+            yield fh
+            return
+    with gzip.open(path, "rb") as fh:
+        yield _gzip_lines(fh, path)
+
+
+def _gzip_lines(fh, path: str):
+    import zlib
+
+    n = 0
+    try:
+        for line in fh:
+            n += 1
+            yield line
+    except (OSError, EOFError, zlib.error) as exc:
+        raise TraceFormatError(
+            f"corrupt gzip data after line {n} ({exc})",
+            where=path,
+            fix="re-create the file, or decompress it and check it",
+        ) from None
 
 
 def _finish(
@@ -460,7 +483,7 @@ def _azure_int(text: str, name: str) -> int:
             f"{name} must be an integer, got {_show(text)}",
             f"fix the value, {_SKIP_HINT}",
         )
-    value = int(text)
+    value = int(text) if len(text) <= 25 else _INT64_MAX + 1  # no int() of 5000 digits
     if not _INT64_MIN <= value <= _INT64_MAX:
         raise _Bad(
             "wrong_type",
