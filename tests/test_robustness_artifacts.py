@@ -320,3 +320,23 @@ def test_really_full_disk(tiny_fs: Path) -> None:
     assert "No space left on device" in assert_clear(e.value, where=str(small))
     assert small.read_bytes() == before
     assert sorted(p.name for p in tiny_fs.iterdir()) == ["ballast", "summary.parquet"]
+
+
+def test_a_full_disk_is_called_a_full_disk(tmp_path: Path, monkeypatch) -> None:
+    """polars can report ENOSPC as 'Invalid thrift: transport error' (when it strikes while
+    the footer is written): the message says the disk is full instead."""
+    import prefixbench.artifacts as artifacts
+
+    def thrift(self, file, *args, **kwargs):
+        raise pl.exceptions.ComputeError("parquet: Invalid thrift: transport error")
+
+    class Full:
+        f_bavail, f_frsize = 3, 4096
+
+    monkeypatch.setattr(pl.DataFrame, "write_parquet", thrift)
+    monkeypatch.setattr(artifacts.os, "statvfs", lambda _p: Full())
+    with pytest.raises(ArtifactError) as e:
+        write_atomic(_frame(5), tmp_path / "runs.parquet", KIND)
+    line = assert_clear(e.value, where=str(tmp_path / "runs.parquet"))
+    assert "the disk is full, 12,288 bytes free" in line and "thrift" not in line, line
+    assert list(tmp_path.iterdir()) == []

@@ -229,3 +229,14 @@ def test_available_memory_is_read_from_the_system():
 
     have = available_bytes()
     assert have is not None and 1e8 < have < 1e15
+
+
+@pytest.mark.parametrize("command", ["run", "sweep"])
+def test_output_folder_names_too_long_for_the_file_system(tmp_path: Path, command: str):
+    out = tmp_path / ("o" * 300)
+    args = {
+        "run": ["run", "--set", "run.requests=300", "--set", "run.warmup_requests=30"],
+        "sweep": ["sweep", "--quick"],
+    }[command]
+    line = assert_one_stderr_line(runner.invoke(app, [*args, "--out", str(out)]), code=2)
+    assert "too long" in line, line

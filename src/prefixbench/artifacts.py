@@ -225,7 +225,7 @@ def write_atomic(df: pl.DataFrame, path: Path, kind: str, meta: dict | None = No
     except (OSError, pl.exceptions.PolarsError) as e:
         Path(tmp).unlink(missing_ok=True)
         raise ArtifactError(
-            f"cannot write file ({_io_reason(e)})",
+            f"cannot write file ({_io_reason(e, path.parent, df)})",
             where=str(path),
             fix="free some disk space or choose another --out; any previous file there is unchanged",
         ) from None
@@ -235,7 +235,28 @@ def write_atomic(df: pl.DataFrame, path: Path, kind: str, meta: dict | None = No
     return path
 
 
-def _io_reason(e: BaseException) -> str:
+def _disk_full(folder: Path, df: pl.DataFrame) -> str | None:
+    """'the disk is full' when the folder's file system has no room left for ``df``."""
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return None
+    free = st.f_bavail * st.f_frsize
+    if free < max(1 << 20, int(df.estimated_size())):
+        return f"No space left on device: the disk is full, {free:,} bytes free"
+    return None
+
+
+def _io_reason(e: BaseException, folder: Path | None = None, df: pl.DataFrame | None = None) -> str:
+    """Why a write failed, in words: polars can report ENOSPC as 'Invalid thrift: transport
+    error' when it strikes while the footer is written, so a full disk is checked first."""
+    import errno
+
+    full = _disk_full(folder, df) if folder is not None and df is not None else None
+    if full:
+        return full
+    if isinstance(e, OSError) and e.errno == errno.ENOSPC:
+        return "No space left on device: the disk is full"
     if isinstance(e, OSError):
         return e.strerror or e.__class__.__name__
     text = str(e).splitlines()[0] if str(e) else e.__class__.__name__

@@ -21,6 +21,7 @@ import polars as pl
 
 from ..artifacts import SCHEMAS, artifact_meta, read_artifact, register, write_atomic
 from ..errors import ArtifactError, PrefixbenchError
+from ..files import is_file
 from .aggregate import aggregate, prefix_table
 from .backends import Backend, LocalPoolBackend, sigterm_as_interrupt
 from .grid import Point, SweepSpec, canonical
@@ -150,7 +151,7 @@ def check_grid(out: Path, spec: SweepSpec, force: bool) -> None:
     """Refuse to mix a different grid into an existing results directory."""
     path = out / "sweep.json"
     want = spec.fingerprint()
-    if path.is_file() and not force:
+    if is_file(path) and not force:
         try:
             have = json.loads(path.read_text())
         except (OSError, ValueError, RecursionError):
@@ -240,7 +241,7 @@ def combine(out: Path, points: list[Point]) -> dict[str, Path]:
     runs, prefixes = [], []
     for p in points:
         runs_p, pre_p, _ = _part_paths(out, p)
-        if runs_p.is_file():
+        if is_file(runs_p):
             runs.append(read_part(runs_p, "runs", p))
             prefixes.append(read_part(pre_p, "prefixes", p))
     if not runs:
