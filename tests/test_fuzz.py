@@ -252,7 +252,9 @@ def test_fuzz_scenario_text(text: str) -> None:
 
 
 override = st.tuples(
-    st.one_of(st.sampled_from(FIELD_PATHS), st.sampled_from(FIELD_PATHS), st.sampled_from(JUNK_PATHS)),
+    st.one_of(
+        st.sampled_from(FIELD_PATHS), st.sampled_from(FIELD_PATHS), st.sampled_from(JUNK_PATHS)
+    ),
     hostile_text,
 ).map(lambda kv: f"{kv[0]}={kv[1]}")
 
@@ -574,8 +576,9 @@ cli_args = st.one_of(
     st.lists(override, min_size=1, max_size=2).map(
         lambda sets: ["run", *[a for s in sets for a in ("--set", s)]]
     ),
-    st.tuples(st.sampled_from(["--seeds", "--budgets", "--models", "--policies"]), hostile_text)
-    .map(lambda kv: ["sweep", kv[0], kv[1], "--out", "/nonexistent-fuzz/out"]),
+    st.tuples(
+        st.sampled_from(["--seeds", "--budgets", "--models", "--policies"]), hostile_text
+    ).map(lambda kv: ["sweep", kv[0], kv[1], "--out", "/nonexistent-fuzz/out"]),
     st.sampled_from(["h100", "nope", "", "l4\x1b[2J"]).map(
         lambda a: ["crossover", "/nonexistent-fuzz", "--accelerator", a]
     ),

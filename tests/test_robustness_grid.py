@@ -4,7 +4,6 @@ pass the schema check but hold no rows, a row twice, inf/NaN metrics or odd meta
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
@@ -64,8 +63,12 @@ def test_set_as_a_string_is_one_override():
 def test_same_grid_in_another_order_is_the_same_grid(tmp_path: Path):
     from prefixbench.study.sweep import check_grid
 
-    a = build_spec({"seeds": [0, 1], "budgets": [0.35, 1.0], "models": ["qwen2-0.5b", "qwen2-1.5b"]})
-    b = build_spec({"seeds": [1, 0], "budgets": [1.0, 0.35], "models": ["qwen2-1.5b", "qwen2-0.5b"]})
+    a = build_spec(
+        {"seeds": [0, 1], "budgets": [0.35, 1.0], "models": ["qwen2-0.5b", "qwen2-1.5b"]}
+    )
+    b = build_spec(
+        {"seeds": [1, 0], "budgets": [1.0, 0.35], "models": ["qwen2-1.5b", "qwen2-0.5b"]}
+    )
     check_grid(tmp_path, a, force=False)
     check_grid(tmp_path, b, force=False)  # not "a different grid"
     other = build_spec({"seeds": [0, 2]})

@@ -46,7 +46,7 @@ def test_huge_integer_in_yaml_is_one_line(tmp_path: Path):
 
 def test_huge_integer_in_config_json_is_one_line(tmp_path: Path):
     p = tmp_path / "config.json"
-    p.write_text('{"num_hidden_layers": %s}' % HUGE_INT)
+    p.write_text(f'{{"num_hidden_layers": {HUGE_INT}}}')
     _refused([f"model={p}"], "too large")
 
 
@@ -122,7 +122,11 @@ def test_absurd_physical_knobs_are_refused_with_the_range(override: str, expect:
         ["cluster.link.channels=100000000"],
         ["cluster.prefill_instances=100000000"],
         ["cluster.decode_instances=1000000000"],
-        ["cluster.prefill_instances=1024", "cluster.decode_instances=1024", "cluster.link.channels=2"],
+        [
+            "cluster.prefill_instances=1024",
+            "cluster.decode_instances=1024",
+            "cluster.link.channels=2",
+        ],
     ],
 )
 def test_huge_instance_or_channel_counts_are_refused_before_allocating(overrides):

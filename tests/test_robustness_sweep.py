@@ -223,9 +223,7 @@ def test_sigterm_behaves_like_ctrl_c(reference: Path, tmp_path: Path, to: str) -
     done = len(list((out / "parts").glob("*.runs.parquet")))
     assert done >= 1
     if to == "group":
-        again = subprocess.run(
-            [*CMD, "--out", str(out)], capture_output=True, env=ENV, timeout=300
-        )
+        again = subprocess.run([*CMD, "--out", str(out)], capture_output=True, env=ENV, timeout=300)
         assert again.returncode == 0, again.stderr.decode()
         _assert_same_results(out, reference)
 

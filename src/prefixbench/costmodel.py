@@ -29,7 +29,10 @@ class Efficiency(BaseModel):
         description="Fraction of peak FLOP/s a prefill (or recompute) step reaches (0.001 to 1).",
     )
     mfu_decode: float = Field(
-        0.5, ge=0.001, le=1, description="Fraction of peak FLOP/s a decode step reaches (0.001 to 1)."
+        0.5,
+        ge=0.001,
+        le=1,
+        description="Fraction of peak FLOP/s a decode step reaches (0.001 to 1).",
     )
     mbu: float = Field(
         0.7,

@@ -80,7 +80,9 @@ def read_capped(
             fix="check that the path names a readable file",
         ) from None
     if len(data) > cap:  # it grew while we read it
-        raise error(f"the {what} is larger than {cap:,} bytes", where=str(path), fix="check the path")
+        raise error(
+            f"the {what} is larger than {cap:,} bytes", where=str(path), fix="check the path"
+        )
     return data
 
 

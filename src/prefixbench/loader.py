@@ -206,6 +206,7 @@ def _range(loc: tuple) -> str:
             high = ("<=" if isinstance(m, at.Le) else "<", getattr(m, "le", getattr(m, "lt", None)))
     if low is None or high is None:
         return ""
+
     def num(v) -> str:
         whole = isinstance(v, int) or (float(v).is_integer() and abs(v) < 1e16)
         return str(int(v)) if whole else f"{v:g}"

@@ -117,7 +117,9 @@ class LogNormal(_M):
 class Empirical(_M):
     kind: Literal["empirical"] = Field(description="Draw from listed values with optional weights.")
     values: list[int] = Field(
-        min_length=1, max_length=1_000_000, description="Possible values (tokens; 1 to 10⁶ of them)."
+        min_length=1,
+        max_length=1_000_000,
+        description="Possible values (tokens; 1 to 10⁶ of them).",
     )
     weights: list[float] | None = Field(
         None, description="Relative weights (default: equal), each between 0 and 10¹²."
@@ -231,12 +233,17 @@ class TraceWorkload(_M):
         description="Seconds per timestamp unit (Mooncake: ms; 1 ns to 1 h).",
     )
     rate: float | None = Field(
-        None, gt=0, le=MAX_RATE, description="Rescale arrivals to this mean rate (req/s, up to 10⁷)."
+        None,
+        gt=0,
+        le=MAX_RATE,
+        description="Rescale arrivals to this mean rate (req/s, up to 10⁷).",
     )
     start_s: float | None = Field(
         None, ge=0, le=1e10, description="Replay window start (s into the trace)."
     )
-    end_s: float | None = Field(None, gt=0, le=1e10, description="Replay window end (s into the trace).")
+    end_s: float | None = Field(
+        None, gt=0, le=1e10, description="Replay window end (s into the trace)."
+    )
     skip_bad: bool = Field(
         False, description="Skip (and count) malformed records instead of failing."
     )
@@ -284,7 +291,10 @@ class InstanceGroup(_M):
 class LinkConfig(_M):
     name: str = Field("eth-25g", description="Link name from the catalog.")
     channels: int = Field(
-        1, ge=1, le=1024, description="Parallel channels per prefill→decode path (FCFS each; 1 to 1024)."
+        1,
+        ge=1,
+        le=1024,
+        description="Parallel channels per prefill→decode path (FCFS each; 1 to 1024).",
     )
     bandwidth_gbps: float | None = Field(
         None,
@@ -336,7 +346,10 @@ class ClusterSpec(_M):
         default_factory=LinkConfig, description="KV link per prefill→decode path."
     )
     max_decode_batch: int = Field(
-        64, ge=1, le=100_000, description="Continuous-batching limit per decode instance (up to 10⁵)."
+        64,
+        ge=1,
+        le=100_000,
+        description="Continuous-batching limit per decode instance (up to 10⁵).",
     )
     prefill_token_budget: int = Field(
         8192,
@@ -394,7 +407,10 @@ class MemorySpec(_M):
         description="When admission finds no room after trimming replicas: reject or wait.",
     )
     wait_timeout_s: float = Field(
-        2.0, ge=0, le=1e6, description="on_full=wait: reject after waiting this long (s, up to 10⁶)."
+        2.0,
+        ge=0,
+        le=1e6,
+        description="on_full=wait: reject after waiting this long (s, up to 10⁶).",
     )
 
 
@@ -428,11 +444,11 @@ class RunSpec(_M):
 
 class Scenario(_M):
     name: str = Field(
-        "scenario", max_length=200, description="Short name used in tables (at most 200 characters)."
+        "scenario",
+        max_length=200,
+        description="Short name used in tables (at most 200 characters).",
     )
-    description: str = Field(
-        "", max_length=10_000, description="What this scenario represents."
-    )
+    description: str = Field("", max_length=10_000, description="What this scenario represents.")
     model: str = Field(
         "qwen2-1.5b", description="Model name from the catalog, or a config.json path."
     )
@@ -457,6 +473,7 @@ class Scenario(_M):
                     except ValueError as e:
                         raise ValueError(f"efficiency.{key} {e}") from None
         return v
+
     run: RunSpec = Field(default_factory=RunSpec, description="Run length and warm-up.")
     seed: int = Field(0, ge=0, description="Random seed; same seed, same results.")
 
