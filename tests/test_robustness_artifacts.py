@@ -24,6 +24,7 @@ from polars.testing import assert_frame_equal
 from robustness_util import assert_clear
 
 from prefixbench.artifacts import (
+    _FRACTIONS,
     DIGEST_KEY,
     SCHEMA_VERSION,
     SCHEMAS,
@@ -40,8 +41,8 @@ KIND = "summary"
 def _frame(n: int = 4) -> pl.DataFrame:
     cols = {}
     for i, (c, t) in enumerate(SCHEMAS[KIND].items()):
-        if t == pl.Float64:
-            cols[c] = [i + k / 7 for k in range(n)]
+        if t == pl.Float64:  # fractions stay in [0, 1] (read_artifact checks them)
+            cols[c] = [k / (7 * n) if c in _FRACTIONS else i + k / 7 for k in range(n)]
         elif t == pl.Int64:
             cols[c] = [i * 1000 + k for k in range(n)]
         elif t == pl.Utf8:
@@ -183,7 +184,7 @@ def wrong_files(draw):
     elif op == "digest":
         meta[DIGEST_KEY] = draw(st.sampled_from(["", "0" * 64, "not-a-digest"]))
     else:
-        df, ok = df.head(0), True
+        df, ok = df.head(0), False  # schema-valid, but a summary with no rows is refused
     return op, col, df, meta, ok
 
 
@@ -321,3 +322,23 @@ def test_really_full_disk(tiny_fs: Path) -> None:
     assert "No space left on device" in assert_clear(e.value, where=str(small))
     assert small.read_bytes() == before
     assert sorted(p.name for p in tiny_fs.iterdir()) == ["ballast", "summary.parquet"]
+
+
+def test_a_full_disk_is_called_a_full_disk(tmp_path: Path, monkeypatch) -> None:
+    """polars can report ENOSPC as 'Invalid thrift: transport error' (when it strikes while
+    the footer is written): the message says the disk is full instead."""
+    import prefixbench.artifacts as artifacts
+
+    def thrift(self, file, *args, **kwargs):
+        raise pl.exceptions.ComputeError("parquet: Invalid thrift: transport error")
+
+    class Full:
+        f_bavail, f_frsize = 3, 4096
+
+    monkeypatch.setattr(pl.DataFrame, "write_parquet", thrift)
+    monkeypatch.setattr(artifacts.os, "statvfs", lambda _p: Full())
+    with pytest.raises(ArtifactError) as e:
+        write_atomic(_frame(5), tmp_path / "runs.parquet", KIND)
+    line = assert_clear(e.value, where=str(tmp_path / "runs.parquet"))
+    assert "the disk is full, 12,288 bytes free" in line and "thrift" not in line, line
+    assert list(tmp_path.iterdir()) == []

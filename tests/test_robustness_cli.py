@@ -79,7 +79,10 @@ IMPOSSIBLE = {
     "warmup-swallows-run": (["--set", "run.warmup_requests=300"], "must be below run.requests"),
     # validation: refused when the scenario is loaded
     "zero-bandwidth": (["--set", "cluster.link.bandwidth_gbps=0"], "cluster.link.bandwidth_gbps"),
-    "negative-bandwidth": (["--set", "cluster.link.bandwidth_gbps=-25"], "greater than 0"),
+    "negative-bandwidth": (
+        ["--set", "cluster.link.bandwidth_gbps=-25"],
+        "must be >= 0.001 and <= 10000",
+    ),
     "infinite-bandwidth": (["--set", "cluster.link.bandwidth_gbps=.inf"], "finite number"),
     "nan-latency": (["--set", "cluster.link.latency_us=.nan"], "finite number"),
     "zero-channels": (["--set", "cluster.link.channels=0"], "cluster.link.channels"),

@@ -191,6 +191,43 @@ def test_sigint_to_the_parent_alone(tmp_path: Path) -> None:
     _wait_group_gone(p.pid)
 
 
+def test_sigkill_to_the_parent_alone_leaves_no_process(reference: Path, tmp_path: Path) -> None:
+    """`kill -9 <pid>` of the parent only: the workers and the resource tracker die with it
+    (they used to live on, ~236 MB each), and a rerun ends byte-identical."""
+    out = tmp_path / "parent_killed"
+    p = _start(out)
+    _wait_for_parts(out, p)
+    p.kill()
+    p.communicate(timeout=60)
+    _wait_group_gone(p.pid, timeout=15)
+    again = subprocess.run([*CMD, "--out", str(out)], capture_output=True, env=ENV, timeout=300)
+    assert again.returncode == 0, again.stderr.decode()
+    _assert_same_results(out, reference)
+
+
+@pytest.mark.parametrize("to", ["group", "parent"])
+def test_sigterm_behaves_like_ctrl_c(reference: Path, tmp_path: Path, to: str) -> None:
+    out = tmp_path / f"terminated_{to}"
+    p = _start(out)
+    _wait_for_parts(out, p)
+    if to == "group":
+        os.killpg(p.pid, signal.SIGTERM)
+    else:
+        p.terminate()
+    stdout, stderr = p.communicate(timeout=60)
+    text = stderr.decode()
+    assert p.returncode == 130, text
+    assert "Traceback" not in text + stdout.decode(), text
+    assert sum("run the same command again to resume" in line for line in text.splitlines()) == 1
+    _wait_group_gone(p.pid, timeout=15)
+    done = len(list((out / "parts").glob("*.runs.parquet")))
+    assert done >= 1
+    if to == "group":
+        again = subprocess.run([*CMD, "--out", str(out)], capture_output=True, env=ENV, timeout=300)
+        assert again.returncode == 0, again.stderr.decode()
+        _assert_same_results(out, reference)
+
+
 # ------------------------------------------------------------------ damaged parts (in-process)
 
 TINY = {

@@ -21,6 +21,7 @@ from pathlib import Path
 import polars as pl
 
 from .errors import ArtifactError
+from .files import is_file
 
 SCHEMA_VERSION = 2  # 2: stability verdict in summary/runs/agg; crossover tie_bandwidth_gbytes_per_s
 DIGEST_KEY = "prefixbench.data_sha256"
@@ -106,6 +107,72 @@ SCHEMAS: dict[str, dict[str, pl.DataType]] = {
 }
 
 
+# What a file of a kind must hold beyond its schema (a hand-edited or foreign file can pass
+# the schema and still crash a reader or print wrong numbers): at least one row, one row per
+# key, finite metrics (never inf; never NaN where the simulator always has a value), and
+# fractions in [0, 1]. Kinds not listed are checked for their schema only.
+_SUMMARY_FINITE = (  # never NaN: their denominators (the window, the requests) are > 0
+    "throughput_rps",
+    "throughput_tok_s",
+    "reject_rate",
+    "goodput_rps",
+    "link_util",
+    "decode_util",
+    "prefill_util",
+)
+_FRACTIONS = ("reject_rate", "slo_attainment", "shared_request_fraction", "replica_hit_rate")
+# Metrics that cannot be negative (latencies, rates, sizes), those that cannot be 0 either
+# (a TTFT includes a prefill), and a ceiling far above any real run (1e15 ms = 31,700 years)
+_NON_NEGATIVE = ("_ms", "_rps", "_tok_s", "_gb", "_util", "_per_request", "_ci95")
+_POSITIVE = ("ttft_mean_ms",)
+MAX_METRIC = 1e15
+CONTENT: dict[str, dict] = {
+    "summary": {"keys": ("model", "workload", "budget_factor", "seed", "policy"),
+                "finite": _SUMMARY_FINITE, "no_inf": True},
+    "runs": {"keys": ("run_id",), "finite": _SUMMARY_FINITE, "no_inf": True},
+    "agg": {"keys": ("model", "workload", "budget_factor", "policy"),
+            "finite": ("throughput_rps", "reject_rate"), "no_inf": True},
+    "crossover": {"keys": ("model", "accelerator", "link"), "finite": (), "no_inf": False},
+}  # fmt: skip
+
+
+def _check_content(df: pl.DataFrame, kind: str, path: Path) -> None:
+    rule = CONTENT.get(kind)
+    if rule is None:
+        return
+    fix = "re-create the file with the command that produced it"
+    if df.height == 0:
+        raise ArtifactError(f"the {kind} file has no rows", where=str(path), fix=fix)
+    keys = [k for k in rule["keys"] if k in df.columns]
+    if keys and df.select(keys).is_duplicated().any():
+        row = df.filter(df.select(keys).is_duplicated()).row(0, named=True)
+        shown = ", ".join(f"{k}={row[k]}" for k in keys)
+        raise ArtifactError(
+            f"the {kind} file holds a row twice ({shown})", where=str(path), fix=fix
+        )
+    # declared columns only: a column another module adds is its own business
+    floats = [c for c, t in schema(kind).items() if t == pl.Float64 and c in df.columns]
+    for col in floats:
+        values = df[col]
+        if rule["no_inf"] and values.is_infinite().any():
+            raise ArtifactError(f"column '{col}' holds an infinite value", where=str(path), fix=fix)
+        if col in rule["finite"] and (values.is_nan().any() or values.null_count()):
+            raise ArtifactError(f"column '{col}' holds NaN or null", where=str(path), fix=fix)
+        known = values.fill_nan(None).drop_nulls()  # NaN: no value to check (e.g. no requests)
+        if rule["no_inf"] and col in _FRACTIONS and not known.is_between(0, 1).all():
+            raise ArtifactError(
+                f"column '{col}' holds a value outside [0, 1]", where=str(path), fix=fix
+            )
+        if rule["no_inf"] and col.endswith(_NON_NEGATIVE):
+            low = 0.0 if col not in _POSITIVE else 1e-12
+            if not known.is_between(low, MAX_METRIC).all():
+                raise ArtifactError(
+                    f"column '{col}' holds a value outside [{low:g}, {MAX_METRIC:g}]",
+                    where=str(path),
+                    fix=fix,
+                )
+
+
 def register(kind: str, columns: dict[str, pl.DataType]) -> None:
     """Declare another artifact kind (used by the study pipeline's modules)."""
     SCHEMAS[kind] = columns
@@ -162,7 +229,7 @@ def write_atomic(df: pl.DataFrame, path: Path, kind: str, meta: dict | None = No
     except (OSError, pl.exceptions.PolarsError) as e:
         Path(tmp).unlink(missing_ok=True)
         raise ArtifactError(
-            f"cannot write file ({_io_reason(e)})",
+            f"cannot write file ({_io_reason(e, path.parent, df)})",
             where=str(path),
             fix="free some disk space or choose another --out; any previous file there is unchanged",
         ) from None
@@ -172,7 +239,28 @@ def write_atomic(df: pl.DataFrame, path: Path, kind: str, meta: dict | None = No
     return path
 
 
-def _io_reason(e: BaseException) -> str:
+def _disk_full(folder: Path, df: pl.DataFrame) -> str | None:
+    """'the disk is full' when the folder's file system has no room left for ``df``."""
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return None
+    free = st.f_bavail * st.f_frsize
+    if free < max(1 << 20, int(df.estimated_size())):
+        return f"No space left on device: the disk is full, {free:,} bytes free"
+    return None
+
+
+def _io_reason(e: BaseException, folder: Path | None = None, df: pl.DataFrame | None = None) -> str:
+    """Why a write failed, in words: polars can report ENOSPC as 'Invalid thrift: transport
+    error' when it strikes while the footer is written, so a full disk is checked first."""
+    import errno
+
+    full = _disk_full(folder, df) if folder is not None and df is not None else None
+    if full:
+        return full
+    if isinstance(e, OSError) and e.errno == errno.ENOSPC:
+        return "No space left on device: the disk is full"
     if isinstance(e, OSError):
         return e.strerror or e.__class__.__name__
     text = str(e).splitlines()[0] if str(e) else e.__class__.__name__
@@ -199,7 +287,16 @@ _POLARS_FAILURES = (Exception, pl.exceptions.PanicException)  # a Rust panic is 
 
 def _read_bytes(path: Path) -> bytes:
     try:
-        return path.read_bytes()
+        with open(path, "rb") as fh:  # a file that does not end as Parquet is not read whole
+            head = fh.read(4)
+            fh.seek(0, os.SEEK_END)
+            if fh.tell() >= 12:
+                fh.seek(-4, os.SEEK_END)
+            tail = fh.read(4)
+            if head != b"PAR1" or tail != b"PAR1":
+                return head
+            fh.seek(0)
+            return fh.read()
     except OSError as e:
         raise ArtifactError(
             f"cannot read file ({e.strerror or e.__class__.__name__})",
@@ -223,7 +320,7 @@ def _metadata(raw: bytes, path: Path) -> dict[str, str]:
 
 def read_metadata(path: Path) -> dict[str, str]:
     path = Path(path)
-    if not path.is_file():
+    if not is_file(path):
         raise ArtifactError(
             "missing file", where=str(path), fix="run the command that produces it first"
         )
@@ -233,7 +330,7 @@ def read_metadata(path: Path) -> dict[str, str]:
 def read_artifact(path: Path, kind: str) -> pl.DataFrame:
     """Read and validate artifact ``kind``: existence, kind, schema version, columns, dtypes."""
     path = Path(path)
-    if not path.is_file():
+    if not is_file(path):
         raise ArtifactError(
             f"missing {kind} file", where=str(path), fix="run the command that produces it first"
         )
@@ -273,12 +370,39 @@ def read_artifact(path: Path, kind: str) -> pl.DataFrame:
                 where=str(path),
                 fix="re-create the file",
             )
+    _check_content(df, kind, path)
     return df
 
 
 def artifact_meta(path: Path) -> dict:
     raw = read_metadata(Path(path)).get("prefixbench.meta")
     try:
-        return json.loads(raw) if raw else {}
-    except ValueError:
+        meta = json.loads(raw) if raw else {}
+    except (ValueError, RecursionError):
         raise ArtifactError("corrupt prefixbench metadata", where=str(path), fix=_CORRUPT) from None
+    if not isinstance(meta, dict):
+        raise ArtifactError(
+            f"prefixbench metadata is a JSON {type(meta).__name__}, not an object",
+            where=str(path),
+            fix=_CORRUPT,
+        )
+    for key, want in META_TYPES.items():
+        value = meta.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, want)):
+            raise ArtifactError(
+                f"prefixbench metadata '{key}' is a JSON {type(value).__name__}, expected "
+                f"{_JSON_NAMES[want]}",
+                where=str(path),
+                fix=_CORRUPT,
+            )
+    return meta
+
+
+META_TYPES: dict[str, type] = {  # the metadata keys writers use, and their JSON types
+    "points": int,
+    "of": int,
+    "scenario": dict,
+    "point_id": str,
+    "point_key": list,
+}
+_JSON_NAMES = {int: "an integer", dict: "an object", str: "a string", list: "a list"}

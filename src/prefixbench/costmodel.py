@@ -26,24 +26,33 @@ class Efficiency(BaseModel):
 
     mfu_prefill: float = Field(
         0.5,
-        gt=0,
+        ge=0.001,
         le=1,
-        description="Fraction of peak FLOP/s a prefill (or recompute) step reaches.",
+        description="Fraction of peak FLOP/s a prefill (or recompute) step reaches (0.001 to 1).",
     )
     mfu_decode: float = Field(
-        0.5, gt=0, le=1, description="Fraction of peak FLOP/s a decode step reaches."
+        0.5,
+        ge=0.001,
+        le=1,
+        description="Fraction of peak FLOP/s a decode step reaches (0.001 to 1).",
     )
     mbu: float = Field(
         0.7,
-        gt=0,
+        ge=0.001,
         le=1,
-        description="Fraction of HBM bandwidth a step reaches (decode is bound by it).",
+        description="Fraction of HBM bandwidth a step reaches (decode is bound by it; 0.001 to 1).",
     )
     prefill_overhead_ms: float = Field(
-        1.0, ge=0, description="Fixed cost per prefill step (scheduling, kernel launches), ms."
+        1.0,
+        ge=0,
+        le=10_000,
+        description="Fixed cost per prefill step (scheduling, kernel launches), ms (0 to 10⁴).",
     )
     decode_overhead_ms: float = Field(
-        1.0, ge=0, description="Fixed cost per decode iteration (scheduling, sampling), ms."
+        1.0,
+        ge=0,
+        le=10_000,
+        description="Fixed cost per decode iteration (scheduling, sampling), ms (0 to 10⁴).",
     )
 
 

@@ -23,8 +23,18 @@ class PrefixbenchError(Exception):
         super().__init__(self.line())
 
     def line(self) -> str:
-        head = f"{self.where}: {self.what}" if self.where else self.what
+        head = f"{_short(self.where)}: {_short(self.what)}" if self.where else _short(self.what)
         return one_line(f"{head}; {self.fix}" if self.fix else head)
+
+
+MAX_WHAT = 400  # a message quoting a 5000-digit value or a huge line stays readable
+
+
+def _short(text: str) -> str:
+    if len(text) <= MAX_WHAT:
+        return text
+    half = MAX_WHAT // 2 - 2
+    return f"{text[:half]} ... {text[-half:]}"
 
 
 class ScenarioError(PrefixbenchError):

@@ -15,6 +15,7 @@ import yaml
 from pydantic import ValidationError
 
 from .errors import ScenarioError
+from .files import INT_DIGITS_HINT, exists, read_capped
 from .scenario import Scenario, override_path, split_model_section
 from .suggest import did_you_mean
 
@@ -31,19 +32,12 @@ def _preset_text(name: str) -> str:
 
 def read_yaml(path: Path) -> Any:
     """Parse a YAML file safely; a syntax error names the file and line."""
+    raw = read_capped(path, ScenarioError, "YAML file")
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ScenarioError("file not found", where=str(path), fix="check the path") from None
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ScenarioError(
             f"not UTF-8 text (byte {e.start})", where=str(path), fix="save the file as UTF-8 YAML"
-        ) from None
-    except OSError as e:
-        raise ScenarioError(
-            f"cannot read file ({e.strerror or e.__class__.__name__})",
-            where=str(path),
-            fix="check that the path is a readable file",
         ) from None
     return _parse(text, str(path))
 
@@ -64,6 +58,15 @@ def _parse(text: str, where: str) -> Any:
             where=where,
             fix="a scenario needs only a few levels of nesting",
         ) from None
+    except ValueError as e:  # Python's int-str limit: an integer of thousands of digits
+        raise ScenarioError(
+            f"a number is too large to read ({_digits(e)})", where=where, fix=INT_DIGITS_HINT
+        ) from None
+
+
+def _digits(e: ValueError) -> str:
+    text = str(e)
+    return text.split(": ", 1)[1].split(";", 1)[0] if "digits" in text else "not a number"
 
 
 def scenario_source(ref: str | Path | None) -> tuple[dict, str]:
@@ -72,7 +75,7 @@ def scenario_source(ref: str | Path | None) -> tuple[dict, str]:
         ref = "enterprise_hotset"
     ref_s = str(ref)
     path = Path(ref_s)
-    if path.suffix in (".yaml", ".yml") or path.exists():
+    if path.suffix in (".yaml", ".yml") or exists(path):
         data, where = read_yaml(path), str(path)
     elif ref_s in preset_names():
         data, where = (
@@ -120,6 +123,12 @@ def parse_override(text: str) -> tuple[list[str], Any]:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except (yaml.YAMLError, RecursionError):
         value = raw
+    except ValueError as e:  # an integer beyond Python's int-str limit
+        raise ScenarioError(
+            f"the value of '{key}' is too large to read ({_digits(e)})",
+            where="--set",
+            fix=INT_DIGITS_HINT,
+        ) from None
     return key.split("."), value
 
 
@@ -159,26 +168,60 @@ _TYPE_FIXES = {  # pydantic error type prefix -> how to write the value instead
 }
 
 
+def _members(tp) -> list:
+    from typing import get_args
+
+    args = [a for a in get_args(tp) if a is not type(None)]
+    return [m for a in args for m in _members(a)] if args else [tp]
+
+
+def _is_model(m) -> bool:
+    from pydantic import BaseModel
+
+    return isinstance(m, type) and issubclass(m, BaseModel)
+
+
+def _models_at(loc: tuple) -> tuple[list, list]:
+    """The models that can sit at ``loc`` and the fields named by its last part."""
+    models: list = [Scenario]
+    fields: list = []
+    for part in loc:
+        fields = [m.model_fields[part] for m in models if _is_model(m) and part in m.model_fields]
+        # a union tag in the path (workload.synthetic...) names no field: stay where we are
+        models = [t for f in fields for t in _members(f.annotation)] or models
+    return models, fields
+
+
 def _tags(loc: tuple) -> str:
     """The ``kind`` values allowed where a tagged union sits (workload, a length distribution)."""
     from typing import get_args
 
-    from pydantic import BaseModel
-
-    def members(tp) -> list:
-        args = [a for a in get_args(tp) if a is not type(None)]
-        return [m for a in args for m in members(a)] if args else [tp]
-
-    def is_model(m) -> bool:
-        return isinstance(m, type) and issubclass(m, BaseModel)
-
-    models: list = [Scenario]
-    for part in loc:
-        fields = [m.model_fields[part] for m in models if is_model(m) and part in m.model_fields]
-        # a union tag in the path (workload.synthetic...) names no field: stay where we are
-        models = [t for f in fields for t in members(f.annotation)] or models
-    kinds = [m.model_fields["kind"] for m in models if is_model(m) and "kind" in m.model_fields]
+    models, _ = _models_at(loc)
+    kinds = [m.model_fields["kind"] for m in models if _is_model(m) and "kind" in m.model_fields]
     return ", ".join(str(a) for f in kinds for a in get_args(f.annotation))
+
+
+def _range(loc: tuple) -> str:
+    """``must be >= 0.001 and <= 10000`` for a field with both bounds (its documented range)."""
+    import annotated_types as at
+
+    _, fields = _models_at(loc)
+    if len(fields) != 1:
+        return ""
+    low = high = None
+    for m in fields[0].metadata:
+        if isinstance(m, at.Ge | at.Gt):
+            low = (">=" if isinstance(m, at.Ge) else ">", getattr(m, "ge", getattr(m, "gt", None)))
+        if isinstance(m, at.Le | at.Lt):
+            high = ("<=" if isinstance(m, at.Le) else "<", getattr(m, "le", getattr(m, "lt", None)))
+    if low is None or high is None:
+        return ""
+
+    def num(v) -> str:
+        whole = isinstance(v, int) or (float(v).is_integer() and abs(v) < 1e16)
+        return str(int(v)) if whole else f"{v:g}"
+
+    return f"must be {low[0]} {num(low[1])} and {high[0]} {num(high[1])}"
 
 
 def _allowed(err: dict) -> str:
@@ -197,7 +240,7 @@ def _allowed(err: dict) -> str:
         return f"allowed: {ctx['expected']}"
     for bound, word in (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<=")):
         if bound in ctx:
-            return f"must be {word} {ctx[bound]}"
+            return _range(tuple(err.get("loc", ()))) or f"must be {word} {ctx[bound]}"
     for prefix, fix in _TYPE_FIXES.items():
         if kind.startswith(prefix):
             return fix
@@ -234,6 +277,12 @@ def validate(data: dict, where: str) -> Scenario:
         return Scenario.model_validate(data)
     except ValidationError as e:
         raise format_validation_error(e, where) from None
+    except UnicodeEncodeError as e:  # a YAML "\uD800" escape: text no file or name can hold
+        raise ScenarioError(
+            f"text holds an invalid character ({e.object[e.start : e.end]!r}, a lone surrogate)",
+            where=where,
+            fix="remove the \\uD800-\\uDFFF escape from the text",
+        ) from None
 
 
 def with_trace(data: dict, trace: str, fmt: str | None = None, skip_bad: bool = False) -> dict:

@@ -156,8 +156,14 @@ def prepare(s: Scenario) -> Prepared:
                 fix=fit_fix(wbytes, role, grp.accelerator, grp.devices),
             )
 
+    from .memcheck import check_fits
+
+    if isinstance(s.workload, SyntheticWorkload):  # before generating anything
+        check_fits(s.run.requests or DEFAULT_REQUESTS)
     req, notes = build_requests(s)
     notes = [*notes, *run_notes(model)]
+    if isinstance(s.workload, TraceWorkload):
+        check_fits(len(req), "run.requests (or the trace's length)")
     if len(req) == 0:
         raise SimulationError(
             "the workload produced no requests",

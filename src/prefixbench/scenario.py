@@ -8,7 +8,7 @@ fails at load time with a suggestion.
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -16,10 +16,43 @@ from .costmodel import Efficiency
 
 MAX_TOKENS = 1_000_000_000  # a length beyond any model's context; keeps int64 sums exact
 MAX_INT = 2**63 - 1  # integers are stored in int64 columns
+MAX_WEIGHT = 1e12  # empirical weights are relative; a million of these still sum finitely
+MAX_INSTANCES = 1024  # per role; a P×D×C channel table of at most MAX_LINK_CHANNELS entries
+MAX_LINK_CHANNELS = 1 << 20
+MAX_RATE = 1e7  # req/s: far above any one cluster (a large fleet serves ~1e5 req/s)
+
+
+def _takes_bool(tp: Any) -> bool:
+    """Whether a field's annotation accepts a boolean (``bool``, ``bool | None``...)."""
+    return tp is bool or any(_takes_bool(a) for a in get_args(tp))
+
+
+def refuse_bools(value: Any, annotation: Any) -> Any:
+    """YAML ``true`` is a bool, and pydantic would read it as 1 where a number is expected
+    (``rate=true`` ran at 1 req/s): refuse it, and in lists of numbers too."""
+    if _takes_bool(annotation):
+        return value
+    items = value if isinstance(value, list) else [value]
+    if any(isinstance(v, bool) for v in items):
+        raise ValueError("is true/false, but a number is expected here")
+    return value
 
 
 class _M(BaseModel):
     model_config = ConfigDict(extra="forbid", use_enum_values=False, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bools(cls, data):
+        if isinstance(data, dict):
+            for key, value in data.items():
+                field = cls.model_fields.get(key) if isinstance(key, str) else None
+                if field is not None:
+                    try:
+                        refuse_bools(value, field.annotation)
+                    except ValueError as e:
+                        raise ValueError(f"{key} {e}") from None
+        return data
 
     @field_validator("*", mode="after")
     @classmethod
@@ -74,11 +107,23 @@ class LogNormal(_M):
         None, ge=1, le=MAX_TOKENS, description="Values are clipped above at this (tokens)."
     )
 
+    @model_validator(mode="after")
+    def _order(self) -> LogNormal:
+        if self.max is not None and self.min > self.max:
+            raise ValueError(f"min ({self.min}) must be <= max ({self.max})")
+        return self
+
 
 class Empirical(_M):
     kind: Literal["empirical"] = Field(description="Draw from listed values with optional weights.")
-    values: list[int] = Field(min_length=1, description="Possible values (tokens).")
-    weights: list[float] | None = Field(None, description="Relative weights (default: equal).")
+    values: list[int] = Field(
+        min_length=1,
+        max_length=1_000_000,
+        description="Possible values (tokens; 1 to 10⁶ of them).",
+    )
+    weights: list[float] | None = Field(
+        None, description="Relative weights (default: equal), each between 0 and 10¹²."
+    )
 
     @model_validator(mode="after")
     def _same_length(self) -> Empirical:
@@ -87,6 +132,8 @@ class Empirical(_M):
                 raise ValueError("weights must have as many entries as values")
             if any(w < 0 for w in self.weights) or sum(self.weights) <= 0:
                 raise ValueError("weights must be >= 0 and not all 0")
+            if any(w > MAX_WEIGHT for w in self.weights):  # their sum must not overflow
+                raise ValueError(f"weights must be at most {MAX_WEIGHT:.0e} (they are relative)")
         if any(v < 0 or v > MAX_TOKENS for v in self.values):
             raise ValueError(f"values must be between 0 and {MAX_TOKENS:,} tokens")
         return self
@@ -102,7 +149,9 @@ class Arrivals(_M):
     process: Literal["poisson", "gamma"] = Field(
         "poisson", description="poisson: exponential gaps; gamma: bursty gaps with the given cv."
     )
-    rate: float = Field(gt=0, description="Mean arrival rate, requests per second.")
+    rate: float = Field(
+        gt=0, le=MAX_RATE, description="Mean arrival rate, requests per second (10⁻⁹ to 10⁷)."
+    )
     cv: float = Field(
         1.0,
         gt=0,
@@ -134,8 +183,12 @@ class PrefixPool(_M):
 
 
 class Drift(_M):
-    period_s: float = Field(gt=0, description="Every period the popularity ranking rotates.")
-    shift: int = Field(1, ge=1, description="Ranks the popularity moves by each period.")
+    period_s: float = Field(
+        ge=1e-3, le=1e9, description="Every period the popularity ranking rotates (1 ms to 10⁹ s)."
+    )
+    shift: int = Field(
+        1, ge=1, le=10_000_000, description="Ranks the popularity moves by each period (up to 10⁷)."
+    )
 
 
 class SyntheticWorkload(_M):
@@ -146,8 +199,24 @@ class SyntheticWorkload(_M):
         ge=0, le=1, description="Fraction of requests that carry a shared prefix (0 = no sharing)."
     )
     suffix_length: Dist = Field(description="Unique suffix length per request (tokens).")
-    output_length: Dist = Field(description="Output length per request (tokens, >= 1).")
+    output_length: Dist = Field(
+        description="Output length per request (tokens, >= 1: every request makes its first "
+        "token, so a distribution that can give 0 is refused)."
+    )
     drift: Drift | None = Field(None, description="Popularity drift over time (None = static).")
+
+    @field_validator("output_length")
+    @classmethod
+    def _at_least_one_token(cls, d):
+        low = {"fixed": "value", "uniform": "low", "lognormal": "min"}.get(d.kind)
+        smallest = min(d.values) if d.kind == "empirical" else getattr(d, low)
+        if smallest < 1:
+            where = "values" if d.kind == "empirical" else low
+            raise ValueError(
+                f"can be 0 ({where} {smallest}), but every request makes at least one token; "
+                f"set {where} to 1 or more"
+            )
+        return d
 
 
 class TraceWorkload(_M):
@@ -164,12 +233,16 @@ class TraceWorkload(_M):
     block_size: int | None = Field(
         None,
         ge=1,
-        description="Tokens per hash_ids block; null: the format's own (Mooncake 512, Bailian 16).",
+        le=1_000_000,
+        description="Tokens per hash_ids block; null: the format's own (Mooncake 512, "
+        "Bailian 16; up to 10⁶).",
     )
     time_unit_s: float | None = Field(
         None,
-        gt=0,
-        description="Seconds per timestamp unit; null: the format's own (Mooncake ms, Bailian s).",
+        ge=1e-9,
+        le=3600,
+        description="Seconds per timestamp unit; null: the format's own (Mooncake ms, "
+        "Bailian s; 1 ns to 1 h).",
     )
     overlength: Literal["error", "skip", "truncate"] = Field(
         "error",
@@ -178,10 +251,17 @@ class TraceWorkload(_M):
         "that alone does not fit to the context minus one token); counts are reported.",
     )
     rate: float | None = Field(
-        None, gt=0, description="Rescale arrivals to this mean rate (req/s)."
+        None,
+        gt=0,
+        le=MAX_RATE,
+        description="Rescale arrivals to this mean rate (req/s, up to 10⁷).",
     )
-    start_s: float | None = Field(None, ge=0, description="Replay window start (s into the trace).")
-    end_s: float | None = Field(None, gt=0, description="Replay window end (s into the trace).")
+    start_s: float | None = Field(
+        None, ge=0, le=1e10, description="Replay window start (s into the trace)."
+    )
+    end_s: float | None = Field(
+        None, gt=0, le=1e10, description="Replay window end (s into the trace)."
+    )
     skip_bad: bool = Field(
         False, description="Skip (and count) malformed records instead of failing."
     )
@@ -268,7 +348,9 @@ class InstanceGroup(_M):
         description="Accelerator name from the catalog, or a hardware YAML file (path relative "
         'to the scenario file; docs/catalog.md, "Your own hardware").',
     )
-    devices: int = Field(1, ge=1, description="Devices per instance (ideal tensor parallelism).")
+    devices: int = Field(
+        1, ge=1, le=1024, description="Devices per instance (ideal tensor parallelism; 1 to 1024)."
+    )
 
     @field_validator("accelerator")
     @classmethod
@@ -283,12 +365,21 @@ class LinkConfig(_M):
         "scenario file).",
     )
     channels: int = Field(
-        1, ge=1, description="Parallel channels per prefill→decode path (FCFS each)."
+        1,
+        ge=1,
+        le=1024,
+        description="Parallel channels per prefill→decode path (FCFS each; 1 to 1024).",
     )
     bandwidth_gbps: float | None = Field(
-        None, gt=0, description="Override bandwidth per channel, GB/s."
+        None,
+        ge=1e-3,
+        le=1e4,
+        description="Override bandwidth per channel, GB/s (0.001 to 10,000; the catalog spans "
+        "1.25 for 10 GbE to 450 for NVLink 4).",
     )
-    latency_us: float | None = Field(None, ge=0, description="Override one-way latency, µs.")
+    latency_us: float | None = Field(
+        None, ge=0, le=1e6, description="Override one-way latency, µs (0 to 10⁶, one second)."
+    )
 
     @field_validator("name")
     @classmethod
@@ -308,10 +399,17 @@ class ClusterSpec(_M):
         "(Sarathi-Serve: prefill chunks share each step's token budget with decodes).",
     )
     chunk_token_budget: int = Field(
-        1024, ge=2, description="Colocated chunked: tokens per step (decodes + prefill chunks)."
+        1024,
+        ge=2,
+        le=MAX_TOKENS,
+        description="Colocated chunked: tokens per step (decodes + prefill chunks).",
     )
-    prefill_instances: int = Field(1, ge=1, description="Number of prefill instances (P).")
-    decode_instances: int = Field(1, ge=1, description="Number of decode instances (D).")
+    prefill_instances: int = Field(
+        1, ge=1, le=MAX_INSTANCES, description="Number of prefill instances (P; 1 to 1024)."
+    )
+    decode_instances: int = Field(
+        1, ge=1, le=MAX_INSTANCES, description="Number of decode instances (D; 1 to 1024)."
+    )
     prefill: InstanceGroup = Field(
         default_factory=InstanceGroup, description="Prefill instance hardware."
     )
@@ -322,13 +420,19 @@ class ClusterSpec(_M):
         default_factory=LinkConfig, description="KV link per prefill→decode path."
     )
     max_decode_batch: int = Field(
-        64, ge=1, description="Continuous-batching limit per decode instance."
+        64,
+        ge=1,
+        le=100_000,
+        description="Continuous-batching limit per decode instance (up to 10⁵).",
     )
     prefill_token_budget: int = Field(
-        8192, ge=1, description="Most new tokens one prefill step batches (whole prompts only)."
+        8192,
+        ge=1,
+        le=MAX_TOKENS,
+        description="Most new tokens one prefill step batches (whole prompts only).",
     )
     block_size: int = Field(
-        16, ge=1, description="KV block size in tokens (prefix-cache granularity)."
+        16, ge=1, le=1_000_000, description="KV block size in tokens (prefix-cache granularity)."
     )
     prefill_cache_fraction: float = Field(
         0.9, ge=0, le=1, description="Share of prefill HBM left after weights used as prefix cache."
@@ -340,18 +444,31 @@ class ClusterSpec(_M):
         "least_load", description="Decode routing: least_load, round_robin, prefix_affinity."
     )
 
+    @model_validator(mode="after")
+    def _paths_fit(self) -> ClusterSpec:
+        paths = self.prefill_instances * self.decode_instances * self.link.channels
+        if paths > MAX_LINK_CHANNELS:  # the engine keeps one clock per channel of each path
+            raise ValueError(
+                f"prefill_instances × decode_instances × link.channels is {paths:,}; at most "
+                f"{MAX_LINK_CHANNELS:,} link channels in all"
+            )
+        return self
+
 
 class MemorySpec(_M):
     budget_factor: float = Field(
         1.0,
         gt=0,
+        le=1000,
         description="Decode KV budget as a multiple of the reference demand (docs/model.md): "
-        "1.0 relaxed, ~0.35 at the admission cliff.",
+        "1.0 relaxed, ~0.35 at the admission cliff (at most 1000).",
     )
     kv_budget_gb: float | None = Field(
         None,
         gt=0,
-        description="Absolute decode KV budget per instance, GB; overrides budget_factor.",
+        le=1e6,
+        description="Absolute decode KV budget per instance, GB (at most 10⁶); overrides "
+        "budget_factor.",
     )
     hotset_share: float = Field(
         0.3,
@@ -364,16 +481,22 @@ class MemorySpec(_M):
         description="When admission finds no room after trimming replicas: reject or wait.",
     )
     wait_timeout_s: float = Field(
-        2.0, ge=0, description="on_full=wait: reject after waiting this long."
+        2.0,
+        ge=0,
+        le=1e6,
+        description="on_full=wait: reject after waiting this long (s, up to 10⁶).",
     )
 
 
 class SLOSpec(_M):
     ttft_ms: float = Field(
-        2000.0, gt=0, description="TTFT target, ms (arrival → first decode token)."
+        2000.0,
+        gt=0,
+        le=1e9,
+        description="TTFT target, ms (arrival → first decode token; at most 10⁹).",
     )
     tpot_ms: float = Field(
-        100.0, gt=0, description="TPOT target, ms per output token after the first."
+        100.0, gt=0, le=1e9, description="TPOT target, ms per output token after the first."
     )
 
 
@@ -386,7 +509,10 @@ class RunSpec(_M):
         "(trace; default all).",
     )
     warmup_requests: int = Field(
-        1_000, ge=0, description="Leading requests excluded from steady-state statistics."
+        1_000,
+        ge=0,
+        le=10_000_000,
+        description="Leading requests excluded from steady-state statistics.",
     )
 
 
@@ -433,8 +559,12 @@ def override_path(keys: list[str]) -> list[str]:
 
 
 class Scenario(_M):
-    name: str = Field("scenario", description="Short name used in tables and file names.")
-    description: str = Field("", description="What this scenario represents.")
+    name: str = Field(
+        "scenario",
+        max_length=200,
+        description="Short name used in tables (at most 200 characters).",
+    )
+    description: str = Field("", max_length=10_000, description="What this scenario represents.")
     model: str = Field(
         "qwen2-1.5b", description="Model name from the catalog, or a config.json path."
     )
@@ -450,6 +580,20 @@ class Scenario(_M):
     memory: MemorySpec = Field(default_factory=MemorySpec, description="Decode KV memory budget.")
     slo: SLOSpec = Field(default_factory=SLOSpec, description="Latency targets for goodput.")
     efficiency: Efficiency = Field(default_factory=Efficiency, description="Roofline calibration.")
+
+    @field_validator("efficiency", mode="before")
+    @classmethod
+    def _no_bool_knobs(cls, v):
+        if isinstance(v, dict):
+            for key, value in v.items():
+                field = Efficiency.model_fields.get(key)
+                if field is not None:
+                    try:
+                        refuse_bools(value, field.annotation)
+                    except ValueError as e:
+                        raise ValueError(f"efficiency.{key} {e}") from None
+        return v
+
     run: RunSpec = Field(default_factory=RunSpec, description="Run length and warm-up.")
     seed: int = Field(0, ge=0, description="Random seed; same seed, same results.")
 

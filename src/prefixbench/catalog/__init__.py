@@ -43,11 +43,18 @@ def _lookup(kind: str, name: str, registry: dict):
 
 def get_model(name: str) -> ModelSpec:
     """A catalog model by name, or a model read from a ``config.json`` path."""
-    if name.endswith(".json") or "/" in name or Path(name).is_file():
+    if name.endswith(".json") or "/" in name or _is_file(name):
         from .hfconfig import load_hf_config
 
         return load_hf_config(Path(name))
     return _lookup("model", name, MODELS)
+
+
+def _is_file(name: str) -> bool:
+    try:
+        return Path(name).is_file()
+    except (OSError, ValueError):  # a name too long for a path, or with a NUL byte
+        return False
 
 
 def get_accelerator(name: str) -> AcceleratorSpec:

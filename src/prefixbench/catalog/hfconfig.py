@@ -86,22 +86,20 @@ def _short(value: Any) -> str:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
+    import os
+
     where = str(path)
-    if not path.is_file():
+    if not os.path.lexists(path):  # a directory or FIFO is refused by read_capped below
         raise CatalogError(
-            "config file not found" if not path.exists() else "config is not a regular file",
+            "config file not found",
             where=where,
             fix="pass the path of a Hugging Face config.json on disk (nothing is downloaded)",
         )
+    from ..files import INT_DIGITS_HINT, read_capped
+
     try:
-        if path.stat().st_size > MAX_CONFIG_BYTES:
-            raise CatalogError(
-                f"config file is larger than {MAX_CONFIG_BYTES // 2**20} MiB",
-                where=where,
-                fix="pass the model's config.json (a few kB), not its weights",
-            )
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
+        text = read_capped(path, CatalogError, "config file").decode("utf-8")
+    except UnicodeDecodeError as err:
         raise CatalogError(
             f"cannot read config file ({err})", where=where, fix="check the path"
         ) from err
@@ -113,12 +111,12 @@ def _read_json(path: Path) -> dict[str, Any]:
             where=where,
             fix="fix the JSON syntax there (a config.json is one JSON object)",
         ) from err
-    except (ValueError, RecursionError) as err:  # an integer of thousands of digits; deep nesting
+    except (ValueError, RecursionError):  # the int-str limit, or nesting too deep
         raise CatalogError(
-            f"config holds a value Python cannot read ({str(err).split(';')[0][:80]})",
+            "a number is too large or the JSON nested too deeply to read",
             where=where,
-            fix="fix the value (no model size needs more than 10 digits)",
-        ) from err
+            fix=INT_DIGITS_HINT,
+        ) from None
     if not isinstance(raw, dict):
         raise CatalogError(
             "config must be a JSON object", where=where, fix="use the model's config.json as is"
@@ -150,6 +148,8 @@ def _model_type(cfg: dict[str, Any]) -> str:
 
 def _is_qwen2(cfg: dict[str, Any]) -> bool:
     archs = cfg.get("architectures") or []
+    if not isinstance(archs, list):  # a hand-edited file: one name, or not a name at all
+        archs = [archs]
     return _model_type(cfg).startswith("qwen2") or any(str(a).startswith("Qwen2") for a in archs)
 
 

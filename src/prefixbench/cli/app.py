@@ -171,8 +171,15 @@ def guarded(fn):
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        import warnings
+
         try:
-            return fn(*args, **kwargs)
+            with warnings.catch_warnings():
+                # numpy's "Mean of empty slice" / "invalid value" warnings would be raw extra
+                # stderr lines; the library reports what matters (NaN shows as n/a or –)
+                if not _state["debug"]:
+                    warnings.simplefilter("ignore", RuntimeWarning)
+                return fn(*args, **kwargs)
         except PrefixbenchError as e:
             if _state["debug"]:
                 raise

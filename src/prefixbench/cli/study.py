@@ -119,6 +119,17 @@ def sweep(
         # `sweep` (or a `--quick` after one) never meets "a different sweep grid"
         out_dir = Path("results-quick") if quick else Path("results")
     if study is not None and study.value == "disagg":
+        given = {
+            "GRID": grid, "--models": models, "--workloads": workloads, "--budgets": budgets,
+            "--policies": policies, "--seeds": seeds, "--set": overrides, "--trace": trace,
+        }  # fmt: skip
+        unused = [name for name, value in given.items() if value]
+        if unused:
+            raise PrefixbenchError(
+                f"runs its own fixed grid and does not use {', '.join(unused)}",
+                where="--study disagg",
+                fix="drop those options (only --out, --jobs and --quick apply), or run a grid without --study",
+            )
         _disagg_study(out_dir, jobs, quick, as_json)
         return
 

@@ -50,7 +50,8 @@ class LocalPoolBackend:
         ex = ProcessPoolExecutor(
             max_workers=self.jobs,
             mp_context=multiprocessing.get_context("spawn"),
-            initializer=_ignore_sigint,
+            initializer=_worker_init,
+            initargs=(os.getpid(),),
         )
         try:
             with (
@@ -68,8 +69,56 @@ class LocalPoolBackend:
         ex.shutdown(wait=True)
 
 
-def _ignore_sigint() -> None:
+def _worker_init(parent: int) -> None:
+    """Run in each worker as it starts: the parent alone handles Ctrl-C and SIGTERM, and the
+    worker dies with its parent (a SIGKILLed parent must not leave workers behind)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the parent ends us with SIGKILL
+    die_with_parent(parent)
+
+
+def die_with_parent(parent: int, poll_s: float = 0.5) -> None:
+    """Make this process exit when ``parent`` does.
+
+    On Linux the kernel does it (``prctl(PR_SET_PDEATHSIG, SIGKILL)``); everywhere a daemon
+    thread also watches the parent id (a process whose parent died is re-parented)."""
+    import sys
+
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # the parent died before the call above took effect
+        os._exit(1)
+
+    def watch() -> None:
+        import time
+
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="prefixbench-parent-watch", daemon=True).start()
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt():
+    """SIGTERM behaves like Ctrl-C in the main thread: KeyboardInterrupt, so the sweep keeps
+    every finished point, stops its workers and says how to resume."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(_sig, _frame):
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old if old is not None else signal.SIG_DFL)
 
 
 @contextlib.contextmanager
@@ -92,10 +141,18 @@ def _sigint_ignored():
 def _stop(ex: ProcessPoolExecutor) -> None:
     """Cancel queued points and end running workers now instead of letting them finish."""
     procs = list((getattr(ex, "_processes", None) or {}).values())
+    manager = getattr(ex, "_executor_manager_thread", None)  # shutdown() forgets it
     ex.shutdown(wait=False, cancel_futures=True)
     for proc in procs:
         if proc.is_alive():
-            proc.terminate()
+            proc.kill()  # workers ignore SIGTERM (it is the parent's to handle)
+    for proc in procs:
+        proc.join(timeout=5)
+    # Let the executor's manager thread finish closing its wake-up pipe now: otherwise the
+    # interpreter's exit hook can write to that pipe as it closes and print "Exception
+    # ignored ... Bad file descriptor" after our one-line message (Python 3.11's race).
+    if manager is not None and manager is not threading.current_thread():
+        manager.join(timeout=5)
 
 
 def make_backend(

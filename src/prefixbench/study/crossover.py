@@ -193,7 +193,27 @@ def simulated_systems(results: Path, agg: pl.DataFrame) -> pl.DataFrame | None:
 
 
 def verdicts(table: pl.DataFrame, accelerator: str, link: str) -> list[str]:
-    """One sentence per model for the given decode accelerator and link."""
+    """One sentence per model for the given decode accelerator and link (a name that is not
+    in the catalog, or not in the table, is an error, not a filter that matches nothing)."""
+    from ..errors import CatalogError
+
+    names = {}
+    for kind, value, option, getter in (
+        ("accelerator", accelerator, "--accelerator", catalog.get_accelerator),
+        ("link", link, "--link", catalog.get_link),
+    ):
+        try:
+            value = names[kind] = getter(value).name
+        except CatalogError as e:
+            raise CatalogError(e.what, where=option, fix=e.fix) from None
+        if value not in table[kind].unique().to_list():
+            raise CatalogError(
+                f"{kind} '{value}' is not in the crossover table",
+                where=option,
+                fix=f"add it with --{kind}s {value}, or pick one of "
+                + ", ".join(sorted(table[kind].unique().to_list())),
+            )
+    accelerator, link = names["accelerator"], names["link"]
     lines = []
     for model in table["model"].unique(maintain_order=True).sort():
         sub = table.filter(pl.col("model") == model)

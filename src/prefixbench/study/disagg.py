@@ -124,7 +124,14 @@ def run_study(
             if on_point:
                 on_point(c)
     else:
-        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as ex:
+        from .backends import die_with_parent
+
+        with ProcessPoolExecutor(
+            jobs,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=die_with_parent,  # a SIGKILLed parent must not leave workers behind
+            initargs=(os.getpid(),),
+        ) as ex:
             futs = [ex.submit(run_config, c, requests) for c in todo]
             for f in as_completed(futs):
                 rows.append(f.result())

@@ -21,7 +21,7 @@ from ..scenario import POLICIES
 class SweepSpec(BaseModel):
     """A sweep grid (YAML file or flags). The default is the seed study's 384 runs."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     models: list[str] = Field(
         ["qwen2-0.5b", "qwen2-1.5b"], min_length=1, description="Catalog models."
@@ -41,6 +41,29 @@ class SweepSpec(BaseModel):
     trace_format: Literal["mooncake", "azure", "burstgpt", "bailian", "auto"] = Field(
         "auto", description="Trace format."
     )
+
+    @field_validator("models", "workloads", "budgets", "policies", "seeds", mode="before")
+    @classmethod
+    def _no_bools(cls, v):
+        if isinstance(v, list) and any(isinstance(x, bool) for x in v):
+            raise ValueError("has true/false where a value is expected")
+        return v
+
+    @field_validator("models", "workloads", "budgets", "policies", "seeds")
+    @classmethod
+    def _no_repeats(cls, v: list) -> list:
+        # a repeated seed would count one run twice (a zero-width CI); 0.5 and 0.50 are one budget
+        seen: set = set()
+        twice = [x for x in v if x in seen or seen.add(x)]
+        if twice:
+            raise ValueError(f"{twice[0]!r} is given more than once; give each value once")
+        return v
+
+    @field_validator("set", mode="before")
+    @classmethod
+    def _one_override(cls, v):
+        # `set: a=1` in a sweep file is one override, not a list of its characters
+        return [v] if isinstance(v, str) else v
 
     @field_validator("policies")
     @classmethod
@@ -69,7 +92,23 @@ class SweepSpec(BaseModel):
         ]
 
     def fingerprint(self) -> dict:
-        return self.model_dump(mode="json")
+        return canonical(self.model_dump(mode="json"))
+
+
+_UNORDERED = ("models", "workloads", "budgets", "policies", "seeds")
+
+
+def canonical(fingerprint: dict) -> dict:
+    """A grid record with its value lists sorted: the same grid in another order is the
+    same grid (``set`` keeps its order: a later override wins)."""
+    out = dict(fingerprint)
+    for key in _UNORDERED:
+        if isinstance(out.get(key), list):
+            try:
+                out[key] = sorted(out[key])
+            except TypeError:  # a hand-edited record with mixed types: compare as is
+                pass
+    return out
 
 
 QUICK = {
@@ -111,6 +150,10 @@ class Point:
     def _key(self) -> tuple:
         base = (self.model, self.workload, self.budget_factor, self.seed, self.overrides)
         return base if self.trace is None else (*base, self.trace, self.trace_format)
+
+    def key_record(self) -> tuple:
+        """The point's parameters as JSON values (recorded inside its part files)."""
+        return tuple(json.loads(json.dumps(self._key(), default=str)))
 
     @property
     def point_id(self) -> str:

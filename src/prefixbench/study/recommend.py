@@ -135,6 +135,8 @@ def recommend(agg: pl.DataFrame, runs: pl.DataFrame, objective: str = "balanced"
         diffs = []
         for _, srows in sel.group_by("seed", maintain_order=True):
             d = [r for r in srows.to_dicts() if r["policy"] in by_policy]
+            if not d:  # no stable policy in this seed: it has no vote
+                continue
             per_seed.append(rank(d, objective)[0])
             if up is not None:
                 m = {r["policy"]: r["ttft_mean_ms"] for r in d}
@@ -224,7 +226,9 @@ def run_recommend(
 
     if objective not in OBJECTIVES:
         raise ValueError(objective)
-    name = get_model(model).name
+    spec = get_model(model)
+    # a config.json path stays a path: the sweep loads it, and results carry it as the model
+    name = spec.name if spec.name == model.strip().lower() else model
     wanted = workloads or ["enterprise_hotset", "long_context_support", "medium_chat", "tool_call"]
 
     def covered(agg: pl.DataFrame) -> bool:
@@ -237,9 +241,11 @@ def run_recommend(
     if not (folder / "agg.parquet").exists() or not covered(
         read_artifact(folder / "agg.parquet", "agg")
     ):
-        folder = Path(results or "results") / "recommend" / f"{name}-{budget:g}"
-        spec = build_spec({"models": [name], "budgets": [budget], "workloads": wanted})
-        run_sweep(spec, folder, jobs=jobs, on_start=on_start, on_point=on_point)
+        folder = Path(results or "results") / "recommend" / f"{spec.name}-{budget:g}"
+        grid = build_spec({"models": [name], "budgets": [budget], "workloads": wanted})
+        # this folder is recommend's own cache for (model, budget): other workloads asked
+        # for later are added to it, not refused as "a different grid"
+        run_sweep(grid, folder, jobs=jobs, force=True, on_start=on_start, on_point=on_point)
     agg = read_artifact(folder / "agg.parquet", "agg")
     runs = read_artifact(folder / "runs.parquet", "runs")
     rec = recommend(agg, runs, objective)

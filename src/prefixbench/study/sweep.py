@@ -19,11 +19,12 @@ from pathlib import Path
 
 import polars as pl
 
-from ..artifacts import SCHEMAS, read_artifact, register, write_atomic
+from ..artifacts import SCHEMAS, artifact_meta, read_artifact, register, write_atomic
 from ..errors import ArtifactError, PrefixbenchError
+from ..files import is_file
 from .aggregate import aggregate, prefix_table
-from .backends import Backend, LocalPoolBackend
-from .grid import Point, SweepSpec
+from .backends import Backend, LocalPoolBackend, sigterm_as_interrupt
+from .grid import Point, SweepSpec, canonical
 
 RUN_KEYS = ["model", "workload", "budget_factor", "seed", "policy"]
 register("runs", {"run_id": pl.Utf8, "point_id": pl.Utf8, **SCHEMAS["summary"]})
@@ -92,36 +93,70 @@ def _part_paths(out: Path, point: Point) -> tuple[Path, Path, Path]:
 
 
 def _finished(out: Path, point: Point, events: bool) -> bool:
-    """A point is done when its part files exist and read back valid (corrupt → redo)."""
+    """A point is done when its part files exist, read back valid and prove they hold this
+    point (corrupt, foreign or another point's part → redo)."""
     runs_p, pre_p, ev_p = _part_paths(out, point)
     try:
-        read_artifact(runs_p, "runs")
-        read_artifact(pre_p, "prefixes")
+        read_part(runs_p, "runs", point)
+        read_part(pre_p, "prefixes", point)
         if events:
-            read_artifact(ev_p, "requests")
+            read_part(ev_p, "requests", point)
     except ArtifactError:
         return False
     return True
 
 
+def _part_meta(point: Point) -> dict:
+    return {"point_id": point.point_id, "point_key": list(point.key_record())}
+
+
+def read_part(path: Path, kind: str, point: Point) -> pl.DataFrame:
+    """A part file, checked to hold ``point``: the key recorded inside it (not its name)
+    and, for runs and prefixes, the ids in its rows. A valid part copied over another
+    point's is refused, so it is redone instead of counted twice."""
+    df = read_artifact(path, kind)
+    meta = artifact_meta(path)
+    if meta.get("point_id") != point.point_id or meta.get("point_key") != list(point.key_record()):
+        raise ArtifactError(
+            "this part file holds another grid point than its name says",
+            where=str(path),
+            fix="delete it; the sweep redoes the point",
+        )
+    ids = {"runs": "point_id", "prefixes": "run_id"}.get(kind)
+    if ids is not None:
+        want = (
+            {point.point_id}
+            if kind == "runs"
+            else {point.run_id(p) for p in df["policy"].unique().to_list()}
+        )
+        if df.height == 0 or not set(df[ids].unique().to_list()) <= want:
+            raise ArtifactError(
+                "this part file's rows belong to another grid point",
+                where=str(path),
+                fix="delete it; the sweep redoes the point",
+            )
+    return df
+
+
 def _save(out: Path, r: PointResult) -> None:
     runs_p, pre_p, ev_p = _part_paths(out, r.point)
+    meta = _part_meta(r.point)
     if r.requests is not None:
-        write_atomic(r.requests, ev_p, "requests")
-    write_atomic(r.prefixes, pre_p, "prefixes")
-    write_atomic(r.runs, runs_p, "runs")  # last: its presence marks the point finished
+        write_atomic(r.requests, ev_p, "requests", meta)
+    write_atomic(r.prefixes, pre_p, "prefixes", meta)
+    write_atomic(r.runs, runs_p, "runs", meta)  # last: its presence marks the point finished
 
 
 def check_grid(out: Path, spec: SweepSpec, force: bool) -> None:
     """Refuse to mix a different grid into an existing results directory."""
     path = out / "sweep.json"
     want = spec.fingerprint()
-    if path.is_file() and not force:
+    if is_file(path) and not force:
         try:
             have = json.loads(path.read_text())
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             have = None
-        if have != want:
+        if not isinstance(have, dict) or canonical(have) != want:
             raise ArtifactError(
                 "this directory holds results of a different sweep grid",
                 where=str(out),
@@ -172,10 +207,11 @@ def run_sweep(
 
             warm_up()  # compile once here, not once per worker (docs/performance.md)
         task = functools.partial(run_point, policies=spec.policies, keep_requests=events)
-        for point, result in backend.map_unordered(task, todo):
-            _save(out, result)
-            if on_point:
-                on_point(point)
+        with sigterm_as_interrupt():
+            for point, result in backend.map_unordered(task, todo):
+                _save(out, result)
+                if on_point:
+                    on_point(point)
     return combine(out, points)
 
 
@@ -209,9 +245,9 @@ def combine(out: Path, points: list[Point]) -> dict[str, Path]:
     runs, prefixes = [], []
     for p in points:
         runs_p, pre_p, _ = _part_paths(out, p)
-        if runs_p.is_file():
-            runs.append(read_artifact(runs_p, "runs"))
-            prefixes.append(read_artifact(pre_p, "prefixes"))
+        if is_file(runs_p):
+            runs.append(read_part(runs_p, "runs", p))
+            prefixes.append(read_part(pre_p, "prefixes", p))
     if not runs:
         raise ArtifactError("no finished runs to combine", where=str(out), fix="run the sweep")
     runs_df = pl.concat(runs, how="vertical_relaxed").sort(RUN_KEYS)

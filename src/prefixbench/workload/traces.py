@@ -13,6 +13,7 @@ The replay controls (limit, window, rescale_rate, tile) are in workload/controls
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import math
@@ -77,6 +78,9 @@ def _polars_failures() -> tuple[type[BaseException], ...]:
 
 
 def _check_readable(path: str) -> None:
+    from ..files import check_regular
+
+    check_regular(path, TraceFormatError, "trace file")  # not a FIFO, device, directory
     try:
         with open(path, "rb") as fh:
             fh.read(1)
@@ -86,6 +90,38 @@ def _check_readable(path: str) -> None:
             f"cannot read trace file ({reason})",
             where=path,
             fix="check that the path exists and is a readable file",
+        ) from None
+
+
+@contextlib.contextmanager
+def _open_lines(path: str):
+    """The file's lines as bytes; a gzip file (whatever its name) is read decompressed, as
+    polars reads it, so an error names the line of the decompressed text."""
+    import gzip
+
+    with open(path, "rb") as fh:
+        gz = fh.read(2) == b"\x1f\x8b"
+        if not gz:
+            fh.seek(0)
+            yield fh
+            return
+    with gzip.open(path, "rb") as fh:
+        yield _gzip_lines(fh, path)
+
+
+def _gzip_lines(fh, path: str):
+    import zlib
+
+    n = 0
+    try:
+        for line in fh:
+            n += 1
+            yield line
+    except (OSError, EOFError, zlib.error) as exc:
+        raise TraceFormatError(
+            f"corrupt gzip data after line {n} ({exc})",
+            where=path,
+            fix="re-create the file, or decompress it and check it",
         ) from None
 
 
@@ -323,7 +359,7 @@ def _mooncake_slow(
 ) -> dict[str, np.ndarray] | None:
     ts, inp, out, counts, hashes = array("d"), array("q"), array("q"), array("q"), array("q")
     prev_ts, prev_line = -math.inf, 0
-    with open(path, "rb") as fh:
+    with _open_lines(path) as fh:
         for lineno, raw in enumerate(fh, start=1):
             if not raw.strip():
                 continue
@@ -465,7 +501,7 @@ def _azure_int(text: str, name: str) -> int:
             f"{name} must be an integer, got {_show(text)}",
             f"fix the value, {_SKIP_HINT}",
         )
-    value = int(text)
+    value = int(text) if len(text) <= 25 else _INT64_MAX + 1  # no int() of 5000 digits
     if not _INT64_MIN <= value <= _INT64_MAX:
         raise _Bad(
             "wrong_type",
@@ -533,7 +569,7 @@ def _azure_slow(path: str, skip_bad: bool, skips: Counter[str]) -> dict[str, np.
     prev_ns, prev_line = None, 0
     where: dict[str, int] = {}
     ncols = 0
-    with open(path, "rb") as fh:
+    with _open_lines(path) as fh:
         for lineno, raw in enumerate(fh, start=1):
             if lineno == 1:
                 try:
