@@ -90,15 +90,14 @@ def _metavar(param) -> str | None:
 def tidy_help(group) -> None:
     """Help lists choices in the help text, where words wrap whole, and shows a short
     placeholder (TEXT, N, PATH, nothing for a flag) instead of a Python type name."""
-    import click
-
+    # the command's own context class: recent Typer vendors click, so no ``import click``
     commands = [group]
     while commands:
         cmd = commands.pop()
         commands.extend(getattr(cmd, "commands", {}).values())
         params = list(cmd.params)
         if cmd.add_help_option:
-            params.append(cmd.get_help_option(click.Context(cmd, info_name=cmd.name)))
+            params.append(cmd.get_help_option(cmd.context_class(cmd, info_name=cmd.name)))
         for param in params:
             if param is None or getattr(param, "_tidied", False):
                 continue
