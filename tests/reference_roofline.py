@@ -126,7 +126,9 @@ class Roofline:
         self.w_all = (
             p["attention"] + p["norms"] + p["dense_mlp"] + p["routed"] + p["embed"] + p["lm_head"]
         ) * wb
-        self.w_dense = self.w_all - routed
+        # an untied input embedding is resident but a step reads only its tokens' rows
+        # (§2.7): it is not part of what a step reads; a tied one is the LM head, read whole
+        self.w_dense = self.w_all - routed - (0.0 if model.tied_embeddings else p["embed"] * wb)
         self.w_routed = routed
         self.route_frac = (
             model.experts_per_token / model.n_routed_experts if model.n_routed_experts else 0.0

@@ -114,8 +114,10 @@ def test_public_vllm_measurements_fit():
     # TTFT as prefill steps, TPOT as batch-1 decode iterations, Llama-2-7B and Qwen2.5-7B.
     res = calibrate([str(MEASURED / "blis_vllm_h100_tp1_profile.csv")], accelerator="h100-sxm")
     e = res["efficiency"]
-    # MBU is what batch-1 decode measures; the fit lands near BLIS's own 0.82 for H100 HBM3.
-    assert 0.75 < e["mbu"] <= 1.0
+    # MBU is what batch-1 decode measures. Three decode points at one batch size cannot
+    # separate MBU from the per-iteration overhead (docs/validation.md): the fit trades one
+    # for the other, so only a plausible range is pinned.
+    assert 0.55 < e["mbu"] <= 1.0
     assert 3.0 < e["prefill_overhead_ms"] < 12.0  # client-side TTFT: HTTP, tokenizer, scheduler
     assert res["mape_percent"]["decode"] < 10.0
     assert res["mape_percent"]["prefill"] < 10.0

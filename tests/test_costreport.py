@@ -130,8 +130,9 @@ def test_cli_uses_a_calibrated_efficiency_file(tmp_path):
                             "--context", "4096", "--tokens", "512", "--json"])  # fmt: skip
     assert r.exit_code == 0, r.output
     d = json.loads(r.output)["decode"][0]
-    # 16.06 GB of weights + 4096 · 131,072 B of KV at 0.9 × 3.35 TB/s, + 0.25 ms
-    expected = (2 * 8_030_261_248 + 4096 * 131072) / (0.9 * 3350e9) * 1e3 + 0.25
+    # 16.06 GB of weights less the untied input table (128,256 × 4,096, bf16), which a step
+    # does not read, + 4096 · 131,072 B of KV at 0.9 × 3.35 TB/s, + 0.25 ms
+    expected = (2 * (8_030_261_248 - 128256 * 4096) + 4096 * 131072) / (0.9 * 3350e9) * 1e3 + 0.25
     assert d["ms"] == pytest.approx(expected, rel=1e-9)
 
 

@@ -212,6 +212,15 @@ def weight_bytes(m: ModelSpec) -> float:
     return full * m.weight_bytes + (p["total"] - full) * m.quant_bytes
 
 
+def weights_read_dense(m: ModelSpec) -> float:
+    """Bytes a step reads of the resident weights, routed experts included in full: all of
+    them except an untied input-embedding table, of which a step reads only the rows of its
+    tokens (negligible; docs/model.md §2.7). A tied table is the LM head and is read whole."""
+    if m.tied_embeddings:
+        return weight_bytes(m)
+    return weight_bytes(m) - param_counts(m)["embedding"] * m.weight_bytes
+
+
 def expert_weight_bytes(m: ModelSpec) -> float:
     """Bytes of all routed experts (the part of the weights a step reads only partly)."""
     _sized(m)
@@ -287,7 +296,7 @@ class InstanceCost:
             lm_head_flops=lm_head_flops(m),
             attn_coef=attention_flops_coef(m),
             kv_bpt=float(kv_bytes_per_token(m)),
-            weights=weight_bytes(m) - expert_bytes,
+            weights=weights_read_dense(m) - expert_bytes,
             expert_weights=expert_bytes,
             expert_frac=(m.experts_per_token / m.n_routed_experts) if m.is_moe else 0.0,
             memory_bytes=dev.memory_gb * 1e9 * devices,
