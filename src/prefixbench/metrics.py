@@ -10,6 +10,7 @@ import numpy as np
 import polars as pl
 
 from .engine import REASON_NAMES, Outcome, SimResult
+from .itl import itl_summary
 from .runner import Prepared
 from .stability import assess, instance_busy
 
@@ -171,6 +172,7 @@ def summarize(prep: Prepared, policy: str, df: pl.DataFrame, res: SimResult) -> 
         "throughput_rps": completed / window if window else None,
         "throughput_tok_s": out_tokens / window if window else None,
         **lat,
+        **itl_summary(res.stats),
         **adm,
         "slo_attainment": slo_ok / n_steady if n_steady else 0.0,
         "goodput_rps": slo_ok / window if window else None,

@@ -189,7 +189,14 @@ FP_PC = 4  # prefill InstanceCost fields
 FP_DC = FP_PC + 12  # decode InstanceCost fields (colocated: the instance's cost)
 NFP = FP_DC + 12
 G_NOW, G_LINK, G_REP_AREA, G_USED_AREA, G_BATCH_AREA = range(NFP, NFP + 5)
-DF0 = NFP + 5
+# pooled inter-token gaps of measured requests (request index >= G_ITL_NW): exact sum,
+# count, min and max, and a histogram of ITL_NB log-spaced bins, ITL_BPD per decade from
+# 10**ITL_LOG10_LO s (bin i: [10**(lo + i/BPD), 10**(lo + (i+1)/BPD)); the end bins also
+# hold what falls outside)
+G_ITL_NW, G_ITL_SUM, G_ITL_CNT, G_ITL_MIN, G_ITL_MAX = range(NFP + 5, NFP + 10)
+ITL_LOG10_LO, ITL_BPD, ITL_NB = -7.0, 200, 2400
+G_ITL_H = NFP + 10
+DF0 = G_ITL_H + ITL_NB
 DF_TSEG, DF_STALL_END, DF_NEXT_T, DF_BUSY, DF_MEM_T = range(5)
 NDF = 5
 # per-request time rows: the 10 result columns, arrival, then (with gaps) gap and last token
@@ -245,6 +252,7 @@ def allocate(
     rows = T_LAST + 1 if ip[IP_GAPS] else T_ARR + 1
     F = np.zeros(f_t + rows * n)
     F[:NFP] = fp
+    F[G_ITL_MIN], F[G_ITL_MAX] = INF, -INF
     dF = F[DF0:f_pb].reshape(D, NDF)
     dF[:, DF_STALL_END] = -INF
     dF[:, DF_NEXT_T] = INF
