@@ -194,7 +194,7 @@ G_NOW, G_LINK, G_REP_AREA, G_USED_AREA, G_BATCH_AREA = range(NFP, NFP + 5)
 # 10**ITL_LOG10_LO s (bin i: [10**(lo + i/BPD), 10**(lo + (i+1)/BPD)); the end bins also
 # hold what falls outside)
 G_ITL_NW, G_ITL_SUM, G_ITL_CNT, G_ITL_MIN, G_ITL_MAX = range(NFP + 5, NFP + 10)
-ITL_LOG10_LO, ITL_BPD, ITL_NB = -7.0, 200, 2400
+ITL_LOG10_LO, ITL_BPD, ITL_NB = -7.0, 400, 4800
 G_ITL_H = NFP + 10
 DF0 = G_ITL_H + ITL_NB
 DF_TSEG, DF_STALL_END, DF_NEXT_T, DF_BUSY, DF_MEM_T = range(5)
