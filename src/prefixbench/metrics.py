@@ -13,6 +13,7 @@ from .engine import REASON_NAMES, Outcome, SimResult
 from .itl import itl_summary
 from .runner import Prepared
 from .stability import assess, instance_busy
+from .utilisation import instance_figures
 
 MS = 1e3
 
@@ -209,4 +210,5 @@ def summarize(prep: Prepared, policy: str, df: pl.DataFrame, res: SimResult) -> 
     if prep.scenario.cluster.mode == "colocated":  # one pool of P + D instances
         n_p = n_d = prep.scenario.cluster.prefill_instances + prep.scenario.cluster.decode_instances
     row.update(instance_busy(df, st, n_p, n_d))
+    row.update(instance_figures(s, st))
     return row

@@ -132,6 +132,19 @@ def _itl_stats(F: np.ndarray) -> dict:
     }
 
 
+def _work(IS: np.ndarray, F: np.ndarray, n_prefill: int, n_decode: int) -> dict:
+    """FLOPs and bytes read by each instance's steps started in the measured window (a
+    colocated instance's are all under decode_*)."""
+    pw = int(IS[L.H_FCH] + IS[L.IP_NP] * IS[L.IP_ND] * IS[L.IP_NC])
+    dw = [L.DF0 + d * L.NDF for d in range(n_decode)]
+    return {
+        "prefill_flops": [float(F[pw + 2 * p]) for p in range(n_prefill)],
+        "prefill_bytes": [float(F[pw + 2 * p + 1]) for p in range(n_prefill)],
+        "decode_flops": [float(F[f + L.DF_FLOPS]) for f in dw],
+        "decode_bytes": [float(F[f + L.DF_BYTES]) for f in dw],
+    }
+
+
 def _costs(*costs) -> list[float]:
     return [float(getattr(c, f)) for c in costs for f in L.COST_FIELDS]
 
@@ -207,6 +220,7 @@ def simulate(
         "link_util": float(F[L.G_LINK]) / window / (cfg.n_prefill * n_dec * cfg.link_channels),
         "prefill_busy_s": p_busy,
         "decode_busy_s": d_busy,
+        **_work(IS, F, cfg.n_prefill, n_dec),
         **_itl_stats(F),
     }
     del n
@@ -267,6 +281,7 @@ def simulate_colocated(req: Requests, cfg: ColocatedConfig, recorder=None) -> Si
         "mean_decode_batch": float(F[L.G_BATCH_AREA]) / window / k,
         "link_util": 0.0,
         "decode_busy_s": [float(F[L.DF0 + i * L.NDF + L.DF_BUSY]) for i in range(k)],
+        **_work(IS, F, 0, k),
         **_itl_stats(F),
     }
     return SimResult(cols, stats)

@@ -22,10 +22,16 @@ from .layout import (
     D_STALL,
     D_VER,
     DF0,
+    DF_FLOPS,
     DF_NEXT_T,
     DF_TSEG,
     DI0,
+    C_ATT,
+    C_KV,
+    C_LF,
+    C_LMH,
     EV_DECODE,
+    FP_DC,
     G_ITL_CNT,
     G_ITL_H,
     G_ITL_MAX,
@@ -46,7 +52,7 @@ from .layout import (
     T_LAST,
 )
 from .queues import push
-from .series import coeffs, iterations_within, series_time
+from .series import coeffs, iterations_within, series_time, weights_read
 
 
 @sig("void(int64[::1], float64[::1], float64[::1], int64[::1], int64, float64, int64)")
@@ -167,6 +173,26 @@ def itl_series(F, a1, s1, a2, s2, o, k, w):
             F[G_ITL_H + bb] += w * (c - done)
             done = c
     F[G_ITL_H + b1] += w * (n - done)
+
+
+@jit
+def add_work(F, f, flops, bytes_):
+    """FLOPs and bytes of a step (started in the measured window) at ``F[f]``, ``F[f+1]``."""
+    F[f] += flops
+    F[f + 1] += bytes_
+
+
+@jit
+def segment_work(F, d, nb, ctx, k):
+    """FLOPs and bytes of ``k`` closed-form iterations of decode instance ``d``'s batch of
+    ``nb`` sequences attending to ``ctx`` tokens at the first (iteration j attends to
+    ctx + nb·j): the per-iteration terms of series.coeffs, summed over j."""
+    c0 = FP_DC
+    kf = float(k)
+    toks = kf * ctx + nb * kf * (kf - 1.0) / 2.0  # context tokens attended, summed over j
+    flops = kf * nb * (F[c0 + C_LF] + F[c0 + C_LMH]) + F[c0 + C_ATT] * toks
+    bytes_ = kf * weights_read(F, c0, nb) + F[c0 + C_KV] * toks
+    add_work(F, DF0 + d * NDF + DF_FLOPS, flops, bytes_)
 
 
 @sig("void(int64[::1], float64[::1], int64, int64, boolean)")

@@ -198,7 +198,10 @@ ITL_LOG10_LO, ITL_BPD, ITL_NB = -7.0, 400, 4800
 G_ITL_H = NFP + 10
 DF0 = G_ITL_H + ITL_NB
 DF_TSEG, DF_STALL_END, DF_NEXT_T, DF_BUSY, DF_MEM_T = range(5)
-NDF = 5
+DF_FLOPS, DF_BYTES = 5, 6  # FLOPs and bytes of the steps started in the measured window
+NDF = 7
+# after the link channels' free times: FLOPs and bytes of each prefill instance's steps
+# started in the measured window, at F[IS[H_FCH] + P·D·C + 2·p] and the next one
 # per-request time rows: the 10 result columns, arrival, then (with gaps) gap and last token
 T_PS, T_PE, T_AD, T_XS, T_XE, T_RS, T_RE, T_DS, T_FT, T_DN, T_ARR, T_GAP, T_LAST = range(13)
 
@@ -248,7 +251,7 @@ def allocate(
 
     f_pb = DF0 + D * NDF
     f_ch = f_pb + P
-    f_t = f_ch + P * D * C
+    f_t = f_ch + P * D * C + 2 * P  # + FLOPs and bytes per prefill instance (prefill_work)
     rows = T_LAST + 1 if ip[IP_GAPS] else T_ARR + 1
     F = np.zeros(f_t + rows * n)
     F[:NFP] = fp
