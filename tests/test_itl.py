@@ -187,3 +187,59 @@ def test_no_gaps_tracked_means_null_itl():
         "itl_p90_ms": None,
         "itl_p99_ms": None,
     }
+
+
+def test_mfu_mbu_per_instance_by_hand():
+    """One request (prompt 1000, 6 tokens) on qwen2-1.5b, 1P1D L4: the prefill step runs
+    1000·(2·P − lm_head) + lm_head + attention over 1000·1001/2 pairs FLOPs and reads the
+    weights and 1000 tokens of KV; the decode runs 6 iterations attending to 1000..1005
+    tokens. MFU and MBU over the window [0, t_done], against the L4 datasheet (121 TFLOP/s
+    bf16 dense, 300 GB/s)."""
+    from prefixbench.utilisation import instance_figures
+
+    req = make_requests([0.0], [1000], [6], [[]])
+    prep = dataclasses.replace(
+        _prep("cluster.prefill.devices=1", "cluster.decode.devices=1"), requests=req
+    )
+    res = simulate_policy(prep, "transfer_per_request")
+    c, st = res.columns, res.stats
+    window = c["t_done"][0]
+    lm_head = 2 * 1536 * 151936  # tied embedding used as the LM head
+    per_token = 2 * 1_543_714_304  # 2 FLOPs per weight per token
+    attn = 2 * 28 * 12 * (128 + 128)  # per (query, key) pair
+    p_flops = 1000 * (per_token - lm_head) + lm_head + attn * 1000 * 1001 / 2
+    p_bytes = W + KV * 1000
+    ctx = sum(1000 + j for j in range(6))
+    d_flops = 6 * per_token + attn * ctx
+    d_bytes = 6 * W + KV * ctx
+    assert st["prefill_flops"] == [pytest.approx(p_flops, rel=1e-12)]
+    assert st["prefill_bytes"] == [pytest.approx(p_bytes, rel=1e-12)]
+    assert st["decode_flops"] == [pytest.approx(d_flops, rel=1e-12)]
+    assert st["decode_bytes"] == [pytest.approx(d_bytes, rel=1e-12)]
+    fig = instance_figures(prep.scenario, st)
+    assert fig["prefill_mfu_inst_max"] == pytest.approx(p_flops / window / 121e12, rel=1e-9)
+    assert fig["prefill_mbu_inst_min"] == pytest.approx(p_bytes / window / 300e9, rel=1e-9)
+    assert fig["decode_mfu_inst_min"] == pytest.approx(d_flops / window / 121e12, rel=1e-9)
+    assert fig["decode_mbu_inst_max"] == pytest.approx(d_bytes / window / 300e9, rel=1e-9)
+    # while it decodes, the instance reads at MBU·bandwidth less the 1 ms overhead per step
+    busy = c["t_done"][0] - c["t_decode_start"][0]
+    assert fig["decode_mbu_busy"] == pytest.approx(d_bytes / busy / 300e9, rel=1e-9)
+    assert 0.6 < fig["decode_mbu_busy"] < MBU
+
+
+def test_two_prefill_instances_show_their_split():
+    """2P1D: requests alternate prefill instances only when both are idle (least tokens,
+    ties to the lowest index): three requests far apart all go to instance 0, so instance
+    1 has no FLOPs at all and the min/max columns show the split."""
+    from prefixbench.utilisation import instance_figures
+
+    req = make_requests([0.0, 1.0, 2.0], [1000] * 3, [6] * 3, [[]] * 3)
+    prep = dataclasses.replace(
+        _prep("cluster.prefill_instances=2", "cluster.prefill.devices=1"), requests=req
+    )
+    res = simulate_policy(prep, "transfer_per_request")
+    st = res.stats
+    assert len(st["prefill_flops"]) == 2 and len(st["prefill_busy_s"]) == 2
+    assert st["prefill_flops"][1] == 0.0 < st["prefill_flops"][0]
+    fig = instance_figures(prep.scenario, st)
+    assert fig["prefill_mfu_inst_min"] == 0.0 < fig["prefill_mfu_inst_max"]
