@@ -14,12 +14,12 @@ from reference_sim import ColocatedReference, ReferenceSim, pooled_gaps, scenari
 
 from prefixbench import catalog
 from prefixbench.costmodel import Efficiency, InstanceCost
-from prefixbench.engine import ColocatedConfig
-from prefixbench.engine import simulate_colocated
+from prefixbench.engine import ColocatedConfig, simulate_colocated
 from prefixbench.itl import itl_mean_ms, itl_quantile_ms, itl_summary
 from prefixbench.loader import load_scenario
-POLICIES = ("transfer_per_request", "recompute_on_decode", "replicate_hotset", "replicate_all_lru")
 from prefixbench.runner import EngineConfig, prepare, simulate, simulate_policy
+
+POLICIES = ("transfer_per_request", "recompute_on_decode", "replicate_hotset", "replicate_all_lru")
 
 # qwen2-1.5b config.json: 1,543,714,304 parameters (tests/test_costmodel.py counts them),
 # bf16; KV 2 · 28 layers · 2 KV heads · 128 · 2 B = 28,672 B per token.
@@ -97,9 +97,15 @@ def _prep(*over: str):
     return prepare(
         load_scenario(
             "tool_call",
-            ["model=qwen2-1.5b", "cluster.prefill.accelerator=l4",
-             "cluster.decode.accelerator=l4", "run.requests=20", "run.warmup_requests=0",
-             *eff, *over],
+            [
+                "model=qwen2-1.5b",
+                "cluster.prefill.accelerator=l4",
+                "cluster.decode.accelerator=l4",
+                "run.requests=20",
+                "run.warmup_requests=0",
+                *eff,
+                *over,
+            ],
         )  # fmt: skip
     )
 
@@ -120,7 +126,9 @@ def test_recompute_stall_is_one_long_gap():
     st = res.stats
     assert st["itl_max_s"] == pytest.approx(c["max_token_gap"][0], rel=1e-12)
     assert st["itl_max_s"] > stall + 0.0158  # the stall and one ≈ 15.8 ms iteration
-    sim = ReferenceSim(req, dataclasses.replace(scenario_config(prep), policy="recompute_on_decode"))
+    sim = ReferenceSim(
+        req, dataclasses.replace(scenario_config(prep), policy="recompute_on_decode")
+    )
     sim.run()
     g0 = sim.reqs[0].gaps
     assert len(g0) == 39 and sum(g > 0.02 for g in g0) == 1

@@ -44,6 +44,7 @@ VLLM_NAMES = {
     "itl_p99_ms": "p99_itl_ms",
 }
 
+
 def strict(obj):
     """``obj`` with every NaN or ±inf replaced by None (JSON null), recursively; numpy
     scalars and paths become plain values."""

@@ -14,6 +14,10 @@ import math
 
 from .jit import jit, sig
 from .layout import (
+    C_ATT,
+    C_KV,
+    C_LF,
+    C_LMH,
     D_B,
     D_CTX,
     D_HSZ,
@@ -26,10 +30,6 @@ from .layout import (
     DF_NEXT_T,
     DF_TSEG,
     DI0,
-    C_ATT,
-    C_KV,
-    C_LF,
-    C_LMH,
     EV_DECODE,
     FP_DC,
     G_ITL_CNT,
