@@ -15,7 +15,7 @@ from reference_sim import ColocatedReference, ReferenceSim, pooled_gaps, scenari
 from prefixbench import catalog
 from prefixbench.costmodel import Efficiency, InstanceCost
 from prefixbench.engine import ColocatedConfig, simulate_colocated
-from prefixbench.itl import itl_mean_ms, itl_quantile_ms, itl_summary
+from prefixbench.itl import histogram, itl_mean_ms, itl_quantile_ms, itl_summary
 from prefixbench.loader import load_scenario
 from prefixbench.runner import EngineConfig, prepare, simulate, simulate_policy
 
@@ -57,7 +57,7 @@ def test_single_request_itl_is_its_iteration_times_by_hand():
     assert itl_mean_ms(st) == pytest.approx(sum(gaps) / 5 * 1e3, rel=1e-12)
     assert itl_quantile_ms(st, 0.5) == pytest.approx(gaps[2] * 1e3, rel=0.01)
     # the gaps differ by 28,672 B / 210 GB/s = 0.14 µs: all in the bin(s) that hold them
-    h = st["itl_hist"]
+    h = histogram(st)
     bins = {_bin(st, g) for g in gaps}
     assert h.sum() == 5 and sum(h[i] for i in bins) == 5
 
@@ -80,7 +80,7 @@ def test_batch_of_identical_requests_puts_weight_b_on_each_iteration_by_hand():
     assert st["itl_sum_s"] == pytest.approx(b * sum(gaps), rel=1e-12)
     assert st["itl_min_s"] == pytest.approx(gaps[0], rel=1e-12)
     assert st["itl_max_s"] == pytest.approx(gaps[-1], rel=1e-12)
-    h = st["itl_hist"]
+    h = histogram(st)
     filled = {int(i): float(h[i]) for i in np.nonzero(h)[0]}
     want: dict[int, float] = {}
     for g in gaps:

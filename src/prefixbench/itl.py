@@ -17,6 +17,13 @@ import numpy as np
 MS = 1e3
 
 
+def histogram(stats: dict) -> np.ndarray:
+    """The dense histogram (gap count per bin) from the engine's filled bins."""
+    h = np.zeros(int(stats["itl_nbins"]))
+    h[np.asarray(stats["itl_bins"], dtype=np.int64)] = stats["itl_weights"]
+    return h
+
+
 def has_itl(stats: dict) -> bool:
     """Whether the run recorded any inter-token gap (it tracks gaps and a measured request
     emitted two tokens or more)."""
@@ -30,7 +37,7 @@ def itl_quantile_ms(stats: dict, q: float) -> float | None:
     space."""
     if not has_itl(stats):
         return None
-    h = np.asarray(stats["itl_hist"], dtype=np.float64)
+    h = histogram(stats)
     cum = np.cumsum(h)
     target = q * cum[-1]
     i = int(np.searchsorted(cum, target, side="left"))
@@ -57,7 +64,7 @@ def itl_std_ms(stats: dict) -> float | None:
     log space); None without gaps."""
     if not has_itl(stats):
         return None
-    h = np.asarray(stats["itl_hist"], dtype=np.float64)
+    h = histogram(stats)
     lo, bpd = float(stats["itl_log10_lo"]), float(stats["itl_bins_per_decade"])
     centres = 10.0 ** (lo + (np.arange(h.shape[0]) + 0.5) / bpd)
     mean = float(stats["itl_sum_s"]) / float(stats["itl_count"])
@@ -80,7 +87,7 @@ def itl_cdf(stats: dict) -> tuple[np.ndarray, np.ndarray]:
     pooled gaps, for a figure; empty without gaps."""
     if not has_itl(stats):
         return np.zeros(0), np.zeros(0)
-    h = np.asarray(stats["itl_hist"], dtype=np.float64)
+    h = histogram(stats)
     lo, bpd = float(stats["itl_log10_lo"]), float(stats["itl_bins_per_decade"])
     idx = np.nonzero(h)[0]
     edges = 10.0 ** (lo + (idx + 1.0) / bpd) * MS

@@ -119,14 +119,19 @@ def _t_warm(req: Requests, warmup: int) -> float:
 
 def _itl_stats(F: np.ndarray) -> dict:
     """The pooled inter-token gaps of the measured requests (batch.itl_series): exact
-    count, sum, min and max, and the log-binned histogram with its bin edges."""
+    count, sum, min and max, and the log-binned histogram (its filled bins) with its bin
+    edges."""
     cnt = float(F[L.G_ITL_CNT])
+    h = F[L.G_ITL_H : L.G_ITL_H + L.ITL_NB]
+    filled = np.flatnonzero(h)
     return {
         "itl_count": cnt,
         "itl_sum_s": float(F[L.G_ITL_SUM]),
-        "itl_min_s": float(F[L.G_ITL_MIN]) if cnt else float("nan"),
-        "itl_max_s": float(F[L.G_ITL_MAX]) if cnt else float("nan"),
-        "itl_hist": F[L.G_ITL_H : L.G_ITL_H + L.ITL_NB].copy(),
+        "itl_min_s": float(F[L.G_ITL_MIN]) if cnt else None,
+        "itl_max_s": float(F[L.G_ITL_MAX]) if cnt else None,
+        "itl_bins": filled.tolist(),  # the filled bins (plain lists: stats compare with ==)
+        "itl_weights": h[filled].tolist(),
+        "itl_nbins": L.ITL_NB,
         "itl_log10_lo": L.ITL_LOG10_LO,
         "itl_bins_per_decade": float(L.ITL_BPD),
     }
