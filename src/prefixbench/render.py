@@ -37,7 +37,7 @@ RUN_GROUPS: list[tuple[str, list[tuple[str, str, str]]]] = [
         ],
     ),
     (
-        "throughput, SLOs, inter-token latency of all tokens pooled (ms)",
+        "throughput, SLOs, inter-token latency (ms)",
         [
             ("throughput_rps", "req/s", "{:.2f}"),
             ("throughput_tok_s", "out\ntok/s", "{:.0f}"),
