@@ -168,11 +168,13 @@ class Req:
     last_token: float = NAN
     max_token_gap: float = 0.0
     done: int = 0  # colocated: prompt tokens prefilled (or cached) so far
+    gaps: list[float] = field(default_factory=list)  # every inter-token gap, in order
 
     def emit(self, t: float) -> None:
         """One output token at ``t``."""
         if self.generated:
             self.max_token_gap = max(self.max_token_gap, t - self.last_token)
+            self.gaps.append(t - self.last_token)
         self.last_token = t
         self.generated += 1
 
@@ -724,6 +726,13 @@ class ReferenceSim:
 
     def columns(self) -> dict[str, np.ndarray]:
         return _columns(self.reqs)
+
+
+def pooled_gaps(sim, warmup: int = 0) -> np.ndarray:
+    """Every inter-token gap of the requests from index ``warmup`` on, pooled (vLLM bench
+    serve's ITL list), from a finished ReferenceSim or ColocatedReference."""
+    out = [g for r in sim.reqs if r.rid >= warmup for g in r.gaps]
+    return np.array(out, dtype=np.float64)
 
 
 def reference_simulate(req, cfg: RefConfig) -> dict[str, np.ndarray]:

@@ -126,9 +126,11 @@ def test_run_json_uses_vllm_bench_serve_names_and_percentiles(tmp_path):
     ):
         assert r[key] is not None, key
     assert "p99_ttft_ms" not in r  # only the percentiles asked for
-    # the engine does not record per-token gaps: ITL is null and a note says so
-    assert r["mean_itl_ms"] is None and r["p90_itl_ms"] is None
-    assert any(n.startswith("itl:") for n in res["notes"])
+    # ITL: the engine's pooled gaps, with the percentiles asked for (tests/test_itl.py)
+    assert r["mean_itl_ms"] == pytest.approx(r["prefixbench"]["itl_mean_ms"])
+    assert r["p90_itl_ms"] == pytest.approx(r["prefixbench"]["itl_p90_ms"])
+    assert r["median_itl_ms"] <= r["p90_itl_ms"] <= r["p99.9_itl_ms"]
+    assert "p99_itl_ms" not in r
     # the vLLM numbers are the summary's numbers under their vLLM names
     assert r["mean_ttft_ms"] == pytest.approx(r["prefixbench"]["ttft_mean_ms"])
     assert r["request_throughput"] == r["prefixbench"]["throughput_rps"]

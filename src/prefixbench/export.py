@@ -38,14 +38,11 @@ VLLM_NAMES = {
     "throughput_rps": "request_throughput",
     "throughput_tok_s": "output_throughput",
     "goodput_rps": "request_goodput",
+    "itl_mean_ms": "mean_itl_ms",
+    "itl_p50_ms": "median_itl_ms",
+    "itl_p90_ms": "p90_itl_ms",
+    "itl_p99_ms": "p99_itl_ms",
 }
-
-ITL_NOTE = (
-    "itl: the engine advances each decode batch in closed form between events and does "
-    "not record per-token inter-token latencies, so the itl metrics are null (the "
-    "prefixbench field itl_max_p50_ms/itl_max_p99_ms, the worst gap per request, is "
-    "filled when a run tracks gaps)"
-)
 
 
 def strict(obj):
@@ -115,9 +112,13 @@ def pkey(p: float) -> str:
     return f"p{int(p)}" if float(p).is_integer() else f"p{p}"
 
 
-def bench_metrics(requests, summary: dict, percentiles=DEFAULT_PERCENTILES) -> dict:
+def bench_metrics(
+    requests, summary: dict, percentiles=DEFAULT_PERCENTILES, stats: dict | None = None
+) -> dict:
     """One policy's result in vLLM bench serve form, from its per-request table (steady
-    state, completed requests, as the summary) and its summary row (throughputs)."""
+    state, completed requests, as the summary), its summary row (throughputs) and the
+    engine's stats (the pooled inter-token gaps of the measured requests, itl.py; null
+    when the run tracked no gaps)."""
     import polars as pl
 
     steady = requests.filter(~pl.col("warmup"))
@@ -144,8 +145,11 @@ def bench_metrics(requests, summary: dict, percentiles=DEFAULT_PERCENTILES) -> d
         ("itl", None),
         ("e2el", "e2e_ms"),
     ):
-        vals = done[col].drop_nulls().drop_nans() if col else None
-        have = vals is not None and len(vals) > 0
+        if col is None:
+            out.update(_itl_metrics(stats or {}, percentiles))
+            continue
+        vals = done[col].drop_nulls().drop_nans()
+        have = len(vals) > 0
         out[f"mean_{metric}_ms"] = float(vals.mean()) if have else None
         out[f"median_{metric}_ms"] = float(vals.quantile(0.5, "linear")) if have else None
         out[f"std_{metric}_ms"] = float(vals.std(ddof=0)) if have else None
@@ -156,21 +160,43 @@ def bench_metrics(requests, summary: dict, percentiles=DEFAULT_PERCENTILES) -> d
     return out
 
 
-def run_result(scenario: dict, requests, summary_rows: list[dict], percentiles, notes) -> dict:
+def _itl_metrics(stats: dict, percentiles) -> dict:
+    """vLLM's itl keys from the engine's pooled gap histogram (itl.py)."""
+    from .itl import itl_mean_ms, itl_quantile_ms, itl_std_ms
+
+    out = {
+        "mean_itl_ms": itl_mean_ms(stats),
+        "median_itl_ms": itl_quantile_ms(stats, 0.5),
+        "std_itl_ms": itl_std_ms(stats),
+    }
+    for p in percentiles:
+        out[f"{pkey(p)}_itl_ms"] = itl_quantile_ms(stats, p / 100)
+    return out
+
+
+def run_result(
+    scenario: dict, requests, summary_rows: list[dict], percentiles, notes, stats=None
+) -> dict:
     """`run --json`: the scenario (re-runnable with `prefixbench run FILE`), then per policy
-    the vLLM-named metrics and every prefixbench summary field."""
+    the vLLM-named metrics and every prefixbench summary field; ``stats`` (policy → the
+    engine's stats) gives the itl metrics."""
     import polars as pl
 
     results = []
     for row in summary_rows:
         reqs = requests.filter(pl.col("policy") == row["policy"])
+        st = (stats or {}).get(row["policy"])
         results.append(
-            {"policy": row["policy"], **bench_metrics(reqs, row, percentiles), "prefixbench": row}
+            {
+                "policy": row["policy"],
+                **bench_metrics(reqs, row, percentiles, st),
+                "prefixbench": row,
+            }
         )
     return {
         "scenario": scenario,
         "percentiles": list(percentiles),
-        "notes": [*notes, ITL_NOTE],
+        "notes": list(notes),
         "results": results,
     }
 

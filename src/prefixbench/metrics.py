@@ -10,8 +10,10 @@ import numpy as np
 import polars as pl
 
 from .engine import REASON_NAMES, Outcome, SimResult
+from .itl import itl_summary
 from .runner import Prepared
 from .stability import assess, instance_busy
+from .utilisation import instance_figures
 
 MS = 1e3
 
@@ -171,6 +173,7 @@ def summarize(prep: Prepared, policy: str, df: pl.DataFrame, res: SimResult) -> 
         "throughput_rps": completed / window if window else None,
         "throughput_tok_s": out_tokens / window if window else None,
         **lat,
+        **itl_summary(res.stats),
         **adm,
         "slo_attainment": slo_ok / n_steady if n_steady else 0.0,
         "goodput_rps": slo_ok / window if window else None,
@@ -207,4 +210,5 @@ def summarize(prep: Prepared, policy: str, df: pl.DataFrame, res: SimResult) -> 
     if prep.scenario.cluster.mode == "colocated":  # one pool of P + D instances
         n_p = n_d = prep.scenario.cluster.prefill_instances + prep.scenario.cluster.decode_instances
     row.update(instance_busy(df, st, n_p, n_d))
+    row.update(instance_figures(s, st))
     return row

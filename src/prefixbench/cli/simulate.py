@@ -106,7 +106,9 @@ def run(
     bar = _Progress("simulating", "policies")
     with bar:
         bar.start(len(policies))
-        tables = run_scenario(s, policies, timeline=timeline, on_policy=bar.point)
+        tables = run_scenario(
+            s, policies, track_gaps=True, timeline=timeline, on_policy=bar.point
+        )
     paths = write_run(tables, out_dir)
     if requests_out is not None:
         paths.append(write_requests(tables.requests, requests_out))
@@ -128,8 +130,9 @@ def run(
     _warn_unstable(rows)
     if as_json:
         result = run_result(
-            s.model_dump(mode="json"), tables.requests, rows, pcts, tables.prepared.notes
-        )
+            s.model_dump(mode="json"), tables.requests, rows, pcts, tables.prepared.notes,
+            tables.stats,
+        )  # fmt: skip
         echo_json(result)
         err.print(f"wrote {', '.join(str(p) for p in paths)}", markup=False, highlight=False)
         return

@@ -117,6 +117,39 @@ def _t_warm(req: Requests, warmup: int) -> float:
     return float(req.arrival[min(warmup, n - 1)]) if n else 0.0
 
 
+def _itl_stats(F: np.ndarray) -> dict:
+    """The pooled inter-token gaps of the measured requests (batch.itl_series): exact
+    count, sum, min and max, and the log-binned histogram (its filled bins) with its bin
+    edges."""
+    cnt = float(F[L.G_ITL_CNT])
+    h = F[L.G_ITL_H : L.G_ITL_H + L.ITL_NB]
+    filled = np.flatnonzero(h)
+    return {
+        "itl_count": cnt,
+        "itl_sum_s": float(F[L.G_ITL_SUM]),
+        "itl_min_s": float(F[L.G_ITL_MIN]) if cnt else None,
+        "itl_max_s": float(F[L.G_ITL_MAX]) if cnt else None,
+        "itl_bins": filled.tolist(),  # the filled bins (plain lists: stats compare with ==)
+        "itl_weights": h[filled].tolist(),
+        "itl_nbins": L.ITL_NB,
+        "itl_log10_lo": L.ITL_LOG10_LO,
+        "itl_bins_per_decade": float(L.ITL_BPD),
+    }
+
+
+def _work(IS: np.ndarray, F: np.ndarray, n_prefill: int, n_decode: int) -> dict:
+    """FLOPs and bytes read by each instance's steps started in the measured window (a
+    colocated instance's are all under decode_*)."""
+    pw = int(IS[L.H_FCH] + IS[L.IP_NP] * IS[L.IP_ND] * IS[L.IP_NC])
+    dw = [L.DF0 + d * L.NDF for d in range(n_decode)]
+    return {
+        "prefill_flops": [float(F[pw + 2 * p]) for p in range(n_prefill)],
+        "prefill_bytes": [float(F[pw + 2 * p + 1]) for p in range(n_prefill)],
+        "decode_flops": [float(F[f + L.DF_FLOPS]) for f in dw],
+        "decode_bytes": [float(F[f + L.DF_BYTES]) for f in dw],
+    }
+
+
 def _costs(*costs) -> list[float]:
     return [float(getattr(c, f)) for c in costs for f in L.COST_FIELDS]
 
@@ -159,6 +192,7 @@ def simulate(
     hot_t = np.array([t for _, t in cfg.hot_blocks], dtype=np.int64)
     r = _Run(req, ip, fp, hot_h)
     IS, F = r.IS, r.F
+    F[L.G_ITL_NW] = cfg.warmup_requests
     if cfg.policy == "replicate_hotset" and hot_h.shape[0] > 0:
         prewarm(IS, r.B32, r.B8, _c64(r.hot_ids), hot_t)
         IS[L.GI_PEAK_REP] = IS[L.GI_PEAK_USED] = IS[L.DI0 + L.D_USED]
@@ -189,6 +223,10 @@ def simulate(
         "decode_util": sum(d_busy) / window / n_dec,
         "mean_decode_batch": float(F[L.G_BATCH_AREA]) / window / n_dec,
         "link_util": float(F[L.G_LINK]) / window / (cfg.n_prefill * n_dec * cfg.link_channels),
+        "prefill_busy_s": p_busy,
+        "decode_busy_s": d_busy,
+        **_work(IS, F, cfg.n_prefill, n_dec),
+        **_itl_stats(F),
     }
     del n
     return SimResult(r.columns(bool(cfg.track_gaps)), stats, r if keep_state else None)
@@ -223,6 +261,7 @@ def simulate_colocated(req: Requests, cfg: ColocatedConfig, recorder=None) -> Si
     fp = np.array([1.0, 0.0, cfg.wait_timeout_s, t_warm] + _costs(cfg.cost, cfg.cost))
     r = _Run(req, ip, fp, np.zeros(0, dtype=np.int64))
     IS, F = r.IS, r.F
+    F[L.G_ITL_NW] = cfg.warmup_requests
     args = lambda: (IS, F, r.R, r.B32, r.EHT, r.EHI, r.TLF, r.TLI, r.bid, r.bt)  # noqa: E731
     while (status := _run_colocated(*args())) != DONE:
         r.grow(status)
@@ -246,6 +285,9 @@ def simulate_colocated(req: Requests, cfg: ColocatedConfig, recorder=None) -> Si
         "decode_util": busy / window / k,
         "mean_decode_batch": float(F[L.G_BATCH_AREA]) / window / k,
         "link_util": 0.0,
+        "decode_busy_s": [float(F[L.DF0 + i * L.NDF + L.DF_BUSY]) for i in range(k)],
+        **_work(IS, F, 0, k),
+        **_itl_stats(F),
     }
     return SimResult(cols, stats)
 

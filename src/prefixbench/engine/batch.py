@@ -10,8 +10,14 @@ earlier or a later boundary than the one it sees.
 
 from __future__ import annotations
 
+import math
+
 from .jit import jit, sig
 from .layout import (
+    C_ATT,
+    C_KV,
+    C_LF,
+    C_LMH,
     D_B,
     D_CTX,
     D_HSZ,
@@ -20,14 +26,25 @@ from .layout import (
     D_STALL,
     D_VER,
     DF0,
+    DF_FLOPS,
     DF_NEXT_T,
     DF_TSEG,
     DI0,
     EV_DECODE,
+    FP_DC,
+    G_ITL_CNT,
+    G_ITL_H,
+    G_ITL_MAX,
+    G_ITL_MIN,
+    G_ITL_NW,
+    G_ITL_SUM,
     H_CAPB,
     H_DH,
     H_FT,
     IP_N,
+    ITL_BPD,
+    ITL_LOG10_LO,
+    ITL_NB,
     NDF,
     NDI,
     T_FT,
@@ -35,7 +52,7 @@ from .layout import (
     T_LAST,
 )
 from .queues import push
-from .series import coeffs, iterations_within, series_time
+from .series import coeffs, iterations_within, series_time, weights_read
 
 
 @sig("void(int64[::1], float64[::1], float64[::1], int64[::1], int64, float64, int64)")
@@ -89,6 +106,95 @@ def run_to_next_finish(IS, F, EHT, EHI, d, t):
     schedule(IS, F, EHT, EHI, d, t + series_time(a1, s1, a2, s2, o, k_next), k_next)
 
 
+@jit
+def itl_bin(g):
+    """The histogram bin of a gap of ``g`` seconds (the end bins hold what lies outside)."""
+    if g <= 0.0:
+        return 0
+    x = (math.log10(g) - ITL_LOG10_LO) * ITL_BPD
+    if x < 0.0:
+        return 0
+    if x >= ITL_NB - 1:
+        return ITL_NB - 1
+    return int(x)
+
+
+@jit
+def itl_add(F, g, w):
+    """``w`` token gaps of ``g`` seconds each into the pooled ITL accumulators."""
+    if w <= 0:
+        return
+    F[G_ITL_SUM] += g * w
+    F[G_ITL_CNT] += w
+    if g < F[G_ITL_MIN]:
+        F[G_ITL_MIN] = g
+    if g > F[G_ITL_MAX]:
+        F[G_ITL_MAX] = g
+    F[G_ITL_H + itl_bin(g)] += w
+
+
+@jit
+def _below(a, s, o, e, j0, j1):
+    """How many integer j in [j0, j1) have a + s·j + o < e (s >= 0)."""
+    n = j1 - j0
+    if s <= 0.0:
+        return n if a + o < e else 0
+    c = math.ceil((e - o - a) / s) - j0
+    if c < 0:
+        return 0
+    return n if c > n else int(c)
+
+
+@jit
+def itl_series(F, a1, s1, a2, s2, o, k, w):
+    """Iterations 1..k-1 of a segment: each gives ``w`` sequences one gap equal to its
+    duration max(a1 + s1·j, a2 + s2·j) + o, non-decreasing in j (both slopes >= 0), so the
+    count below each bin edge is solved for j: closed form, a few bins per segment."""
+    if k <= 1 or w <= 0:
+        return
+    n = k - 1
+    F[G_ITL_SUM] += w * (series_time(a1, s1, a2, s2, o, k) - series_time(a1, s1, a2, s2, o, 1))
+    F[G_ITL_CNT] += w * n
+    lo = max(a1 + s1, a2 + s2) + o
+    hi = max(a1 + s1 * n, a2 + s2 * n) + o
+    if lo < F[G_ITL_MIN]:
+        F[G_ITL_MIN] = lo
+    if hi > F[G_ITL_MAX]:
+        F[G_ITL_MAX] = hi
+    b0, b1 = itl_bin(lo), itl_bin(hi)
+    done = 0
+    for bb in range(b0, b1):
+        e = 10.0 ** (ITL_LOG10_LO + (bb + 1.0) / ITL_BPD)
+        c = _below(a1, s1, o, e, 1, k)
+        c2 = _below(a2, s2, o, e, 1, k)
+        if c2 < c:
+            c = c2
+        if c > done:
+            F[G_ITL_H + bb] += w * (c - done)
+            done = c
+    F[G_ITL_H + b1] += w * (n - done)
+
+
+@jit
+def add_work(F, f, flops, bytes_):
+    """FLOPs and bytes of a step (started in the measured window) at ``F[f]``, ``F[f+1]``."""
+    F[f] += flops
+    F[f + 1] += bytes_
+
+
+@jit
+def segment_work(F, d, nb, ctx, k):
+    """FLOPs and bytes of ``k`` closed-form iterations of decode instance ``d``'s batch of
+    ``nb`` sequences attending to ``ctx`` tokens at the first (iteration j attends to
+    ctx + nb·j): the per-iteration terms of series.coeffs, summed over j."""
+    c0 = FP_DC
+    kf = float(k)
+    toks = kf * ctx + nb * kf * (kf - 1.0) / 2.0  # context tokens attended, summed over j
+    flops = kf * nb * (F[c0 + C_LF] + F[c0 + C_LMH]) + F[c0 + C_ATT] * toks
+    bytes_ = kf * weights_read(F, c0, nb) + F[c0 + C_KV] * toks
+    add_work(F, DF0 + d * NDF + DF_FLOPS, flops, bytes_)
+
+
 @sig("void(int64[::1], float64[::1], int64, int64, boolean)")
 def record_gaps(IS, F, d, k, first_token_in_batch):
     """Largest token gap per sequence over ``k`` closed-form iterations from ``t_seg``: the
@@ -113,15 +219,22 @@ def record_gaps(IS, F, d, k, first_token_in_batch):
     t1 = tseg + series_time(a1, s1, a2, s2, o, 1)
     tk = tseg + series_time(a1, s1, a2, s2, o, k)
     rb = IS[H_DH] + 2 * IS[H_CAPB] * d + IS[H_CAPB]
+    nw = F[G_ITL_NW]
+    steady = 0
     for i in range(IS[b + D_HSZ]):
         rid = IS[rb + i]
         g = t1 - F[ft + T_LAST * n + rid]
         if first_token_in_batch and F[ft + T_FT * n + rid] == t1:
             g = 0.0
+        if rid >= nw:
+            steady += 1
+            if g > 0.0:
+                itl_add(F, g, 1)
         m = g if g > worst else worst
         if m > F[ft + T_GAP * n + rid]:
             F[ft + T_GAP * n + rid] = m
         F[ft + T_LAST * n + rid] = tk
+    itl_series(F, a1, s1, a2, s2, o, k, steady)
 
 
 @sig("void(int64[::1], float64[::1], int64, float64, boolean)")
@@ -138,3 +251,5 @@ def stall_gaps(IS, F, d, end, emits):
             F[ft + T_GAP * n + rid] = g
         if emits:
             F[ft + T_LAST * n + rid] = end
+            if rid >= F[G_ITL_NW]:
+                itl_add(F, g, 1)

@@ -22,7 +22,15 @@ from __future__ import annotations
 import math
 
 from . import layout as L
-from .batch import interrupt, record_gaps, run_to_next_finish, schedule, stall_gaps
+from .batch import (
+    add_work,
+    interrupt,
+    record_gaps,
+    run_to_next_finish,
+    schedule,
+    segment_work,
+    stall_gaps,
+)
 from .blocks import pc_insert, pc_match
 from .disagg import least_loaded, mem_changed
 from .jit import jit, sig
@@ -230,6 +238,8 @@ def prefill_step(IS, F, R, B32, TLF, TLI, bid, bt, i, t):
         F[c0 + L.C_BR],
         F[c0 + L.C_POV],
     )
+    if t >= F[L.FP_TWARM]:
+        add_work(F, L.DF0 + i * L.NDF + L.DF_FLOPS, flops, weights_read(F, c0, new_sum) + kv_io)
     end = t + dur
     stall_gaps(IS, F, i, end, False)  # running sequences stall for the whole prefill step
     complete_prompts(IS, F, R, B32, TLF, TLI, bid, bt, i, t, end, first, False)
@@ -308,6 +318,9 @@ def chunked_step(IS, F, R, B32, TLF, TLI, bid, bt, i, t):
         F[c0 + L.C_BR],
         F[c0 + L.C_DOV],
     )
+    if t >= F[L.FP_TWARM]:
+        pw = L.DF0 + i * L.NDF + L.DF_FLOPS
+        add_work(F, pw, flops, weights_read(F, c0, nb + chunk_sum) + kv_io)
     end = t + dur
     stall_gaps(IS, F, i, end, True)  # running sequences emit one token in this step
     IS[b + L.D_IT] += 1  # the step is one decode iteration for the running batch
@@ -335,6 +348,8 @@ def boundary(IS, F, R, B32, EHT, EHI, TLF, TLI, bid, bt, i, version, t):
     if (nb > 0 or IS[b + L.D_STALL]) and F[f + L.DF_TSEG] >= F[L.FP_TWARM]:
         F[f + L.DF_BUSY] += t - F[f + L.DF_TSEG]
         F[L.G_BATCH_AREA] += nb * (t - F[f + L.DF_TSEG])
+        if k > 0:
+            segment_work(F, i, nb, IS[b + L.D_CTX], k)
     if k > 0:
         record_gaps(IS, F, i, k, False)
         if IS[L.IP_REC]:

@@ -22,7 +22,7 @@ import math
 import numpy as np
 
 from . import layout as L
-from .batch import interrupt, record_gaps, run_to_next_finish, schedule
+from .batch import add_work, interrupt, record_gaps, run_to_next_finish, schedule, segment_work
 from .blocks import (
     pc_insert,
     pc_match,
@@ -158,6 +158,8 @@ def start_prefill(IS, F, R, B32, EHT, EHI, TLF, TLI, bid, bt, p, t):
     )
     if t >= F[L.FP_TWARM]:
         F[IS[L.H_FPB] + p] += dur
+        pw = IS[L.H_FCH] + IS[L.IP_NP] * IS[L.IP_ND] * IS[L.IP_NC] + 2 * p
+        add_work(F, pw, flops, weights_read(F, c0, new_sum) + kv_io)
     IS[pb + L.P_BH] = first
     push(EHT, EHI, IS, t + dur, L.EV_PREFILL, p, 0)
     if IS[L.IP_REC]:
@@ -431,6 +433,8 @@ def run_recompute(IS, F, R, EHT, EHI, TLF, TLI, d, t):
         flops = m * lf + att * m * (m + 1) / 2.0
         bytes_ = weights_read(F, c0, m) + kv * m
         F[ft + L.T_RS * n + rid] = end
+        if t >= F[L.FP_TWARM]:  # the stall is busy time when it starts in the window
+            add_work(F, f + L.DF_FLOPS, flops, bytes_)
         end += roofline(flops, bytes_, F[c0 + L.C_FRP], F[c0 + L.C_BR], F[c0 + L.C_POV])
         F[ft + L.T_RE * n + rid] = end
         R[rid * L.NR + L.R_FLAGS] &= ~L.F_RC
@@ -481,6 +485,8 @@ def advance(IS, F, TLF, TLI, d, t, first_token_in_batch):
     if (nb > 0 or IS[b + L.D_STALL]) and F[f + L.DF_TSEG] >= F[L.FP_TWARM]:
         F[f + L.DF_BUSY] += t - F[f + L.DF_TSEG]
         F[L.G_BATCH_AREA] += nb * (t - F[f + L.DF_TSEG])
+        if k > 0:
+            segment_work(F, d, nb, IS[b + L.D_CTX], k)
     if k > 0 and IS[L.IP_GAPS]:
         record_gaps(IS, F, d, k, first_token_in_batch)
     if k > 0 and IS[L.IP_REC]:

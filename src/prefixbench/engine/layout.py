@@ -189,9 +189,19 @@ FP_PC = 4  # prefill InstanceCost fields
 FP_DC = FP_PC + 12  # decode InstanceCost fields (colocated: the instance's cost)
 NFP = FP_DC + 12
 G_NOW, G_LINK, G_REP_AREA, G_USED_AREA, G_BATCH_AREA = range(NFP, NFP + 5)
-DF0 = NFP + 5
+# pooled inter-token gaps of measured requests (request index >= G_ITL_NW): exact sum,
+# count, min and max, and a histogram of ITL_NB log-spaced bins, ITL_BPD per decade from
+# 10**ITL_LOG10_LO s (bin i: [10**(lo + i/BPD), 10**(lo + (i+1)/BPD)); the end bins also
+# hold what falls outside)
+G_ITL_NW, G_ITL_SUM, G_ITL_CNT, G_ITL_MIN, G_ITL_MAX = range(NFP + 5, NFP + 10)
+ITL_LOG10_LO, ITL_BPD, ITL_NB = -7.0, 400, 4800
+G_ITL_H = NFP + 10
+DF0 = G_ITL_H + ITL_NB
 DF_TSEG, DF_STALL_END, DF_NEXT_T, DF_BUSY, DF_MEM_T = range(5)
-NDF = 5
+DF_FLOPS, DF_BYTES = 5, 6  # FLOPs and bytes of the steps started in the measured window
+NDF = 7
+# after the link channels' free times: FLOPs and bytes of each prefill instance's steps
+# started in the measured window, at F[IS[H_FCH] + P·D·C + 2·p] and the next one
 # per-request time rows: the 10 result columns, arrival, then (with gaps) gap and last token
 T_PS, T_PE, T_AD, T_XS, T_XE, T_RS, T_RE, T_DS, T_FT, T_DN, T_ARR, T_GAP, T_LAST = range(13)
 
@@ -241,10 +251,11 @@ def allocate(
 
     f_pb = DF0 + D * NDF
     f_ch = f_pb + P
-    f_t = f_ch + P * D * C
+    f_t = f_ch + P * D * C + 2 * P  # + FLOPs and bytes per prefill instance (prefill_work)
     rows = T_LAST + 1 if ip[IP_GAPS] else T_ARR + 1
     F = np.zeros(f_t + rows * n)
     F[:NFP] = fp
+    F[G_ITL_MIN], F[G_ITL_MAX] = INF, -INF
     dF = F[DF0:f_pb].reshape(D, NDF)
     dF[:, DF_STALL_END] = -INF
     dF[:, DF_NEXT_T] = INF

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import polars as pl
@@ -18,6 +18,7 @@ class RunTables:
     prepared: Prepared
     requests: pl.DataFrame
     summary: pl.DataFrame
+    stats: dict = field(default_factory=dict)  # policy → the engine's SimResult.stats
 
 
 def scenario_keys(s: Scenario) -> dict:
@@ -48,6 +49,7 @@ def run_scenario(
     frames, rows = [], []
     keys = scenario_keys(s)
     recorders = []
+    stats = {}
     for policy in policies:
         rec = None
         if timeline is not None:
@@ -58,6 +60,7 @@ def run_scenario(
         res = simulate_policy(prep, policy, track_gaps=track_gaps, recorder=rec)
         df = requests_frame(prep, policy, res)
         rows.append({**keys, **summarize(prep, policy, df, res)})
+        stats[policy] = res.stats
         if keep_requests:
             frames.append(df)
         if on_policy:
@@ -65,7 +68,7 @@ def run_scenario(
     if timeline is not None:
         _write_timeline(recorders, Path(timeline))
     requests = pl.concat(frames) if frames else pl.DataFrame()
-    return RunTables(prep, requests, pl.DataFrame(rows))
+    return RunTables(prep, requests, pl.DataFrame(rows), stats)
 
 
 def _write_timeline(recorders: list, path: Path) -> Path:
