@@ -27,7 +27,7 @@ from .blocks import pc_insert, pc_match
 from .disagg import least_loaded, mem_changed
 from .jit import jit, sig
 from .queues import batch_pop, batch_push, push, wq_append, wq_remove
-from .series import roofline, weights_read
+from .series import comm, roofline, weights_read
 from .timeline import record
 
 # R fields in colocated mode: R_PRIV = KV reserved, R_NHIT = prompt tokens prefilled so far,
@@ -229,7 +229,7 @@ def prefill_step(IS, F, R, B32, TLF, TLI, bid, bt, i, t):
         F[c0 + L.C_FRP],
         F[c0 + L.C_BR],
         F[c0 + L.C_POV],
-    )
+    ) + comm(F, c0, float(new_sum))
     end = t + dur
     stall_gaps(IS, F, i, end, False)  # running sequences stall for the whole prefill step
     complete_prompts(IS, F, R, B32, TLF, TLI, bid, bt, i, t, end, first, False)
@@ -307,7 +307,7 @@ def chunked_step(IS, F, R, B32, TLF, TLI, bid, bt, i, t):
         F[c0 + L.C_FRD],
         F[c0 + L.C_BR],
         F[c0 + L.C_DOV],
-    )
+    ) + comm(F, c0, float(nb + chunk_sum))
     end = t + dur
     stall_gaps(IS, F, i, end, True)  # running sequences emit one token in this step
     IS[b + L.D_IT] += 1  # the step is one decode iteration for the running batch
