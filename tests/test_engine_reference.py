@@ -642,8 +642,10 @@ def test_costmodel_functions_match_reference_roofline(model_name, eff):
     roofline: prefill with and without a cached prefix (up to the 32k-token regime where
     attention dominates), recompute, decode from batch 1 to past the ridge, transfer, and
     the closed-form sum of a fixed batch's iterations and its inverse."""
+    from prefixbench.catalog.fabrics import get_fabric
     from prefixbench.catalog.specs import LinkSpec
     from prefixbench.costmodel import (
+        Parallelism,
         decode_iteration_time,
         decode_series_coeffs,
         iterations_within,
@@ -652,9 +654,6 @@ def test_costmodel_functions_match_reference_roofline(model_name, eff):
         series_time,
         transfer_time,
     )
-
-    from prefixbench.catalog.fabrics import get_fabric
-    from prefixbench.costmodel import Parallelism
 
     model = model_spec(model_name)
     # (tp, pp, ep, product fabric, its GB/s and µs as the reference reads them, §2.8)

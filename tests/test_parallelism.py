@@ -141,7 +141,9 @@ def test_one_device_and_the_ideal_fabric_pay_exactly_zero():
     ideal = Parallelism(tp=4, pp=2, ep=1, fabric=FABRICS["ideal"])
     assert comm_coeffs(llama70b(), 8, ideal) == (0.0, 0.0)
     for tokens in (1, 64, 4096):
-        c = InstanceCost.build(llama70b(), h100(), 8, EFF, Parallelism(tp=8, fabric=FABRICS["ideal"]))
+        c = InstanceCost.build(
+            llama70b(), h100(), 8, EFF, Parallelism(tp=8, fabric=FABRICS["ideal"])
+        )
         assert float(c.comm_time(tokens)) == 0.0
 
 
@@ -183,9 +185,10 @@ def test_cli_refuses_the_split_in_one_line(tmp_path):
 
 
 def _summary(name: str, sets: list[str]) -> dict:
+    from test_golden import KEYS
+
     from prefixbench.scenario import POLICIES
     from prefixbench.study.runs import run_scenario
-    from test_golden import KEYS
 
     s = load_scenario(name, ["run.requests=1000", "run.warmup_requests=100", *sets])
     rows = run_scenario(s, list(POLICIES), keep_requests=False).summary.to_dicts()

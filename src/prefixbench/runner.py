@@ -143,7 +143,9 @@ def prepare(s: Scenario) -> Prepared:
     p_cost = InstanceCost.build(
         model, p_dev, c.prefill.devices, s.efficiency, c.prefill.parallelism()
     )
-    d_cost = InstanceCost.build(model, d_dev, c.decode.devices, s.efficiency, c.decode.parallelism())
+    d_cost = InstanceCost.build(
+        model, d_dev, c.decode.devices, s.efficiency, c.decode.parallelism()
+    )
     kv_bpt = kv_bytes_per_token(model)
     wbytes = weight_bytes(model)
     for role, cost, grp, dev in (

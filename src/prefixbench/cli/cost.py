@@ -75,9 +75,11 @@ def _comm_note(rep: dict) -> None:
     """Say how much of each step ms above is fabric time (docs/model.md §2.8)."""
     f = rep["figures"]
     if f["comm_seconds_per_step"] or f["comm_seconds_per_token"]:
-        parts = ", ".join(
-            f"{r['tokens']:,} tok {r['comm_ms']:,.2f}" for r in rep["prefill"]
-        ) + "; " + ", ".join(f"batch {r['batch']:,} {r['comm_ms']:,.2f}" for r in rep["decode"][::2])
+        parts = (
+            ", ".join(f"{r['tokens']:,} tok {r['comm_ms']:,.2f}" for r in rep["prefill"])
+            + "; "
+            + ", ".join(f"batch {r['batch']:,} {r['comm_ms']:,.2f}" for r in rep["decode"][::2])
+        )
         out.print(f"step ms includes TP comm on {rep['fabric']} (ms): {parts}", highlight=False)
 
 
