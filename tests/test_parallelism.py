@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
+from enginecases import make_requests
 from robustness_util import assert_one_stderr_line
 from typer.testing import CliRunner
 
@@ -207,3 +208,46 @@ def test_zero_cost_fabric_is_bit_identical_to_ideal_tensor_parallelism():
     for policy, m in moved.items():
         assert m["ttft_mean_ms"] > want[policy]["ttft_mean_ms"], policy
         assert m["tpot_mean_ms"] > want[policy]["tpot_mean_ms"], policy
+
+
+def test_engine_step_times_carry_the_comm_terms_by_hand():
+    """One 2,048-token request, 4 output tokens, on Llama-3.1-70B: prefill on 8 H100s at
+    tp 8, decode on 8 H100s at tp 4 × pp 2, NVLink 4, zero-latency 3.125 GB/s link. Every
+    stage written out from the raw numbers above."""
+    from prefixbench.runner import EngineConfig, simulate
+
+    m, dev = llama70b(), h100()
+    cfg = EngineConfig(
+        policy="transfer_per_request",
+        prefill_cost=InstanceCost.build(m, dev, 8, EFF, nvlink4(8)),
+        decode_cost=InstanceCost.build(m, dev, 8, EFF, nvlink4(4, pp=2)),
+    )
+    n, out = 2048, 4
+    cols = simulate(make_requests([0.0], [n], [out], [[]]), cfg).columns
+    f_lin, f_head = 2.0 * L70_BODY, 2.0 * 128256 * 8192
+    attn = 2.0 * 80 * 64 * (128 + 128)
+    # prefill: compute-bound on 8 devices, plus 160 all-reduces of 2,048 tokens (tp 8)
+    flops = n * f_lin + f_head + attn * n * (n + 1) / 2
+    step = max(
+        flops / (989.5e12 * 8 * 0.5), (L70_WEIGHT_BYTES + L70_KV_PER_TOKEN * n) / (3350e9 * 8 * 0.7)
+    )
+    step += 1e-3 + 160 * (2 * 7 / 8 * (n * 8192 * 2) / NVL4_BPS + 2 * 7 * NVL4_LAT)
+    assert cols["t_prefill_end"][0] == pytest.approx(step, rel=1e-12)
+    land = step + n * L70_KV_PER_TOKEN / 3.125e9
+    assert cols["t_transfer_end"][0] == pytest.approx(land, rel=1e-12)
+    # decode, batch 1: 4 devices' HBM at a time (pp 2), tp-4 all-reduces of one token, one
+    # stage boundary
+    comm = 160 * (2 * 3 / 4 * (8192 * 2) / NVL4_BPS + 2 * 3 * NVL4_LAT) + (
+        8192 * 2 / NVL4_BPS + NVL4_LAT
+    )
+    its = [
+        max(
+            (f_lin + f_head + attn * (n + j)) / (989.5e12 * 4 * 0.5),
+            (L70_WEIGHT_BYTES + L70_KV_PER_TOKEN * (n + j)) / (3350e9 * 4 * 0.7),
+        )
+        + 1e-3
+        + comm
+        for j in range(out)
+    ]
+    assert cols["t_first_token"][0] == pytest.approx(land + its[0], rel=1e-12)
+    assert cols["t_done"][0] == pytest.approx(land + sum(its), rel=1e-12)
