@@ -196,15 +196,15 @@ def _summary(name: str, sets: list[str]) -> dict:
     return {r["policy"]: {k: r[k] for k in KEYS} for r in rows}
 
 
-def test_zero_cost_fabric_is_bit_identical_to_ideal_tensor_parallelism():
-    """splitwise_hetero (8× H100 prefill, 8× A100 decode) on the ideal fabric reproduces the
-    golden stored BEFORE communication was modelled, exactly (== on every float)."""
-    want = json.loads((GOLDEN / "splitwise_hetero_ideal_fabric.json").read_text())
-    got = _summary(
-        "splitwise_hetero", ["cluster.prefill.fabric=ideal", "cluster.decode.fabric=ideal"]
-    )
+@pytest.mark.parametrize("name", ["splitwise_hetero", "optical_mac"])
+def test_zero_cost_fabric_is_bit_identical_to_ideal_tensor_parallelism(name):
+    """The multi-device presets (splitwise_hetero: 8× H100 prefill, 8× A100 decode;
+    optical_mac: 4 devices each) on the ideal fabric reproduce the goldens stored BEFORE
+    communication was modelled, exactly (== on every float)."""
+    want = json.loads((GOLDEN / f"{name}_ideal_fabric.json").read_text())
+    got = _summary(name, ["cluster.prefill.fabric=ideal", "cluster.decode.fabric=ideal"])
     assert json.loads(json.dumps(got)) == want
-    moved = _summary("splitwise_hetero", [])  # default NVLink: every latency grows
+    moved = _summary(name, [])  # default NVLink: every latency grows
     for policy, m in moved.items():
         assert m["ttft_mean_ms"] > want[policy]["ttft_mean_ms"], policy
         assert m["tpot_mean_ms"] > want[policy]["tpot_mean_ms"], policy
