@@ -108,7 +108,7 @@ class Split:
     fabric's raw numbers (GB/s per device and direction, µs per ring step). The default is
     ideal tensor parallelism: no fabric cost at all."""
 
-    tp: int | None = None  # None: all the devices
+    tp: int | None = None  # None: devices / (pp·ep)
     pp: int = 1
     ep: int = 1
     fabric_gbps: float = math.inf
@@ -154,7 +154,8 @@ class Roofline:
     # ---------------------------------------------------------------- §2.8
 
     def _comm_setup(self, model, devices: int, split: Split) -> None:
-        self.tp = devices if split.tp is None else split.tp
+        # tp by default: every device the pipeline stages and expert groups leave
+        self.tp = max(devices // (split.pp * split.ep), 1) if split.tp is None else split.tp
         self.pp, self.ep, self.devices = split.pp, split.ep, devices
         self.bw = split.fabric_gbps * 1e9  # bytes/s per device and direction
         self.hop = split.fabric_us * 1e-6  # s per ring step

@@ -172,6 +172,11 @@ def test_split_that_does_not_divide_the_devices_is_refused():
         )  # fmt: skip
     # 4 · 1 · 1 divides 8: two data-parallel TP groups
     load_scenario("medium_chat", ["cluster.decode.devices=8", "cluster.decode.tp=4"])
+    # tp left out: the devices pp and ep leave (8 / 2 = 4)
+    s = load_scenario("medium_chat", ["cluster.decode.devices=8", "cluster.decode.pp=2"])
+    assert s.cluster.decode.parallelism().tp == 4
+    with pytest.raises(ScenarioError, match=r"tp·pp·ep = 2·3·1 = 6 does not divide devices = 8"):
+        load_scenario("medium_chat", ["cluster.decode.devices=8", "cluster.decode.pp=3"])
 
 
 def test_cli_refuses_the_split_in_one_line(tmp_path):
@@ -182,7 +187,7 @@ def test_cli_refuses_the_split_in_one_line(tmp_path):
          "--out", str(tmp_path)],
     )  # fmt: skip
     line = assert_one_stderr_line(r, code=2)
-    assert "cluster.decode" in line and "does not divide devices = 8" in line, line
+    assert "cluster.decode" in line and "3·1 = 6 does not divide devices = 8" in line, line
 
 
 def _summary(name: str, sets: list[str]) -> dict:

@@ -353,7 +353,8 @@ class InstanceGroup(_M):
         None,
         ge=1,
         le=1024,
-        description="Tensor-parallel degree (default: devices); tp·pp·ep divides devices.",
+        description="Tensor-parallel degree (default: devices / (pp·ep)); tp·pp·ep divides "
+        "devices.",
     )
     pp: int = Field(1, ge=1, le=1024, description="Pipeline stages (1 to 1024; model.md §2.8).")
     ep: int = Field(1, ge=1, le=1024, description="Expert-parallel degree for MoE layers.")
@@ -382,9 +383,13 @@ class InstanceGroup(_M):
             raise ValueError(f"{e.what}; {e.fix}") from None
         return v
 
+    def tp_degree(self) -> int:
+        """tp, by default every device a pipeline stage and an expert group leave."""
+        return max(self.devices // (self.pp * self.ep), 1) if self.tp is None else self.tp
+
     @model_validator(mode="after")
     def _split_divides(self) -> InstanceGroup:
-        tp = self.devices if self.tp is None else self.tp
+        tp = self.tp_degree()
         if self.devices % (tp * self.pp * self.ep):
             raise ValueError(
                 f"tp·pp·ep = {tp}·{self.pp}·{self.ep} = {tp * self.pp * self.ep} does not "
@@ -393,13 +398,12 @@ class InstanceGroup(_M):
         return self
 
     def parallelism(self):
-        """The costmodel.Parallelism of this group (tp defaults to devices)."""
+        """The costmodel.Parallelism of this group."""
         from .catalog.fabrics import default_fabric, get_fabric
         from .costmodel import Parallelism
 
         fabric = self.fabric or default_fabric(self.accelerator)
-        tp = self.devices if self.tp is None else self.tp
-        return Parallelism(tp=tp, pp=self.pp, ep=self.ep, fabric=get_fabric(fabric))
+        return Parallelism(tp=self.tp_degree(), pp=self.pp, ep=self.ep, fabric=get_fabric(fabric))
 
 
 class LinkConfig(_M):
