@@ -12,6 +12,7 @@ from pathlib import Path
 
 from prefixbench import costmodel as cm
 from prefixbench.catalog import ACCELERATORS, MODELS
+from prefixbench.catalog.fabrics import get_fabric
 
 DATA = Path(__file__).parent / "data" / "measured"
 VIDUR_GPU = {"h100": "h100-sxm", "a100": "a100-80gb"}  # Vidur: DGX nodes, 80 GB parts
@@ -107,6 +108,9 @@ def blis_attention_decode(
     return rows
 
 
+NVLINK4 = get_fabric("nvlink4")
+
+
 def blis_vllm_end_to_end(eff: cm.Efficiency) -> list[dict]:
     """BLIS ground truth: vLLM on H100 at concurrency 1 (GuideLLM synchronous), TTFT vs one
     prefill step and TPOT vs one batch-1 decode iteration at the mean context."""
@@ -114,7 +118,8 @@ def blis_vllm_end_to_end(eff: cm.Efficiency) -> list[dict]:
     dev = ACCELERATORS["h100-sxm"]
     for r in _read("blis_vllm_h100_sync.csv"):
         m = MODELS[r["model"]]
-        cost = cm.InstanceCost.build(m, dev, int(r["tp"]), eff)
+        tp = int(r["tp"])  # on the H100's own NVLink 4 (docs/model.md §2.8)
+        cost = cm.InstanceCost.build(m, dev, tp, eff, cm.Parallelism(tp, fabric=NVLINK4))
         new, cached = int(r["prompt_tokens"]), int(r["prefix_tokens"])
         out = int(r["output_tokens"])
         ttft = cm.prefill_time(cost, [new], [cached])

@@ -102,15 +102,34 @@ class Efficiency:
         return cls(e.mfu_prefill, e.mfu_decode, e.mbu, e.prefill_overhead_ms, e.decode_overhead_ms)
 
 
-class Roofline:
-    """Step times of one model on one instance (``devices`` accelerators, ideal TP, §2.8)."""
+@dataclass(frozen=True)
+class Split:
+    """docs/model.md §2.8: how the instance's devices split the model, and the scale-up
+    fabric's raw numbers (GB/s per device and direction, µs per ring step). The default is
+    ideal tensor parallelism: no fabric cost at all."""
 
-    def __init__(self, model, accelerator, devices: int, eff: Efficiency) -> None:
+    tp: int | None = None  # None: devices / (pp·ep)
+    pp: int = 1
+    ep: int = 1
+    fabric_gbps: float = math.inf
+    fabric_us: float = 0.0
+
+
+class Roofline:
+    """Step times of one model on one instance (``devices`` accelerators split as §2.8)."""
+
+    def __init__(
+        self, model, accelerator, devices: int, eff: Efficiency, split: Split | None = None
+    ) -> None:
         p = _module_params(model)
-        self.peak = accelerator.peak_tflops * 1e12 * devices  # FLOP/s
-        self.hbm = accelerator.hbm_gbps * 1e9 * devices  # bytes/s
+        split = split or Split()
+        # §2.8: one pipeline stage runs at a time, so a step sees devices / pp of them.
+        at_once = devices // split.pp
+        self.peak = accelerator.peak_tflops * 1e12 * at_once  # FLOP/s
+        self.hbm = accelerator.hbm_gbps * 1e9 * at_once  # bytes/s
         self.memory = accelerator.memory_gb * 1e9 * devices  # bytes
         self.eff = eff
+        self._comm_setup(model, devices, split)
         wb = model.weight_bytes
         # Per token through the layers: 2 FLOPs per weight it multiplies (§2.1 F_lin).
         self.f_lin = 2.0 * (p["attention"] + p["norms"] + p["dense_mlp"] + p["active_routed"])
@@ -133,6 +152,41 @@ class Roofline:
         self.route_frac = (
             model.experts_per_token / model.n_routed_experts if model.n_routed_experts else 0.0
         )
+
+    # ---------------------------------------------------------------- §2.8
+
+    def _comm_setup(self, model, devices: int, split: Split) -> None:
+        # tp by default: every device the pipeline stages and expert groups leave
+        self.tp = max(devices // (split.pp * split.ep), 1) if split.tp is None else split.tp
+        self.pp, self.ep, self.devices = split.pp, split.ep, devices
+        self.bw = split.fabric_gbps * 1e9  # bytes/s per device and direction
+        self.hop = split.fabric_us * 1e-6  # s per ring step
+        self.layers, self.hidden = model.layers, model.hidden_size
+        self.moe_layers = model.layers - model.first_dense_layers if model.n_routed_experts else 0
+        self.k = model.experts_per_token
+
+    def comm(self, tokens: float) -> float:
+        """§2.8: fabric seconds of one step of ``tokens`` tokens, collective by collective."""
+        tp, pp, ep = self.tp, self.pp, self.ep
+        per_group = tokens * tp * pp / self.devices  # tokens one TP×PP group carries
+        hidden_bytes = per_group * self.hidden * 2  # bf16 activations
+        total = 0.0
+        if tp > 1:
+            # ring all-reduce: reduce-scatter then all-gather, tp − 1 steps each, a 1/tp chunk
+            steps = 2 * (tp - 1)
+            one = steps * (hidden_bytes / tp) / self.bw + steps * self.hop
+            for _layer in range(self.layers):
+                total += one  # after attention (o_proj)
+                total += one  # after the MLP (down_proj)
+        for _boundary in range(pp - 1):
+            total += hidden_bytes / self.bw + self.hop
+        if ep > 1 and self.moe_layers:
+            routed = tokens * pp / self.devices * self.k * self.hidden * 2  # per device
+            one = routed * (ep - 1) / ep / self.bw + self.hop
+            for _layer in range(self.moe_layers):
+                total += one  # dispatch
+                total += one  # combine
+        return total
 
     # ---------------------------------------------------------------- §2.7
 
@@ -162,21 +216,21 @@ class Roofline:
             kv_tokens += n + c
         nbytes = self.weights_read(new) + self.kv * kv_tokens
         e = self.eff
-        return self._time(flops, nbytes, e.mfu_prefill, e.prefill_overhead_ms)
+        return self._time(flops, nbytes, e.mfu_prefill, e.prefill_overhead_ms) + self.comm(new)
 
     def recompute(self, n: int) -> float:
         """Rebuild n prefix tokens on this instance: a prefill without logits."""
         flops = self.f_lin * n + self.attn * (n * (n + 1) / 2)
         nbytes = self.weights_read(n) + self.kv * n
         e = self.eff
-        return self._time(flops, nbytes, e.mfu_prefill, e.prefill_overhead_ms)
+        return self._time(flops, nbytes, e.mfu_prefill, e.prefill_overhead_ms) + self.comm(n)
 
     def decode_iteration(self, batch: int, context: int) -> float:
         """One decode iteration: ``batch`` sequences attending to ``context`` tokens in all."""
         flops = batch * self.f_lin + batch * self.f_head + self.attn * context
         nbytes = self.weights_read(batch) + self.kv * context
         e = self.eff
-        return self._time(flops, nbytes, e.mfu_decode, e.decode_overhead_ms)
+        return self._time(flops, nbytes, e.mfu_decode, e.decode_overhead_ms) + self.comm(batch)
 
     def mixed_step(self, batch: int, context: int, chunks: list[tuple[int, int, bool]]) -> float:
         """Colocated chunked step (docs/coupled.md): one decode token per running sequence
@@ -193,7 +247,7 @@ class Roofline:
             kv_tokens += done + n
         nbytes = self.weights_read(tokens) + self.kv * kv_tokens
         e = self.eff
-        return self._time(flops, nbytes, e.mfu_decode, e.decode_overhead_ms)
+        return self._time(flops, nbytes, e.mfu_decode, e.decode_overhead_ms) + self.comm(tokens)
 
     def prefix_cache_tokens(self, fraction: float) -> int:
         """§1.4: (HBM − weights) · prefill_cache_fraction / K tokens."""

@@ -124,7 +124,7 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-from reference_roofline import Efficiency, Roofline, reference_demand
+from reference_roofline import Efficiency, Roofline, Split, reference_demand
 
 DECODE, TRANSFER, PREFILL, TIMEOUT, ARRIVAL = range(5)
 PENDING, COMPLETED, REJECTED = 0, 1, 2
@@ -265,8 +265,17 @@ def config_from(data, prefill: Roofline, decode: Roofline) -> RefConfig:
     return RefConfig(prefill, decode, **{k: getattr(data, k) for k in DATA_FIELDS})
 
 
-def roofline(model, accelerator, devices: int, efficiency) -> Roofline:
-    return Roofline(model, accelerator, devices, Efficiency.of(efficiency))
+def roofline(model, accelerator, devices: int, efficiency, split=None) -> Roofline:
+    return Roofline(model, accelerator, devices, Efficiency.of(efficiency), split)
+
+
+def group_split(group) -> Split:
+    """§2.8 for one scenario instance group: its tp/pp/ep and its fabric's catalog numbers
+    (the accelerator's own fabric unless ``fabric`` names one)."""
+    from prefixbench.catalog.fabrics import default_fabric, get_fabric
+
+    fab = get_fabric(group.fabric or default_fabric(group.accelerator))
+    return Split(group.tp, group.pp, group.ep, fab.bandwidth_gbps, fab.latency_us)
 
 
 def scenario_config(prep) -> RefConfig:
@@ -283,10 +292,18 @@ def scenario_config(prep) -> RefConfig:
     c, m = s.cluster, s.memory
     model = catalog.get_model(s.model)
     p_roof = roofline(
-        model, catalog.get_accelerator(c.prefill.accelerator), c.prefill.devices, s.efficiency
+        model,
+        catalog.get_accelerator(c.prefill.accelerator),
+        c.prefill.devices,
+        s.efficiency,
+        group_split(c.prefill),
     )
     d_roof = roofline(
-        model, catalog.get_accelerator(c.decode.accelerator), c.decode.devices, s.efficiency
+        model,
+        catalog.get_accelerator(c.decode.accelerator),
+        c.decode.devices,
+        s.efficiency,
+        group_split(c.decode),
     )
     link = catalog.get_link(c.link.name)
     colocated = c.mode == "colocated"

@@ -64,8 +64,11 @@ def decode_s(batch: int, context: int, model, dev, devices: int) -> float:
 
 def _lone(prompt: int, output: int) -> list[str]:
     """Requests 1,000 s apart, no shared prefix: each runs alone, so every step is priced
-    for one request and the timestamps can be checked step by step."""
+    for one request and the timestamps can be checked step by step. On the ideal fabric:
+    the figures here are the roofline's (the TP comm terms: tests/test_parallelism.py)."""
     return [
+        "cluster.prefill.fabric=ideal",
+        "cluster.decode.fabric=ideal",
         "workload.arrivals.rate=0.001",
         "workload.share_fraction=0",
         f"workload.suffix_length={{kind: fixed, value: {prompt}}}",

@@ -34,7 +34,7 @@ import pytest
 from enginecases import make_requests
 from hypothesis import HealthCheck, Phase, given, reject, settings
 from hypothesis import strategies as st
-from reference_roofline import Roofline, kv_bytes_per_token, weights_bytes
+from reference_roofline import Roofline, Split, kv_bytes_per_token, weights_bytes
 from reference_sim import (
     INT_COLUMNS,
     TIME_COLUMNS,
@@ -365,6 +365,29 @@ SCENARIOS = [
             "cluster.prefill.accelerator=h100-sxm",
         ),
     ),
+    (  # §2.8: TP all-reduces on both pools, a 2-stage decode pipeline, PCIe on L4
+        "medium_chat",
+        (
+            "cluster.prefill.accelerator=h100-sxm",
+            "cluster.prefill.devices=4",
+            "cluster.decode.accelerator=l4",
+            "cluster.decode.devices=4",
+            "cluster.decode.tp=2",
+            "cluster.decode.pp=2",
+        ),
+    ),
+    (  # §2.8: expert parallelism's all-to-alls on an MoE model, NVLink 3
+        "tool_call",
+        (
+            "model=deepseek-v2-lite",
+            "cluster.prefill.accelerator=h100-sxm",
+            "cluster.prefill.devices=2",
+            "cluster.decode.accelerator=a100-80gb",
+            "cluster.decode.devices=4",
+            "cluster.decode.tp=2",
+            "cluster.decode.ep=2",
+        ),
+    ),
 ]
 
 
@@ -619,8 +642,10 @@ def test_costmodel_functions_match_reference_roofline(model_name, eff):
     roofline: prefill with and without a cached prefix (up to the 32k-token regime where
     attention dominates), recompute, decode from batch 1 to past the ridge, transfer, and
     the closed-form sum of a fixed batch's iterations and its inverse."""
+    from prefixbench.catalog.fabrics import get_fabric
     from prefixbench.catalog.specs import LinkSpec
     from prefixbench.costmodel import (
+        Parallelism,
         decode_iteration_time,
         decode_series_coeffs,
         iterations_within,
@@ -631,10 +656,26 @@ def test_costmodel_functions_match_reference_roofline(model_name, eff):
     )
 
     model = model_spec(model_name)
-    for acc_name, devices in (("l4", 1), ("h100-sxm", 2)):
+    # (tp, pp, ep, product fabric, its GB/s and µs as the reference reads them, §2.8)
+    splits = {
+        "ideal": None,
+        "tp2-pp2-ep2": (2, 2, 2, "nvlink4", 450.0, 0.6),
+        "tp4-pcie": (4, 1, 1, "pcie4-x16", 31.5, 1.0),
+    }
+    for acc_name, devices, split in (
+        ("l4", 1, "ideal"),
+        ("h100-sxm", 2, "ideal"),
+        ("h100-sxm", 8, "tp2-pp2-ep2"),
+        ("l4", 4, "tp4-pcie"),
+    ):
         acc = catalog.get_accelerator(acc_name)
-        cost = InstanceCost.build(model, acc, devices, efficiency(eff))
-        r = roofline(model, acc, devices, efficiency(eff))
+        sp = splits[split]
+        par = ref_split = None
+        if sp is not None:
+            par = Parallelism(tp=sp[0], pp=sp[1], ep=sp[2], fabric=get_fabric(sp[3]))
+            ref_split = Split(*sp[:3], sp[4], sp[5])
+        cost = InstanceCost.build(model, acc, devices, efficiency(eff), par)
+        r = roofline(model, acc, devices, efficiency(eff), ref_split)
         for new, cached in ((1, 0), (512, 0), (2048, 0), (8192, 0), (32768, 0), (256, 2048)):
             got = prefill_time(cost, [new], [cached])
             assert got == pytest.approx(r.prefill_step([(new, cached)]), rel=RTOL), (new, cached)

@@ -84,8 +84,9 @@ def test_vllm_short_prompt_ttft_is_2x_fast():
 
 @pytest.mark.parametrize("tp", ["TP2", "TP4"])
 def test_vllm_tensor_parallel_is_optimistic(tp):
-    # Ideal TP (docs/model.md §2.8) ignores all-reduce and per-GPU launch overheads: the more
-    # GPUs, the faster prefixbench is than vLLM (0.2–1.0× measured).
+    # TP pays ring all-reduces on NVLink 4 (docs/model.md §2.8) but no per-GPU launch cost
+    # nor NCCL's per-collective base latency: the more GPUs, the faster prefixbench is than
+    # vLLM (0.26–1.03× measured; 0.23–1.00× with ideal TP).
     rows = [r for r in _ratios(blis_vllm_end_to_end(EFF)) if tp in r[0]]
-    _within(rows, 0.2, 1.01)
+    _within(rows, 0.2, 1.05)
     assert sum(ratio for _, ratio in rows) / len(rows) < 0.8

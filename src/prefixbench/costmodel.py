@@ -3,8 +3,10 @@
 step time = max(FLOPs / (peak · MFU), bytes / (HBM bandwidth · MBU)) + overhead
 
 Units: seconds, bytes, FLOPs, tokens. An instance of ``d`` devices has ``d`` times the
-peak, bandwidth and memory of one (ideal tensor parallelism; communication is not modelled,
-see docs/model.md). Every function accepts scalars or numpy arrays elementwise.
+peak, bandwidth and memory of one, divided by the pipeline depth (one stage works at a
+time); tensor-, pipeline- and expert-parallel communication over the instance's scale-up
+fabric adds ``tokens · comm_per_token + comm_fixed`` to every step (docs/model.md §2.8).
+Every function accepts scalars or numpy arrays elementwise.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from .catalog.fabrics import FABRICS, FabricSpec
 from .catalog.formats import UNMODELLED
 from .catalog.specs import AcceleratorSpec, LinkSpec, ModelSpec
 from .errors import CatalogError
@@ -260,6 +263,53 @@ def ridge_point(dev: AcceleratorSpec) -> float:
     return dev.peak_tflops * 1e12 / (dev.hbm_gbps * 1e9)
 
 
+# ---------------------------------------------------------------- parallelism (§2.8)
+
+ACT_BYTES = 2.0  # activations travel in bf16/fp16 (vLLM all-reduces in the model dtype)
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    """How an instance's devices split the model: tp · pp · ep divides the device count,
+    the quotient is data-parallel replicas of the TP×PP group (ideal). Default: the
+    ``ideal`` fabric, i.e. no communication cost (bit-identical to ideal TP)."""
+
+    tp: int
+    pp: int = 1
+    ep: int = 1
+    fabric: FabricSpec = FABRICS["ideal"]
+
+
+def comm_coeffs(m: ModelSpec, devices: int, par: Parallelism) -> tuple[float, float]:
+    """(seconds per step token, seconds per step) of TP, PP and EP traffic (docs/model.md §2.8).
+
+    A step of T tokens: each TP group carries T / r of them (r = devices / (tp·pp) groups);
+    per layer two ring all-reduces (attention out, MLP out) of (T/r)·hidden·2 bytes, each
+    2(tp−1)/tp · bytes / bw + 2(tp−1)·latency; (pp−1) stage boundaries of (T/r)·hidden·2
+    bytes, each bytes / bw + latency; per MoE layer an all-to-all dispatch and a combine of
+    (T·pp/devices)·k·hidden·2 bytes per device, each (ep−1)/ep · bytes / bw + latency.
+    Each term is added only when its degree is above 1, so a 1-device instance pays exactly 0.
+    """
+    bw, lat = par.fabric.bytes_per_s, par.fabric.latency_s
+    act = m.hidden_size * ACT_BYTES  # bytes of one token's hidden state
+    groups = devices // (par.tp * par.pp)
+    per_token, fixed = 0.0, 0.0
+    if par.tp > 1:
+        rounds = 2.0 * (par.tp - 1)
+        per_token += 2.0 * m.layers * (rounds / par.tp) * act / bw / groups
+        fixed += 2.0 * m.layers * rounds * lat
+    if par.pp > 1:
+        per_token += (par.pp - 1) * act / bw / groups
+        fixed += (par.pp - 1) * lat
+    if par.ep > 1 and m.is_moe:
+        moe_layers = m.layers - m.first_dense_layers
+        share = (par.ep - 1) / par.ep
+        per_device = par.pp / devices  # tokens per device, per step token
+        per_token += 2.0 * moe_layers * share * per_device * m.experts_per_token * act / bw
+        fixed += 2.0 * moe_layers * lat
+    return per_token, fixed
+
+
 # ---------------------------------------------------------------- instance step times
 
 
@@ -280,16 +330,27 @@ class InstanceCost:
     expert_weights: float  # bytes of all routed experts (MoE), else 0
     expert_frac: float  # experts_per_token / n_routed_experts
     memory_bytes: float  # instance HBM capacity
+    comm_per_token: float = 0.0  # TP/PP/EP fabric seconds per token of a step (§2.8)
+    comm_fixed: float = 0.0  # TP/PP/EP fabric latency seconds per step
 
     @classmethod
     def build(
-        cls, m: ModelSpec, dev: AcceleratorSpec, devices: int, eff: Efficiency
+        cls,
+        m: ModelSpec,
+        dev: AcceleratorSpec,
+        devices: int,
+        eff: Efficiency,
+        par: Parallelism | None = None,
     ) -> InstanceCost:
+        """``par`` None: ideal tensor parallelism over ``devices`` (no communication)."""
         expert_bytes = expert_weight_bytes(m)
+        par = par or Parallelism(tp=devices)
+        working = devices // par.pp  # one pipeline stage works at a time (§2.8)
+        comm_per_token, comm_fixed = comm_coeffs(m, devices, par)
         return cls(
-            flops_rate_prefill=dev.peak_tflops * 1e12 * devices * eff.mfu_prefill,
-            flops_rate_decode=dev.peak_tflops * 1e12 * devices * eff.mfu_decode,
-            byte_rate=dev.hbm_gbps * 1e9 * devices * eff.mbu,
+            flops_rate_prefill=dev.peak_tflops * 1e12 * working * eff.mfu_prefill,
+            flops_rate_decode=dev.peak_tflops * 1e12 * working * eff.mfu_decode,
+            byte_rate=dev.hbm_gbps * 1e9 * working * eff.mbu,
             prefill_overhead=eff.prefill_overhead_ms / 1e3,
             decode_overhead=eff.decode_overhead_ms / 1e3,
             linear_flops=linear_flops_per_token(m),
@@ -300,7 +361,13 @@ class InstanceCost:
             expert_weights=expert_bytes,
             expert_frac=(m.experts_per_token / m.n_routed_experts) if m.is_moe else 0.0,
             memory_bytes=dev.memory_gb * 1e9 * devices,
+            comm_per_token=comm_per_token,
+            comm_fixed=comm_fixed,
         )
+
+    def comm_time(self, tokens):
+        """Fabric time of a step of ``tokens`` tokens (exactly 0.0 without communication)."""
+        return np.asarray(tokens, dtype=np.float64) * self.comm_per_token + self.comm_fixed
 
     def weights_read(self, batch):
         """Weight bytes one step reads: dense part plus the experts ``batch`` tokens touch."""
@@ -336,7 +403,7 @@ def prefill_time(cost: InstanceCost, new_tokens, cached_tokens):
     flops, kv_io = cost.prefill_parts(n, c)
     t_compute = flops.sum() / cost.flops_rate_prefill
     t_memory = (cost.weights_read(n.sum()) + kv_io.sum()) / cost.byte_rate
-    return float(max(t_compute, t_memory) + cost.prefill_overhead)
+    return float(max(t_compute, t_memory) + cost.prefill_overhead + cost.comm_time(n.sum()))
 
 
 def recompute_time(cost: InstanceCost, prefix_tokens):
@@ -346,7 +413,7 @@ def recompute_time(cost: InstanceCost, prefix_tokens):
     t = np.maximum(
         flops / cost.flops_rate_prefill, (cost.weights_read(n) + cost.kv_bpt * n) / cost.byte_rate
     )
-    return np.where(n > 0, t + cost.prefill_overhead, 0.0)
+    return np.where(n > 0, t + cost.prefill_overhead + cost.comm_time(n), 0.0)
 
 
 def decode_iteration_time(cost: InstanceCost, batch, context):
@@ -355,7 +422,8 @@ def decode_iteration_time(cost: InstanceCost, batch, context):
     ctx = np.asarray(context, dtype=np.float64)
     flops = b * (cost.linear_flops + cost.lm_head_flops) + cost.attn_coef * ctx
     byts = cost.weights_read(b) + cost.kv_bpt * ctx
-    return np.maximum(flops / cost.flops_rate_decode, byts / cost.byte_rate) + cost.decode_overhead
+    t = np.maximum(flops / cost.flops_rate_decode, byts / cost.byte_rate) + cost.decode_overhead
+    return t + cost.comm_time(b)
 
 
 def transfer_time(link: LinkSpec, nbytes):
@@ -371,14 +439,15 @@ def decode_series_coeffs(cost: InstanceCost, batch: int, context0: float) -> tup
     """Iteration j of a fixed batch takes max(a1 + s1·j, a2 + s2·j) + overhead.
 
     The context grows by ``batch`` tokens per iteration, so both roofline terms are linear in j.
-    Returns (a1, s1, a2, s2, overhead).
+    Returns (a1, s1, a2, s2, overhead); the overhead includes the batch's fabric time,
+    constant while the batch is (§2.8).
     """
     fr, br = cost.flops_rate_decode, cost.byte_rate
     a1 = (batch * (cost.linear_flops + cost.lm_head_flops) + cost.attn_coef * context0) / fr
     s1 = cost.attn_coef * batch / fr
     a2 = (float(cost.weights_read(batch)) + cost.kv_bpt * context0) / br
     s2 = cost.kv_bpt * batch / br
-    return a1, s1, a2, s2, cost.decode_overhead
+    return a1, s1, a2, s2, cost.decode_overhead + (batch * cost.comm_per_token + cost.comm_fixed)
 
 
 def series_time(coeffs: tuple[float, ...], k: int) -> float:

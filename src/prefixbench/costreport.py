@@ -12,6 +12,7 @@ import numpy as np
 
 from . import costmodel as cm
 from .catalog import get_accelerator, get_link, get_model
+from .catalog.fabrics import default_fabric, get_fabric
 from .catalog.specs import LinkSpec
 from .errors import ScenarioError
 
@@ -21,8 +22,15 @@ DEFAULT_CONTEXT = (1024, 4096)
 DEFAULT_LINKS = ("nvlink4", "ib-ndr400", "roce-200g", "roce-100g", "eth-25g", "eth-10g")
 
 
-def _roof(flops: float, nbytes: float, flops_rate: float, byte_rate: float, overhead: float):
-    """The roofline of one step as a dict: parts, bound and total (seconds)."""
+def _roof(
+    flops: float,
+    nbytes: float,
+    flops_rate: float,
+    byte_rate: float,
+    overhead: float,
+    comm: float = 0.0,
+):
+    """The roofline of one step as a dict: parts, bound, fabric time and total (seconds)."""
     t_c, t_m = flops / flops_rate, nbytes / byte_rate
     return {
         "flops": flops,
@@ -31,7 +39,8 @@ def _roof(flops: float, nbytes: float, flops_rate: float, byte_rate: float, over
         "memory_ms": t_m * 1e3,
         "overhead_ms": overhead * 1e3,
         "bound": "compute" if t_c >= t_m else "memory",
-        "ms": (max(t_c, t_m) + overhead) * 1e3,
+        "comm_ms": comm * 1e3,  # TP/PP/EP fabric time (docs/model.md §2.8)
+        "ms": (max(t_c, t_m) + overhead + comm) * 1e3,
     }
 
 
@@ -41,7 +50,14 @@ def prefill_row(cost: cm.InstanceCost, tokens: int) -> dict:
     nbytes = float(cost.weights_read(tokens)) + float(kv_io)
     row = {"tokens": tokens}
     row.update(
-        _roof(float(flops), nbytes, cost.flops_rate_prefill, cost.byte_rate, cost.prefill_overhead)
+        _roof(
+            float(flops),
+            nbytes,
+            cost.flops_rate_prefill,
+            cost.byte_rate,
+            cost.prefill_overhead,
+            float(cost.comm_time(tokens)),
+        )
     )
     row["attention_flops_share"] = cost.attn_coef * tokens * (tokens + 1) / 2 / float(flops)
     row["ms"] = cm.prefill_time(cost, [tokens], [0]) * 1e3  # the simulator's own figure
@@ -54,7 +70,10 @@ def decode_row(cost: cm.InstanceCost, batch: int, context: int) -> dict:
     flops = batch * (cost.linear_flops + cost.lm_head_flops) + cost.attn_coef * total
     nbytes = float(cost.weights_read(batch)) + cost.kv_bpt * total
     row = {"batch": batch, "context": context}
-    row.update(_roof(flops, nbytes, cost.flops_rate_decode, cost.byte_rate, cost.decode_overhead))
+    comm = float(cost.comm_time(batch))
+    row.update(
+        _roof(flops, nbytes, cost.flops_rate_decode, cost.byte_rate, cost.decode_overhead, comm)
+    )
     row["ms"] = float(cm.decode_iteration_time(cost, batch, total)) * 1e3
     row["tokens_per_s"] = batch / (row["ms"] / 1e3)
     return row
@@ -65,7 +84,10 @@ def recompute_row(cost: cm.InstanceCost, tokens: int) -> dict:
     flops = tokens * cost.linear_flops + cost.attn_coef * tokens * (tokens + 1) / 2
     nbytes = float(cost.weights_read(tokens)) + cost.kv_bpt * tokens
     row = {"tokens": tokens}
-    row.update(_roof(flops, nbytes, cost.flops_rate_prefill, cost.byte_rate, cost.prefill_overhead))
+    comm = float(cost.comm_time(tokens))
+    row.update(
+        _roof(flops, nbytes, cost.flops_rate_prefill, cost.byte_rate, cost.prefill_overhead, comm)
+    )
     row["ms"] = float(cm.recompute_time(cost, tokens)) * 1e3
     # Link bandwidth below which recomputing beats moving the prefix's KV (latency ignored).
     row["break_even_gbps"] = cost.kv_bpt * tokens / (row["ms"] / 1e3) / 1e9
@@ -123,6 +145,7 @@ def cost_report(
     batch=DEFAULT_BATCH,
     context=DEFAULT_CONTEXT,
     efficiency: cm.Efficiency | None = None,
+    fabric: str | None = None,
 ) -> dict:
     """Every figure `prefixbench cost` shows, for a model name or a config.json path."""
     m = get_model(model)
@@ -136,14 +159,18 @@ def cost_report(
     context = _positive("context", context)
     link_specs = [get_link(k) for k in (links or DEFAULT_LINKS)]
     eff = efficiency or cm.Efficiency()
-    cost = cm.InstanceCost.build(m, dev, devices, eff)
+    fab = get_fabric(fabric or default_fabric(accelerator))
+    cost = cm.InstanceCost.build(m, dev, devices, eff, cm.Parallelism(tp=devices, fabric=fab))
     p = cm.param_counts(m)
     return {
         "model": m.name,
         "accelerator": dev.name,
         "devices": devices,
         "efficiency": eff.model_dump(),
+        "fabric": fab.name,
         "figures": {
+            "comm_seconds_per_token": cost.comm_per_token,
+            "comm_seconds_per_step": cost.comm_fixed,
             "kv_bytes_per_token": cost.kv_bpt,
             "weight_bytes": cm.weight_bytes(m),
             "params": p["total"],

@@ -140,8 +140,12 @@ def prepare(s: Scenario) -> Prepared:
     p_dev = catalog.get_accelerator(c.prefill.accelerator)
     d_dev = catalog.get_accelerator(c.decode.accelerator)
     link = catalog.get_link(c.link.name)
-    p_cost = InstanceCost.build(model, p_dev, c.prefill.devices, s.efficiency)
-    d_cost = InstanceCost.build(model, d_dev, c.decode.devices, s.efficiency)
+    p_cost = InstanceCost.build(
+        model, p_dev, c.prefill.devices, s.efficiency, c.prefill.parallelism()
+    )
+    d_cost = InstanceCost.build(
+        model, d_dev, c.decode.devices, s.efficiency, c.decode.parallelism()
+    )
     kv_bpt = kv_bytes_per_token(model)
     wbytes = weight_bytes(model)
     for role, cost, grp, dev in (

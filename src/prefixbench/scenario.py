@@ -348,14 +348,62 @@ class InstanceGroup(_M):
         description="Accelerator name from the catalog, or a hardware YAML file (path relative "
         'to the scenario file; docs/catalog.md, "Your own hardware").',
     )
-    devices: int = Field(
-        1, ge=1, le=1024, description="Devices per instance (ideal tensor parallelism; 1 to 1024)."
+    devices: int = Field(1, ge=1, le=1024, description="Devices per instance (1 to 1024).")
+    tp: int | None = Field(
+        None,
+        ge=1,
+        le=1024,
+        description="Tensor-parallel degree (default: devices / (pp·ep)); tp·pp·ep divides "
+        "devices.",
+    )
+    pp: int = Field(1, ge=1, le=1024, description="Pipeline stages (1 to 1024; model.md §2.8).")
+    ep: int = Field(1, ge=1, le=1024, description="Expert-parallel degree for MoE layers.")
+    fabric: str | None = Field(
+        None,
+        description="Scale-up fabric between the instance's devices: nvlink3, nvlink4, "
+        "nvlink5, pcie4-x16, pcie5-x16 or ideal (default: the accelerator's own).",
     )
 
     @field_validator("accelerator")
     @classmethod
     def _known(cls, v: str) -> str:
         return _check_name("accelerator", v)
+
+    @field_validator("fabric")
+    @classmethod
+    def _known_fabric(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        from .catalog.fabrics import get_fabric
+        from .errors import CatalogError
+
+        try:
+            get_fabric(v)
+        except CatalogError as e:
+            raise ValueError(f"{e.what}; {e.fix}") from None
+        return v
+
+    def tp_degree(self) -> int:
+        """tp, by default every device a pipeline stage and an expert group leave."""
+        return max(self.devices // (self.pp * self.ep), 1) if self.tp is None else self.tp
+
+    @model_validator(mode="after")
+    def _split_divides(self) -> InstanceGroup:
+        tp = self.tp_degree()
+        if self.devices % (tp * self.pp * self.ep):
+            raise ValueError(
+                f"tp·pp·ep = {tp}·{self.pp}·{self.ep} = {tp * self.pp * self.ep} does not "
+                f"divide devices = {self.devices}; set tp, pp and ep so that it does"
+            )
+        return self
+
+    def parallelism(self):
+        """The costmodel.Parallelism of this group."""
+        from .catalog.fabrics import default_fabric, get_fabric
+        from .costmodel import Parallelism
+
+        fabric = self.fabric or default_fabric(self.accelerator)
+        return Parallelism(tp=self.tp_degree(), pp=self.pp, ep=self.ep, fabric=get_fabric(fabric))
 
 
 class LinkConfig(_M):

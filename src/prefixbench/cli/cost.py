@@ -71,6 +71,18 @@ def _beyond_note(rep: dict) -> None:
         )
 
 
+def _comm_note(rep: dict) -> None:
+    """Say how much of each step ms above is fabric time (docs/model.md §2.8)."""
+    f = rep["figures"]
+    if f["comm_seconds_per_step"] or f["comm_seconds_per_token"]:
+        parts = (
+            ", ".join(f"{r['tokens']:,} tok {r['comm_ms']:,.2f}" for r in rep["prefill"])
+            + "; "
+            + ", ".join(f"batch {r['batch']:,} {r['comm_ms']:,.2f}" for r in rep["decode"][::2])
+        )
+        out.print(f"step ms includes TP comm on {rep['fabric']} (ms): {parts}", highlight=False)
+
+
 def _render(rep: dict) -> None:
     f = rep["figures"]
     eff = rep["efficiency"]
@@ -84,6 +96,8 @@ def _render(rep: dict) -> None:
         ("ridge point (FLOP/byte)", f"{f['ridge_flops_per_byte']:,.0f}"),
         ("ridge after efficiency, prefill", f"{f['effective_ridge_prefill']:,.0f}"),
         ("ridge after efficiency, decode", f"{f['effective_ridge_decode']:,.0f}"),
+        (f"TP comm on {rep['fabric']}, per step", f"{f['comm_seconds_per_step'] * 1e3:.3g} ms"),
+        ("TP comm per step token", f"{f['comm_seconds_per_token'] * 1e6:.3g} µs"),
         (
             "efficiency (MFU p/d, MBU, overhead)",
             f"{eff['mfu_prefill']:.3g}/{eff['mfu_decode']:.3g}, {eff['mbu']:.3g}, "
@@ -103,6 +117,7 @@ def _render(rep: dict) -> None:
     for r in rep["decode"]:
         t.add_row(f"{r['batch']:,}", f"{r['context']:,}", *_roof_cells(r))
     out.print(t)
+    _comm_note(rep)
 
     t = _table(
         "Recompute a prefix on the decode instance (break-even: recompute wins below)",
@@ -137,7 +152,11 @@ def cost(
     accelerator: Annotated[
         str, typer.Option("--accelerator", "-a", help="Accelerator of the instance.")
     ] = "h100-sxm",
-    devices: Annotated[int, typer.Option("--devices", help="Devices per instance (ideal TP).")] = 1,
+    devices: Annotated[int, typer.Option("--devices", help="Devices per instance (TP).")] = 1,
+    fabric: Annotated[
+        str | None,
+        typer.Option("--fabric", help="Scale-up fabric (default: the accelerator's; or ideal)."),
+    ] = None,
     link: Annotated[
         list[str] | None,
         typer.Option("--link", help="Link(s) for the transfer tables (repeat or comma-separate)."),
@@ -175,6 +194,7 @@ def cost(
         batch=_ints("--batch", batch, _BATCH),
         context=_ints("--context", context, _CONTEXT),
         efficiency=eff,
+        fabric=fabric,
     )
     if as_json:
         out.print_json(json.dumps(rep, allow_nan=False))

@@ -35,7 +35,7 @@ from .blocks import pc_insert, pc_match
 from .disagg import least_loaded, mem_changed
 from .jit import jit, sig
 from .queues import batch_pop, batch_push, push, wq_append, wq_remove
-from .series import roofline, weights_read
+from .series import comm, roofline, weights_read
 from .timeline import record
 
 # R fields in colocated mode: R_PRIV = KV reserved, R_NHIT = prompt tokens prefilled so far,
@@ -237,7 +237,7 @@ def prefill_step(IS, F, R, B32, TLF, TLI, bid, bt, i, t):
         F[c0 + L.C_FRP],
         F[c0 + L.C_BR],
         F[c0 + L.C_POV],
-    )
+    ) + comm(F, c0, float(new_sum))
     if t >= F[L.FP_TWARM]:
         add_work(F, L.DF0 + i * L.NDF + L.DF_FLOPS, flops, weights_read(F, c0, new_sum) + kv_io)
     end = t + dur
@@ -317,7 +317,7 @@ def chunked_step(IS, F, R, B32, TLF, TLI, bid, bt, i, t):
         F[c0 + L.C_FRD],
         F[c0 + L.C_BR],
         F[c0 + L.C_DOV],
-    )
+    ) + comm(F, c0, float(nb + chunk_sum))
     if t >= F[L.FP_TWARM]:
         pw = L.DF0 + i * L.NDF + L.DF_FLOPS
         add_work(F, pw, flops, weights_read(F, c0, nb + chunk_sum) + kv_io)

@@ -35,7 +35,7 @@ from .blocks import (
 )
 from .jit import jit, sig
 from .queues import batch_pop, batch_push, push, q_append, q_popleft, wq_append, wq_remove
-from .series import coeffs, roofline, series_time, weights_read
+from .series import coeffs, comm, roofline, series_time, weights_read
 from .timeline import record
 
 # ---------------------------------------------------------------- accounting
@@ -155,7 +155,7 @@ def start_prefill(IS, F, R, B32, EHT, EHI, TLF, TLI, bid, bt, p, t):
         F[c0 + L.C_FRP],
         F[c0 + L.C_BR],
         F[c0 + L.C_POV],
-    )
+    ) + comm(F, c0, float(new_sum))
     if t >= F[L.FP_TWARM]:
         F[IS[L.H_FPB] + p] += dur
         pw = IS[L.H_FCH] + IS[L.IP_NP] * IS[L.IP_ND] * IS[L.IP_NC] + 2 * p
@@ -435,7 +435,8 @@ def run_recompute(IS, F, R, EHT, EHI, TLF, TLI, d, t):
         F[ft + L.T_RS * n + rid] = end
         if t >= F[L.FP_TWARM]:  # the stall is busy time when it starts in the window
             add_work(F, f + L.DF_FLOPS, flops, bytes_)
-        end += roofline(flops, bytes_, F[c0 + L.C_FRP], F[c0 + L.C_BR], F[c0 + L.C_POV])
+        step = roofline(flops, bytes_, F[c0 + L.C_FRP], F[c0 + L.C_BR], F[c0 + L.C_POV])
+        end += step + comm(F, c0, float(m))
         F[ft + L.T_RE * n + rid] = end
         R[rid * L.NR + L.R_FLAGS] &= ~L.F_RC
         if R[rid * L.NR + L.R_FLAGS] & L.F_XD:

@@ -171,6 +171,7 @@ F_RC, F_XD, F_PERS = 1, 2, 4  # recompute pending, KV landed, has persisted bloc
 # ---------------------------------------------------------------- F (float64)
 FP_LINK_BPS, FP_LINK_LAT, FP_WAIT_TO, FP_TWARM = range(4)
 C_FRP, C_FRD, C_BR, C_POV, C_DOV, C_LF, C_LMH, C_ATT, C_KV, C_W, C_EW, C_EF = range(12)
+C_CPT, C_CFX = 12, 13  # TP/PP/EP fabric time: per step token, per step (docs/model.md §2.8)
 COST_FIELDS = (
     "flops_rate_prefill",
     "flops_rate_decode",
@@ -184,10 +185,13 @@ COST_FIELDS = (
     "weights",
     "expert_weights",
     "expert_frac",
+    "comm_per_token",
+    "comm_fixed",
 )
+NCF = len(COST_FIELDS)
 FP_PC = 4  # prefill InstanceCost fields
-FP_DC = FP_PC + 12  # decode InstanceCost fields (colocated: the instance's cost)
-NFP = FP_DC + 12
+FP_DC = FP_PC + NCF  # decode InstanceCost fields (colocated: the instance's cost)
+NFP = FP_DC + NCF
 G_NOW, G_LINK, G_REP_AREA, G_USED_AREA, G_BATCH_AREA = range(NFP, NFP + 5)
 # pooled inter-token gaps of measured requests (request index >= G_ITL_NW): exact sum,
 # count, min and max, and a histogram of ITL_NB log-spaced bins, ITL_BPD per decade from

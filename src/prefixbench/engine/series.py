@@ -13,7 +13,21 @@ import math
 import numpy as np
 
 from .jit import entry_sig, jit, sig
-from .layout import C_ATT, C_BR, C_DOV, C_EF, C_EW, C_FRD, C_KV, C_LF, C_LMH, C_W, FP_DC
+from .layout import (
+    C_ATT,
+    C_BR,
+    C_CFX,
+    C_CPT,
+    C_DOV,
+    C_EF,
+    C_EW,
+    C_FRD,
+    C_KV,
+    C_LF,
+    C_LMH,
+    C_W,
+    FP_DC,
+)
 
 
 @sig("float64(float64[::1], int64, int64)")
@@ -35,6 +49,13 @@ def roofline(flops, bytes_, flops_rate, byte_rate, overhead):
     if mem > t:
         t = mem
     return t + overhead
+
+
+@sig("float64(float64[::1], int64, float64)")
+def comm(F, c0, tokens):
+    """Fabric time of a step of ``tokens`` tokens (InstanceCost.comm_time): TP all-reduces,
+    PP stage transfers, EP all-to-alls; exactly 0.0 on the ideal fabric or one device."""
+    return tokens * F[c0 + C_CPT] + F[c0 + C_CFX]
 
 
 @jit
@@ -115,7 +136,8 @@ def iterations_within(a1, s1, a2, s2, o, elapsed, k_max):
 
 @jit
 def coeffs(F, batch, ctx):
-    """(a1, s1, a2, s2, overhead) of a decode batch (costmodel.decode_series_coeffs)."""
+    """(a1, s1, a2, s2, overhead) of a decode batch (costmodel.decode_series_coeffs); the
+    overhead includes the batch's fabric time, constant while the batch is."""
     c0 = FP_DC
     fr, br = F[c0 + C_FRD], F[c0 + C_BR]
     att, kv = F[c0 + C_ATT], F[c0 + C_KV]
@@ -123,4 +145,4 @@ def coeffs(F, batch, ctx):
     s1 = att * batch / fr
     a2 = (weights_read(F, c0, batch) + kv * ctx) / br
     s2 = kv * batch / br
-    return a1, s1, a2, s2, F[c0 + C_DOV]
+    return a1, s1, a2, s2, F[c0 + C_DOV] + comm(F, c0, float(batch))

@@ -420,7 +420,11 @@ def breakeven_gbps(scenario, prefix_tokens: float) -> float:
     c = scenario.cluster
     m = catalog.get_model(scenario.model)
     cost = InstanceCost.build(
-        m, catalog.get_accelerator(c.decode.accelerator), c.decode.devices, scenario.efficiency
+        m,
+        catalog.get_accelerator(c.decode.accelerator),
+        c.decode.devices,
+        scenario.efficiency,
+        c.decode.parallelism(),
     )
     lat_us = (
         c.link.latency_us
