@@ -165,3 +165,21 @@ def test_seed3_experiment3_with_one_nic_per_h100_keeps_up():
     s = load_scenario("optical_mac", SEED3_EXP3)
     row = run_scenario(s, ["transfer_per_request"], keep_requests=False).summary.to_dicts()[0]
     assert 0.2 < row["link_util"] < 0.45
+
+
+def test_crossover_shards_the_prefix_over_the_decode_instances_nics():
+    """qwen2-0.5b over 25 GbE (3.125 GB/s, latency from the catalog): a 2,048-token prefix
+    is 2,048 × 12,288 = 25,165,824 bytes, 8.053 ms on one NIC and 1.007 ms on 8."""
+    from prefixbench.study.crossover import analytic_row
+
+    lat_ms = catalog.get_link("eth-25g").latency_us / 1e3
+    one = analytic_row("qwen2-0.5b", "h100-sxm", "eth-25g", devices=8, nics=1)
+    eight = analytic_row("qwen2-0.5b", "h100-sxm", "eth-25g", devices=8)
+    assert eight["nics"] == 8 and one["nics"] == 1
+    assert one["transfer_ms_at_ref"] == pytest.approx(25_165_824 / 3.125e9 * 1e3 + lat_ms)
+    assert eight["transfer_ms_at_ref"] == pytest.approx(25_165_824 / 8 / 3.125e9 * 1e3 + lat_ms)
+    assert eight["recompute_ms_at_ref"] == one["recompute_ms_at_ref"]
+    # the tie bandwidth is per NIC: 8 NICs tie at an eighth of one NIC's figure
+    assert eight["tie_bandwidth_gbytes_per_s"] == pytest.approx(
+        one["tie_bandwidth_gbytes_per_s"] / 8
+    )
