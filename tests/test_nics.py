@@ -105,11 +105,19 @@ def test_default_nics_follow_the_device_count():
     """Scenario level: nics_per_instance defaults to one per device."""
     s = load_scenario(
         "medium_chat",
-        ["run.requests=50", "run.warmup_requests=0", "cluster.prefill.devices=8", "cluster.decode.devices=8"],
+        [
+            "run.requests=50",
+            "run.warmup_requests=0",
+            "cluster.prefill.devices=8",
+            "cluster.decode.devices=8",
+        ],
     )
     base = prepare(s).base
     assert (base.nics_prefill, base.nics_decode, base.link_topology) == (8, 8, "shared_nics")
-    s1 = load_scenario("medium_chat", ["run.requests=50", "run.warmup_requests=0", "cluster.link.nics_per_instance=1"])
+    s1 = load_scenario(
+        "medium_chat",
+        ["run.requests=50", "run.warmup_requests=0", "cluster.link.nics_per_instance=1"],
+    )
     assert prepare(s1).base.nics_decode == 1
 
 

@@ -388,7 +388,8 @@ class LinkConfig(_M):
         None,
         ge=1e-3,
         le=1e4,
-        description="Override bandwidth per NIC (private_paths: per channel), GB/s (0.001 to 10,000; the catalog spans "
+        description="Override bandwidth per NIC (private_paths: per channel), GB/s "
+        "(0.001 to 10,000; the catalog spans "
         "1.25 for 10 GbE to 450 for NVLink 4).",
     )
     latency_us: float | None = Field(

@@ -7,9 +7,9 @@
   prompt and output KV, less the resident replica blocks it uses; idle replicas are trimmed
   LRU for room) before any KV moves. With no room, on_full=reject rejects and on_full=wait
   queues FCFS until memory frees or the timeout passes. The policy decides which blocks
-  cross the link and which the decode instance recomputes itself (the KV queues FCFS on the prefill instance's
-  egress NICs and the decode instance's ingress NICs, or, with private paths, on the least
-  busy channel between the two).
+  cross the link and which the decode instance recomputes itself (the KV queues FCFS on
+  the prefill instance's egress NICs and the decode instance's ingress NICs, or, with
+  private paths, on the least busy channel between the two).
 * Decode: continuous batching in closed form (batch.py); queued prefix recomputes run back
   to back at the next boundary while the batch stalls.
 
