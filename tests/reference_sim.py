@@ -36,7 +36,9 @@ Semantics implemented, disaggregated mode (times in seconds):
   found too_large) only when it reaches the head. Otherwise hit blocks are pinned, idle
   replicas trimmed LRU until need fits, and the blocks the policy keeps (and that are not
   resident yet) become pending replicas, ready once the KV lands.
-  The KV moves over the earliest-free channel of the (prefill, decode) path.
+  The KV moves FCFS once both the prefill instance's egress NICs and the decode
+  instance's ingress NICs are free, holding both (shared NICs, the default), or over the
+  earliest-free channel of the (prefill, decode) path (private paths).
 * Decode: continuous batching, one event per iteration. A request is ready when its KV has
   landed and its recompute (if any) is done; it joins at the first boundary strictly after
   that (an idle instance starts a boundary at once). Queued recomputes run back to back at
@@ -225,6 +227,9 @@ class RefConfig:
     link_bytes_per_s: float = 3.125e9
     link_latency_s: float = 0.0
     link_channels: int = 1
+    link_topology: str = "shared_nics"
+    nics_prefill: int = 1
+    nics_decode: int = 1
     max_batch: int = 64
     prefill_token_budget: int = 8192
     prefill_cache_tokens: int = 10**9
@@ -247,6 +252,9 @@ DATA_FIELDS = (
     "link_bytes_per_s",
     "link_latency_s",
     "link_channels",
+    "link_topology",
+    "nics_prefill",
+    "nics_decode",
     "max_batch",
     "prefill_token_budget",
     "prefill_cache_tokens",
@@ -326,6 +334,9 @@ def scenario_config(prep) -> RefConfig:
         link_latency_s=(c.link.latency_us if c.link.latency_us is not None else link.latency_us)
         / 1e6,
         link_channels=c.link.channels,
+        link_topology=c.link.topology,
+        nics_prefill=c.link.nics_per_instance or c.prefill.devices,
+        nics_decode=c.link.nics_per_instance or c.decode.devices,
         max_batch=c.max_decode_batch,
         prefill_token_budget=c.prefill_token_budget,
         prefill_cache_tokens=p_roof.prefix_cache_tokens(c.prefill_cache_fraction),
@@ -391,6 +402,10 @@ class ReferenceSim:
             for p in range(cfg.n_prefill)
             for d in range(cfg.n_decode)
         }
+        # shared NICs: when each prefill instance's egress group and each decode
+        # instance's ingress group is next free
+        self.egress_free = [0.0] * cfg.n_prefill
+        self.ingress_free = [0.0] * cfg.n_decode
         self.rr_prefill = 0
         self.rr_decode = 0
         self.clock = 0  # logical clock for LRU stamps
@@ -626,7 +641,17 @@ class ReferenceSim:
             xfer, rc = r.prompt - hit, 0
         r.transfer_tokens, r.recompute_tokens = xfer, rc
         nbytes = xfer * cfg.decode.kv
-        if nbytes > 0:
+        if nbytes > 0 and cfg.link_topology == "shared_nics":
+            # FCFS on both ends: the write starts when the sender's egress NICs and the
+            # receiver's ingress NICs are both free and holds both; the KV is sharded by
+            # head over the smaller group's NICs, each moving its share in parallel
+            p = r.prefill_instance
+            start = max(t, self.egress_free[p], self.ingress_free[d])
+            busy = nbytes / (min(cfg.nics_prefill, cfg.nics_decode) * cfg.link_bytes_per_s)
+            self.egress_free[p] = self.ingress_free[d] = start + busy
+            r.t_transfer_start = start
+            self.schedule(start + busy + cfg.link_latency_s, TRANSFER, r)
+        elif nbytes > 0:
             chans = self.channels[(r.prefill_instance, d)]
             c = chans.index(min(chans))
             start = max(t, chans[c])

@@ -179,8 +179,8 @@ def test_splitwise_prefill_runs_on_h100_decode_on_a100_kv_over_hdr():
         sum(decode_s(1, 2048 + j, LLAMA2_70B, A100, 8) for j in range(16)),
         rtol=1e-9,
     )
-    # the KV of 2,048 tokens over the 8 x HDR path of hardware/dgx_a100_hdr.yaml:
-    # 671,088,640 bytes at 200 GB/s plus 2 us
+    # the KV of 2,048 tokens over the 8 HDR NICs (25 GB/s each, hardware/dgx_a100_hdr.yaml)
+    # of the 8-device instances, sharded: 671,088,640 bytes at 8 x 25 = 200 GB/s plus 2 us
     np.testing.assert_allclose(
         _span(c, "t_transfer_start", "t_transfer_end"), KV_BPT * 2048 / 200e9 + 2e-6, rtol=1e-9
     )

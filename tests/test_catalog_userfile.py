@@ -238,7 +238,8 @@ def test_preset_hardware_resolves_from_any_directory(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     s = load_scenario("optical_mac")
     assert get_accelerator(s.cluster.prefill.accelerator).name == "optical-mac"
-    assert get_link(load_scenario("splitwise_hetero").cluster.link.name).bandwidth_gbps == 200.0
+    # one HDR NIC, 8 per instance
+    assert get_link(load_scenario("splitwise_hetero").cluster.link.name).bandwidth_gbps == 25.0
 
 
 # ------------------------------------------------------------------ command line

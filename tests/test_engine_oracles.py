@@ -273,6 +273,7 @@ def test_conservation_multi_instance():
             "tool_call",
             "cluster.prefill_instances=2",
             "cluster.decode_instances=2",
+            "cluster.link.topology=private_paths",
             "cluster.link.channels=2",
             f"cluster.decode_router={router}",
             "memory.budget_factor=0.5",

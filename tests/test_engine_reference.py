@@ -133,6 +133,17 @@ def compute_poor(acc: AcceleratorSpec, model, devices: int, eff, batch: int, con
     return acc.model_copy(update={"name": "compute-poor", "peak_tflops": peak / 1e12})
 
 
+def _link(draw) -> dict:
+    """Shared NIC groups (1–8 NICs each end) or private paths with 1–2 channels."""
+    if draw(st.booleans()):
+        return {"link_topology": "private_paths", "link_channels": draw(st.integers(1, 2))}
+    return {
+        "link_topology": "shared_nics",
+        "nics_prefill": draw(st.sampled_from([1, 2, 8])),
+        "nics_decode": draw(st.sampled_from([1, 2, 8])),
+    }
+
+
 @st.composite
 def workloads(draw, min_output: int = 1):
     """Requests of a small random scenario: a tree of prefix blocks, Zipf popularity."""
@@ -208,7 +219,7 @@ def disagg_cases(draw):
         n_decode=draw(st.integers(1, 2)),
         link_bytes_per_s=draw(st.sampled_from([0.5e9, 3.125e9, 25e9])),
         link_latency_s=draw(st.sampled_from([0.0, 30e-6, 2e-3])),
-        link_channels=draw(st.integers(1, 2)),
+        **_link(draw),
         max_batch=draw(st.integers(1, 6)),
         prefill_token_budget=draw(st.sampled_from([1, 512, 2048, 8192])),
         prefill_cache_tokens=draw(st.sampled_from([0, 300, 1500, 10**9])),
@@ -354,7 +365,17 @@ SCENARIOS = [
             "cluster.prefill_instances=2",
             "cluster.decode_instances=2",
             "cluster.decode_router=prefix_affinity",
+            "cluster.link.topology=private_paths",
             "cluster.link.channels=2",
+        ),
+    ),
+    (
+        "medium_chat",
+        (
+            "cluster.prefill_instances=2",
+            "cluster.decode_instances=3",
+            "cluster.decode.devices=2",
+            "cluster.link.nics_per_instance=2",
         ),
     ),
     (

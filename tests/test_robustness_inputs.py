@@ -125,6 +125,7 @@ def test_absurd_physical_knobs_are_refused_with_the_range(override: str, expect:
         [
             "cluster.prefill_instances=1024",
             "cluster.decode_instances=1024",
+            "cluster.link.topology=private_paths",
             "cluster.link.channels=2",
         ],
     ],

@@ -91,6 +91,8 @@ SCHEMAS: dict[str, dict[str, pl.DataType]] = {
         "peak_replica_kv_gb": F,
         "transfer_mb_per_request": F,
         "link_util": F,
+        "link_util_egress": F,
+        "link_util_ingress": F,
         "decode_util": F,
         "prefill_util": F,
         "recompute_tokens_total": I,

@@ -186,6 +186,8 @@ def summarize(prep: Prepared, policy: str, df: pl.DataFrame, res: SimResult) -> 
         "prefill_util": st["prefill_util"],
         "decode_util": st["decode_util"],
         "link_util": st["link_util"],
+        "link_util_egress": st.get("link_util_egress", st["link_util"]),
+        "link_util_ingress": st.get("link_util_ingress", st["link_util"]),
         "mean_decode_batch": st["mean_decode_batch"],
     }
     row = {

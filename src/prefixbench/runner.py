@@ -227,6 +227,9 @@ def prepare(s: Scenario) -> Prepared:
         link_latency_s=(c.link.latency_us if c.link.latency_us is not None else link.latency_us)
         / 1e6,
         link_channels=c.link.channels,
+        link_topology=c.link.topology,
+        nics_prefill=c.link.nics_per_instance or c.prefill.devices,
+        nics_decode=c.link.nics_per_instance or c.decode.devices,
         max_batch=c.max_decode_batch,
         prefill_token_budget=c.prefill_token_budget,
         prefill_cache_tokens=prefill_cache,

@@ -412,17 +412,32 @@ class LinkConfig(_M):
         description="Link name from the catalog, or a hardware YAML file (path relative to the "
         "scenario file).",
     )
+    topology: Literal["shared_nics", "private_paths"] = Field(
+        "shared_nics",
+        description="shared_nics: every transfer out of a prefill instance shares its egress "
+        "NICs and every transfer into a decode instance its ingress NICs (FCFS, both ends "
+        "held); private_paths: each prefill→decode pair has its own channels (before 0.x).",
+    )
+    nics_per_instance: int | None = Field(
+        None,
+        ge=1,
+        le=1024,
+        description="shared_nics: NICs per instance (default: one per device); a request's "
+        "KV is sharded across them (1 to 1024).",
+    )
     channels: int = Field(
         1,
         ge=1,
         le=1024,
-        description="Parallel channels per prefill→decode path (FCFS each; 1 to 1024).",
+        description="private_paths only: parallel channels per prefill→decode path (FCFS "
+        "each; 1 to 1024).",
     )
     bandwidth_gbps: float | None = Field(
         None,
         ge=1e-3,
         le=1e4,
-        description="Override bandwidth per channel, GB/s (0.001 to 10,000; the catalog spans "
+        description="Override bandwidth per NIC (private_paths: per channel), GB/s "
+        "(0.001 to 10,000; the catalog spans "
         "1.25 for 10 GbE to 450 for NVLink 4).",
     )
     latency_us: float | None = Field(
@@ -465,7 +480,8 @@ class ClusterSpec(_M):
         default_factory=InstanceGroup, description="Decode instance hardware."
     )
     link: LinkConfig = Field(
-        default_factory=LinkConfig, description="KV link per prefill→decode path."
+        default_factory=LinkConfig,
+        description="KV link: NIC type and count per instance (docs/model.md, NICs).",
     )
     max_decode_batch: int = Field(
         64,
@@ -494,6 +510,11 @@ class ClusterSpec(_M):
 
     @model_validator(mode="after")
     def _paths_fit(self) -> ClusterSpec:
+        if self.link.topology == "shared_nics" and self.link.channels != 1:
+            raise ValueError(
+                f"link.channels={self.link.channels} applies to link.topology private_paths "
+                "only; with shared NICs set link.nics_per_instance instead"
+            )
         paths = self.prefill_instances * self.decode_instances * self.link.channels
         if paths > MAX_LINK_CHANNELS:  # the engine keeps one clock per channel of each path
             raise ValueError(

@@ -178,7 +178,12 @@ def offered_load(prep, df: pl.DataFrame, stats: dict) -> tuple[float, dict, bool
     rc = np.nan_to_num(rc, nan=0.0)
     if not colocated and admitted.height:
         nbytes = _col(admitted, "transfer_tokens") * prep.kv_bpt
-        cap = b.link_bytes_per_s * b.link_channels * b.n_prefill * b.n_decode
+        if getattr(b, "link_topology", "private_paths") == "shared_nics":
+            # the busiest NIC group: λ/min(P, D) of the transfers at the sharded rate
+            rate = b.link_bytes_per_s * min(b.nics_prefill, b.nics_decode)
+            cap = rate * min(b.n_prefill, b.n_decode)
+        else:
+            cap = b.link_bytes_per_s * b.link_channels * b.n_prefill * b.n_decode
         rho["link"] = lam * float(nbytes.mean()) / cap
 
     m, d = b.max_batch, (n_inst if colocated else b.n_decode)

@@ -154,6 +154,32 @@ def _costs(*costs) -> list[float]:
     return [float(getattr(c, f)) for c in costs for f in L.COST_FIELDS]
 
 
+def link_rate(cfg: EngineConfig) -> float:
+    """Bytes per second one transfer moves at: with shared NICs a request's KV is sharded
+    across the NICs of the smaller end's group (each NIC carries 1/N of it, in parallel);
+    with private paths one channel's bandwidth."""
+    if cfg.link_topology == "shared_nics":
+        return min(cfg.nics_prefill, cfg.nics_decode) * cfg.link_bytes_per_s
+    return cfg.link_bytes_per_s
+
+
+def _link_utils(cfg: EngineConfig, F: np.ndarray, fn: int, window: float) -> dict[str, float]:
+    """Busy share of the busiest egress group (per prefill instance) and ingress group (per
+    decode instance); ``link_util`` is the larger (private paths: the mean over channels)."""
+    P, D = cfg.n_prefill, cfg.n_decode
+    busy = F[fn + P + D : fn + 2 * (P + D)]
+    if cfg.link_topology == "shared_nics":
+        eg = float(busy[:P].max()) / window
+        ig = float(busy[P:].max()) / window
+        return {"link_util": max(eg, ig), "link_util_egress": eg, "link_util_ingress": ig}
+    c = cfg.link_channels
+    return {
+        "link_util": float(F[L.G_LINK]) / window / (P * D * c),
+        "link_util_egress": float(busy[:P].max()) / window / (D * c),
+        "link_util_ingress": float(busy[P:].max()) / window / (P * c),
+    }
+
+
 def simulate(
     req: Requests, cfg: EngineConfig, recorder=None, keep_state: bool = False
 ) -> SimResult:
@@ -184,8 +210,9 @@ def simulate(
         dtype=np.int64,
     )
     t_warm = _t_warm(req, cfg.warmup_requests)
+    shared = cfg.link_topology == "shared_nics"
     fp = np.array(
-        [cfg.link_bytes_per_s, cfg.link_latency_s, cfg.wait_timeout_s, t_warm]
+        [link_rate(cfg), cfg.link_latency_s, cfg.wait_timeout_s, t_warm]
         + _costs(cfg.prefill_cost, cfg.decode_cost)
     )
     hot_h = np.array([h for h, _ in cfg.hot_blocks], dtype=np.int64)
@@ -193,6 +220,7 @@ def simulate(
     r = _Run(req, ip, fp, hot_h)
     IS, F = r.IS, r.F
     F[L.G_ITL_NW] = cfg.warmup_requests
+    IS[L.IP_SHARED] = shared
     if cfg.policy == "replicate_hotset" and hot_h.shape[0] > 0:
         prewarm(IS, r.B32, r.B8, _c64(r.hot_ids), hot_t)
         IS[L.GI_PEAK_REP] = IS[L.GI_PEAK_USED] = IS[L.DI0 + L.D_USED]
@@ -222,7 +250,7 @@ def simulate(
         "prefill_util": sum(p_busy) / window / cfg.n_prefill,
         "decode_util": sum(d_busy) / window / n_dec,
         "mean_decode_batch": float(F[L.G_BATCH_AREA]) / window / n_dec,
-        "link_util": float(F[L.G_LINK]) / window / (cfg.n_prefill * n_dec * cfg.link_channels),
+        **_link_utils(cfg, F, int(IS[L.H_FNIC]), window),
         "prefill_busy_s": p_busy,
         "decode_busy_s": d_busy,
         **_work(IS, F, cfg.n_prefill, n_dec),
@@ -288,6 +316,8 @@ def simulate_colocated(req: Requests, cfg: ColocatedConfig, recorder=None) -> Si
         "decode_busy_s": [float(F[L.DF0 + i * L.NDF + L.DF_BUSY]) for i in range(k)],
         **_work(IS, F, 0, k),
         **_itl_stats(F),
+        "link_util_egress": 0.0,
+        "link_util_ingress": 0.0,
     }
     return SimResult(cols, stats)
 

@@ -23,6 +23,7 @@ SCHEDULERS = {
     "chunked": "Sarathi-Serve: one decode token per sequence plus prefill chunks per step",
 }
 ON_FULL = ("reject", "wait")
+LINK_TOPOLOGIES = ("shared_nics", "private_paths")
 
 # The per-request timestamp columns every run returns (SimResult.columns), in order.
 TIME_COLUMNS = (
@@ -51,7 +52,7 @@ class EngineConfig:
     n_decode: int = 1
     link_bytes_per_s: float = 3.125e9
     link_latency_s: float = 0.0
-    link_channels: int = 1
+    link_channels: int = 1  # private_paths only: channels per (prefill, decode) pair
     max_batch: int = 64
     prefill_token_budget: int = 8192
     prefill_cache_tokens: int = 10**9
@@ -63,6 +64,14 @@ class EngineConfig:
     decode_router: str = "least_load"
     warmup_requests: int = 0
     track_gaps: bool = False  # record each request's largest gap between tokens
+    # NICs (docs/model.md "NICs"): shared_nics queues every transfer FCFS on its prefill
+    # instance's egress group and its decode instance's ingress group; link_bytes_per_s is
+    # then per NIC and a transfer moves at min(nics_prefill, nics_decode) NICs' rate (KV
+    # sharded by head across the group). private_paths: link_channels per pair, each at
+    # link_bytes_per_s.
+    link_topology: str = "shared_nics"
+    nics_prefill: int = 1
+    nics_decode: int = 1
 
 
 @dataclass
@@ -134,8 +143,22 @@ def check_engine_config(cfg: EngineConfig) -> None:
             ("cluster.prefill_instances", cfg.n_prefill),
             ("cluster.decode_instances", cfg.n_decode),
             ("cluster.link.channels", cfg.link_channels),
+            ("cluster.link.nics_per_instance", cfg.nics_prefill),
+            ("cluster.link.nics_per_instance", cfg.nics_decode),
         ],
     )
+    if cfg.link_topology not in LINK_TOPOLOGIES:
+        _refuse(
+            f"unknown link topology '{cfg.link_topology}'",
+            "cluster.link.topology",
+            "use " + " or ".join(LINK_TOPOLOGIES),
+        )
+    if cfg.link_topology == "shared_nics" and cfg.link_channels != 1:
+        _refuse(
+            f"link.channels={cfg.link_channels} applies to topology private_paths only",
+            "cluster.link.channels",
+            "set cluster.link.nics_per_instance for shared NICs, or topology: private_paths",
+        )
     _check_ints(
         [
             ("cluster.prefill_token_budget", cfg.prefill_token_budget, 1, 2**62),

@@ -7,8 +7,9 @@
   prompt and output KV, less the resident replica blocks it uses; idle replicas are trimmed
   LRU for room) before any KV moves. With no room, on_full=reject rejects and on_full=wait
   queues FCFS until memory frees or the timeout passes. The policy decides which blocks
-  cross the link (queued on the least busy channel between the two instances) and which
-  the decode instance recomputes itself.
+  cross the link and which the decode instance recomputes itself (the KV queues FCFS on
+  the prefill instance's egress NICs and the decode instance's ingress NICs, or, with
+  private paths, on the least busy channel between the two).
 * Decode: continuous batching in closed form (batch.py); queued prefix recomputes run back
   to back at the next boundary while the batch stalls.
 
@@ -282,23 +283,40 @@ def handoff(IS, rid, prompt, hit_tok):
 
 @jit
 def send_kv(IS, F, TLF, TLI, rid, d, t, nbytes):
-    """Queue ``nbytes`` on the least busy channel (ties: lowest index) from the request's
-    prefill instance to ``d``; returns when the KV lands."""
+    """Queue ``nbytes`` from the request's prefill instance to ``d``; returns when the KV
+    lands. Shared NICs: FCFS holding both the prefill instance's egress group and ``d``'s
+    ingress group (an RDMA write occupies both ends); it starts when both are free and
+    moves at the sharded group rate ``FP_LINK_BPS``. Private paths: the least busy channel
+    (ties: lowest index) of the (prefill, decode) pair."""
     n, io = IS[L.IP_N], IS[L.H_O]
     nc = IS[L.IP_NC]
     p = IS[io + L.O_PI * n + rid]
-    ch = IS[L.H_FCH] + (p * IS[L.IP_ND] + d) * nc
-    c = 0
-    for i in range(1, nc):
-        if F[ch + i] < F[ch + c]:
-            c = i
-    start = t
-    if F[ch + c] > start:
-        start = F[ch + c]
+    fn = IS[L.H_FNIC]
+    eg, ig = fn + p, fn + IS[L.IP_NP] + d
     occupy = nbytes / F[L.FP_LINK_BPS]
-    F[ch + c] = start + occupy
+    start = t
+    if IS[L.IP_SHARED]:
+        c = 0
+        if F[eg] > start:
+            start = F[eg]
+        if F[ig] > start:
+            start = F[ig]
+        F[eg] = start + occupy
+        F[ig] = start + occupy
+    else:
+        ch = IS[L.H_FCH] + (p * IS[L.IP_ND] + d) * nc
+        c = 0
+        for i in range(1, nc):
+            if F[ch + i] < F[ch + c]:
+                c = i
+        if F[ch + c] > start:
+            start = F[ch + c]
+        F[ch + c] = start + occupy
     if start >= F[L.FP_TWARM]:
         F[L.G_LINK] += occupy
+        nn = IS[L.IP_NP] + IS[L.IP_ND]
+        F[eg + nn] += occupy
+        F[ig + nn] += occupy
     F[IS[L.H_FT] + L.T_XS * n + rid] = start
     if IS[L.IP_REC]:
         track = (p * IS[L.IP_ND] + d) * nc + c

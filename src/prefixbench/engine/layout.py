@@ -10,7 +10,7 @@ timeline log, which grow on demand):
   result columns (row ``r`` of request ``rid`` at ``IS[IS[H_O] + r·n + rid]``);
 * ``F`` float64: parameters (link, timeout, warm-up time, both instances' cost
   coefficients), run scalars, ``NDF`` fields per decode instance, prefill busy time, link
-  channel free times, and the per-request time columns;
+  channel free times, NIC group free and busy times, and the per-request time columns;
 * ``R`` int32: one record of ``NR`` fields per request (queue links, lengths, flags);
 * ``B32`` int32: one 4-field record per block id and instance (replica store of each decode
   instance, prefix cache of each prefill instance);
@@ -106,7 +106,11 @@ NIP = 14
 IP_N, IP_U = 14, 15  # requests, block ids
 GI_PEAK_REP, GI_PEAK_USED, GI_RR_P, GI_RR_D, GI_SEQ, GI_HSZ, GI_INSYS, GI_TLN = range(16, 24)
 H_PI, H_DH, H_CAPB, H_JN, H_PTR, H_O, H_FPB, H_FCH, H_FT, H_PC, H_PFLAG, H_HOT = range(24, 36)
-DI0 = 36
+# NIC groups (docs/model.md "NICs"): offset of the F section (egress free time per prefill
+# instance, ingress free time per decode instance, then their busy times), and whether the
+# link is shared NIC groups (1) or private per-pair channels (0)
+H_FNIC, IP_SHARED = 36, 37
+DI0 = 38
 # decode instance fields (queue head/tail pairs adjacent)
 (
     D_B,  # sequences in the batch
@@ -255,7 +259,9 @@ def allocate(
 
     f_pb = DF0 + D * NDF
     f_ch = f_pb + P
-    f_t = f_ch + P * D * C + 2 * P  # + FLOPs and bytes per prefill instance (prefill_work)
+    # + FLOPs and bytes per prefill instance (prefill_work), then the NIC groups' clocks
+    f_nic = f_ch + P * D * C + 2 * P
+    f_t = f_nic + 2 * (P + D)
     rows = T_LAST + 1 if ip[IP_GAPS] else T_ARR + 1
     F = np.zeros(f_t + rows * n)
     F[:NFP] = fp
@@ -268,6 +274,7 @@ def allocate(
     if ip[IP_GAPS]:
         F[f_t + T_LAST * n :] = np.nan
     IS[H_FPB], IS[H_FCH], IS[H_FT] = f_pb, f_ch, f_t
+    IS[H_FNIC] = f_nic
 
     B32 = np.zeros(4 * (D + P) * U, dtype=np.int32)
     B8 = np.zeros(D * U + nb + U, dtype=np.uint8)

@@ -1,7 +1,9 @@
 """Transfer vs recompute: analytic break-even per model × accelerator × link, and what the
 simulation measured where sweep results exist.
 
-Moving a prefix of L tokens costs latency + L·kv_bytes/bandwidth on the link; rebuilding
+Moving a prefix of L tokens costs latency + L·kv_bytes/(N·bandwidth) on the link, its KV
+sharded over the decode instance's N NICs (one per device by default, docs/model.md
+"NICs"); rebuilding
 it on the decode instance costs the roofline time of an L-token prefill (costmodel
 .recompute_time). Both exclude queueing; the simulated difference includes it.
 """
@@ -32,6 +34,7 @@ register(
         "transfer_ms_at_ref": pl.Float64,
         "recompute_ms_at_ref": pl.Float64,
         "link_gbytes_per_s": pl.Float64,
+        "nics": pl.Int64,
         "tie_bandwidth_gbytes_per_s": pl.Float64,
         "breakeven_prefix_tokens": pl.Float64,
         "recompute_wins_from": pl.Float64,
@@ -50,11 +53,17 @@ def analytic_row(
     devices: int = 1,
     eff: Efficiency | None = None,
     kv_dtype: str | None = None,
+    nics: int | None = None,
 ) -> dict:
-    """Break-even figures of one (model, decode accelerator, link), at ``kv_dtype`` if given."""
+    """Break-even figures of one (model, decode accelerator, link), at ``kv_dtype`` if given.
+
+    The KV moves over ``nics`` NICs of the link type in parallel (default: one per device,
+    as cluster.link.nics_per_instance); bandwidths in the row are per NIC."""
     m = with_formats(catalog.get_model(model), kv_dtype=kv_dtype)
     dev = catalog.get_accelerator(accelerator)
-    ln = catalog.get_link(link)
+    one = catalog.get_link(link)
+    k = nics or devices
+    ln = one if k == 1 else one.model_copy(update={"bandwidth_gbps": one.bandwidth_gbps * k})
     cost = InstanceCost.build(m, dev, devices, eff or Efficiency())
     kv = kv_bytes_per_token(m)
     lengths = np.arange(1, m.max_context + 1, dtype=np.float64)
@@ -66,7 +75,7 @@ def analytic_row(
     tr_ref = float(recompute_time(cost, ref))
     # bandwidth at which moving the reference prefix costs as much as recomputing it
     budget = tr_ref - ln.latency_us / 1e6
-    tie_bw = ref * kv / budget / 1e9 if budget > 0 else float("nan")
+    tie_bw = ref * kv / budget / 1e9 / k if budget > 0 else float("nan")  # per NIC
     wins = np.flatnonzero(recompute_better)
     return {
         "model": m.name,
@@ -77,7 +86,8 @@ def analytic_row(
         "recompute_us_per_token": cost.linear_flops / cost.flops_rate_prefill * 1e6,
         "transfer_ms_at_ref": tx_ref * 1e3,
         "recompute_ms_at_ref": tr_ref * 1e3,
-        "link_gbytes_per_s": ln.bandwidth_gbps,
+        "link_gbytes_per_s": one.bandwidth_gbps,
+        "nics": k,
         "tie_bandwidth_gbytes_per_s": tie_bw,
         # first length where the cheaper option flips (NaN: one option wins at every length)
         "breakeven_prefix_tokens": float(np.flatnonzero(np.diff(recompute_better))[0] + 2)
