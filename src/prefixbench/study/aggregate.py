@@ -7,6 +7,7 @@ import math
 import polars as pl
 
 from ..artifacts import register
+from .margins import t975  # noqa: F401 - one quantile for every CI (also imported from here)
 
 GROUP = ["model", "workload", "budget_factor", "policy"]
 AGG_METRICS = [
@@ -39,16 +40,6 @@ AGG_METRICS = [
     "capacity_rps",
     "rho_bottleneck",
 ]
-
-
-def t975(df: int) -> float:
-    """Two-sided 95% Student-t quantile for ``df`` degrees of freedom (NaN for df < 1),
-    from scipy (exact for every df; a hand table returned 1.96 beyond 30)."""
-    if df < 1:
-        return math.nan
-    from scipy.stats import t
-
-    return float(t.ppf(0.975, df))
 
 
 register(

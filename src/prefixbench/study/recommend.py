@@ -24,10 +24,9 @@ from pathlib import Path
 import polars as pl
 
 from ..artifacts import register
-from .aggregate import t975
+from .margins import REJECT_SLACK, paired_margin
 
 OBJECTIVES = ("balanced", "latency", "memory")
-REJECT_SLACK = 0.01
 TTFT_SLACK = 0.10
 W_REJECT = 5.0
 W_MEMORY = 0.25
@@ -142,13 +141,7 @@ def recommend(agg: pl.DataFrame, runs: pl.DataFrame, objective: str = "balanced"
                 m = {r["policy"]: r["ttft_mean_ms"] for r in d}
                 if win in m and up in m:
                     diffs.append(m[up] - m[win])
-        n = len(diffs)
-        mean = sum(diffs) / n if n else math.nan
-        ci = (
-            t975(n - 1) * math.sqrt(sum((x - mean) ** 2 for x in diffs) / (n - 1)) / math.sqrt(n)
-            if n > 1
-            else math.nan
-        )
+        mean, ci = paired_margin(diffs)
         out.append(
             {
                 "model": key[0],
