@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import math
-
 import polars as pl
 
 from ..artifacts import register
-from .margins import t975  # noqa: F401 - one quantile for every CI (also imported from here)
+from .margins import t975
 
 GROUP = ["model", "workload", "budget_factor", "policy"]
 AGG_METRICS = [

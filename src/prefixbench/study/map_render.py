@@ -273,7 +273,9 @@ def _breakeven_line(result: MapResult) -> pl.DataFrame | None:
     if pts.height == 0:
         return None
     if pts.height == 1 or pts[col].n_unique() == 1:  # constant: span the whole other axis
-        lo, hi = tile_edges(spec.ys() if other == "y" else spec.xs(), AXES[getattr(spec, other)].log)
+        lo, hi = tile_edges(
+            spec.ys() if other == "y" else spec.xs(), AXES[getattr(spec, other)].log
+        )
         v = float(pts[col][0])
         pts = pl.DataFrame({col: [v, v], other: [lo[0], hi[-1]]})
     return _pd(pts.select("x", "y"))
