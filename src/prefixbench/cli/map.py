@@ -89,8 +89,8 @@ def map_cmd(
 ) -> None:
     """Which policy wins where: a grid of two axes (default link bandwidth × decode KV budget),
     every policy on the same requests per cell, ties and unstable cells marked."""
-    from ..study.decision_map import MapSpec, run_map, write_map
-    from ..study.map_render import text_map
+    from ..study.decision_map import MapSpec, run_map
+    from ..study.map_render import text_map, write_map
 
     sets = list(overrides or [])
     if accelerator:

@@ -495,31 +495,3 @@ def run_map(
             on_point(None)
     runs = pl.DataFrame(rows, schema=RUN_COLUMNS).sort(["y", "x", "seed", "policy"])
     return MapResult(spec, runs, decide(runs, spec))
-
-
-def write_map(result: MapResult, out) -> list:
-    """decision_map.parquet, map_runs.parquet and decision_map.png in ``out``."""
-    from pathlib import Path
-
-    from ..artifacts import write_atomic
-    from .map_render import save_png
-
-    out = Path(out)
-    spec = result.spec
-    meta = {
-        "model": spec.model,
-        "workload": spec.workload,
-        "metric": spec.metric,
-        "x": spec.x,
-        "y": spec.y,
-        "seeds": spec.seeds,
-        "requests": spec.requests,
-        "warmup": spec.warmup,
-        "policies": spec.policies,
-        "set": spec.overrides,
-    }
-    return [
-        write_atomic(result.cells, out / "decision_map.parquet", "decision_map", meta),
-        write_atomic(result.runs, out / "map_runs.parquet", "map_runs", meta),
-        save_png(result, out / "decision_map.png"),
-    ]

@@ -1,4 +1,5 @@
-"""The decision map drawn two ways: one character per cell for a terminal, a PNG (plotnine).
+"""The decision map drawn two ways: one character per cell for a terminal, a PNG (plotnine);
+and the map's files (`write_map`).
 
 Both read only the cells frame (kind ``decision_map``) and the spec it was made from.
 """
@@ -295,3 +296,28 @@ def save_png(result: MapResult, path: Path, size=(9.0, 6.0), dpi: int = 150) -> 
             fix="choose a writable --out",
         ) from None
     return _save(plot_map(result), path, size, dpi=dpi)
+
+
+def write_map(result: MapResult, out) -> list:
+    """decision_map.parquet, map_runs.parquet and decision_map.png in ``out``."""
+    from ..artifacts import write_atomic
+
+    out = Path(out)
+    spec = result.spec
+    meta = {
+        "model": spec.model,
+        "workload": spec.workload,
+        "metric": spec.metric,
+        "x": spec.x,
+        "y": spec.y,
+        "seeds": spec.seeds,
+        "requests": spec.requests,
+        "warmup": spec.warmup,
+        "policies": spec.policies,
+        "set": spec.overrides,
+    }
+    return [
+        write_atomic(result.cells, out / "decision_map.parquet", "decision_map", meta),
+        write_atomic(result.runs, out / "map_runs.parquet", "map_runs", meta),
+        save_png(result, out / "decision_map.png"),
+    ]

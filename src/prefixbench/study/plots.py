@@ -21,6 +21,7 @@ import polars as pl
 from ..artifacts import read_artifact
 from ..errors import ArtifactError
 from ..scenario import POLICIES
+from .results import load
 
 DPI = 150
 BASE_SIZE = 11
@@ -40,34 +41,6 @@ SHORT = {
 }
 TIE_COLOR = "#bdbdbd"  # a decision-map cell whose margin's CI spans 0 (both maps)
 DEFAULT_PAIR = ("l4", "eth-25g")  # the scenarios' default decode accelerator and link
-
-# which command writes each input file (for the error a missing file raises)
-MAKER = {
-    "agg": "prefixbench sweep --out {r}",
-    "runs": "prefixbench sweep --out {r}",
-    "prefixes": "prefixbench sweep --out {r}",
-    "crossover": "prefixbench crossover {r}",
-    "recommendations": "prefixbench report {r}",
-}
-
-
-def load(results: Path, kind: str) -> pl.DataFrame:
-    """Read ``results/<kind>.parquet``; a missing file names the command that makes it."""
-    results = Path(results)
-    if not results.is_dir():
-        raise ArtifactError(
-            "results folder not found",
-            where=str(results),
-            fix=f"run `{MAKER['agg'].format(r=results)}` first",
-        )
-    path = results / f"{kind}.parquet"
-    if not path.is_file():
-        raise ArtifactError(
-            f"missing {kind} file",
-            where=str(path),
-            fix=f"run `{MAKER[kind].format(r=results)}` first",
-        )
-    return read_artifact(path, kind)
 
 
 def _pd(df: pl.DataFrame):
@@ -1013,7 +986,7 @@ def render_plots(results: Path, out: Path) -> list[Path]:
 
     from . import capacity_table as _capacity  # noqa: F401 - registers the capacity artifact
     from . import decision as _decision  # noqa: F401 - registers the decision artifact
-    from .report import recommendations
+    from .recommend import recommendations
 
     results, out = Path(results), Path(out)
 

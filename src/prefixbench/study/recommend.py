@@ -197,6 +197,38 @@ def _refusal(key: tuple, objective: str, rows: list[dict]) -> dict:
     }
 
 
+def recommendations(
+    results: Path, agg: pl.DataFrame | None = None, objective: str = "balanced"
+) -> pl.DataFrame:
+    """recommendations.parquet for the whole grid, computed (and written) when missing or stale.
+
+    A file made for another objective (``recommend --objective latency``) is left alone and
+    the ``objective`` table is computed in memory.
+    """
+    from ..artifacts import read_artifact, write_atomic
+    from .results import load
+
+    results = Path(results)
+    agg = agg if agg is not None else load(results, "agg")
+    path = results / "recommendations.parquet"
+    want = set(agg.select(SCENARIO).unique().iter_rows())
+    keep_file = True
+    if path.is_file():
+        rec = read_artifact(path, "recommendations")
+        same_objective = set(rec["objective"]) == {objective}
+        fresh = path.stat().st_mtime >= (results / "agg.parquet").stat().st_mtime
+        if same_objective and fresh and set(rec.select(SCENARIO).iter_rows()) == want:
+            return rec
+        keep_file = not same_objective
+    rec = recommend(agg, load(results, "runs"), objective)
+    if not (path.is_file() and keep_file):
+        write_atomic(rec, path, "recommendations")
+    return rec
+
+
+# ---------------------------------------------------------------- findings
+
+
 def run_recommend(
     model: str,
     budget: float,
