@@ -7,12 +7,10 @@ the CHANGELOG. Values are compared at 1e-9 relative (the engine is deterministic
 
 from __future__ import annotations
 
-import json
-import math
-import os
 from pathlib import Path
 
 import pytest
+from goldens import check_golden
 
 from prefixbench.loader import preset_names
 from prefixbench.scenario import POLICIES
@@ -51,17 +49,4 @@ def test_preset_matches_golden(name):
     s = load_scenario(name, sets, trace=trace)
     rows = run_scenario(s, list(POLICIES), keep_requests=False).summary.to_dicts()
     got = {r["policy"]: {k: r[k] for k in KEYS} for r in rows}
-    path = GOLDEN / f"{name}.json"
-    if os.environ.get("PREFIXBENCH_UPDATE_GOLDEN") or not path.exists():
-        path.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
-        if not os.environ.get("PREFIXBENCH_UPDATE_GOLDEN"):
-            pytest.fail(f"{path} did not exist and was written; check it in")
-    want = json.loads(path.read_text())
-    assert set(got) == set(want)
-    for policy, metrics in want.items():
-        for key, value in metrics.items():
-            g = got[policy][key]
-            if isinstance(value, float) and math.isnan(value):
-                assert isinstance(g, float) and math.isnan(g), (policy, key)
-            else:
-                assert g == pytest.approx(value, rel=1e-9, abs=1e-12), (name, policy, key)
+    check_golden(GOLDEN / f"{name}.json", got, name)

@@ -7,12 +7,10 @@ say in the CHANGELOG which number changed and why.
 
 from __future__ import annotations
 
-import json
-import math
-import os
 from pathlib import Path
 
 import pytest
+from goldens import check_golden
 
 from prefixbench.loader import load_scenario
 from prefixbench.study.runs import run_scenario
@@ -50,17 +48,4 @@ def test_colocated_preset_matches_golden(name):
             row = run_scenario(s, ["transfer_per_request"], keep_requests=False, track_gaps=True)
             r = row.summary.to_dicts()[0]
             got[f"{sched}/{on_full}"] = {k: r[k] for k in KEYS}
-    path = GOLDEN / f"colocated_{name}.json"
-    if os.environ.get("PREFIXBENCH_UPDATE_GOLDEN") or not path.exists():
-        path.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
-        if not os.environ.get("PREFIXBENCH_UPDATE_GOLDEN"):
-            pytest.fail(f"{path} did not exist and was written; check it in")
-    want = json.loads(path.read_text())
-    assert set(got) == set(want)
-    for case, metrics in want.items():
-        for key, value in metrics.items():
-            g = got[case][key]
-            if isinstance(value, float) and math.isnan(value):
-                assert isinstance(g, float) and math.isnan(g), (case, key)
-            else:
-                assert g == pytest.approx(value, rel=1e-9, abs=1e-12), (name, case, key)
+    check_golden(GOLDEN / f"colocated_{name}.json", got, name)

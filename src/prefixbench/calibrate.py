@@ -22,10 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from pydantic import ValidationError
 
 from .costmodel import Efficiency, InstanceCost, decode_series_coeffs
-from .errors import PrefixbenchError, ScenarioError
+from .errors import PrefixbenchError
+
+# reading a fitted block is the scenario loader's (`efficiency: {from: FILE}`); kept importable here
+from .loader import inline_efficiency, load_efficiency  # noqa: F401
 
 PARAMS = ("mfu_prefill", "mfu_decode", "mbu", "prefill_overhead_ms", "decode_overhead_ms")
 CSV_COLUMNS = ("phase", "tokens", "batch", "context", "devices", "ms")
@@ -33,55 +35,6 @@ CSV_COLUMNS = ("phase", "tokens", "batch", "context", "devices", "ms")
 
 class ProfileError(PrefixbenchError):
     """A calibration profile is unreadable, incomplete or inconsistent."""
-
-
-# ---------------------------------------------------------------- loading a fitted block
-
-
-def load_efficiency(path: str | Path) -> Efficiency:
-    """An efficiency block from a YAML file (top level, or under an ``efficiency`` key)."""
-    from .loader import format_validation_error, read_yaml
-
-    path = Path(path)
-    data = read_yaml(path)
-    if isinstance(data, dict) and isinstance(data.get("efficiency"), dict):
-        data = data["efficiency"]
-    if not isinstance(data, dict):
-        raise ScenarioError(
-            "not an efficiency block",
-            where=str(path),
-            fix="write a mapping of mfu_prefill, mfu_decode, mbu, *_overhead_ms "
-            "(as `prefixbench calibrate --out` does)",
-        )
-    data = {k: v for k, v in data.items() if k in Efficiency.model_fields}
-    try:
-        return Efficiency.model_validate(data)
-    except ValidationError as e:
-        raise format_validation_error(e, str(path)) from None
-
-
-def inline_efficiency(data: dict, base: Path, where: str) -> dict:
-    """Replace ``efficiency: {from: FILE, ...}`` in a raw scenario by the file's block.
-
-    ``FILE`` is relative to ``base`` (the scenario file's folder); keys given next to
-    ``from`` override the file's. Other scenarios are returned unchanged.
-    """
-    eff = data.get("efficiency") if isinstance(data, dict) else None
-    if not isinstance(eff, dict) or "from" not in eff:
-        return data
-    ref = eff["from"]
-    if not isinstance(ref, str) or not ref.strip():
-        raise ScenarioError(
-            f"efficiency.from must be a file path, got {ref!r}",
-            where=where,
-            fix="write efficiency: {from: efficiency.yaml}",
-        )
-    path = Path(ref).expanduser()
-    if not path.is_absolute():
-        path = base / path
-    block = load_efficiency(path).model_dump()
-    block.update({k: v for k, v in eff.items() if k != "from"})
-    return {**data, "efficiency": block}
 
 
 # ---------------------------------------------------------------- measurements

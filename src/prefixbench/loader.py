@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from .costmodel import Efficiency
 from .errors import ScenarioError
 from .files import INT_DIGITS_HINT, exists, read_capped
 from .scenario import Scenario, override_path, split_model_section
@@ -324,8 +325,54 @@ def load_scenario(
         where = f"{where} (with --set)"
         data = resolve_scenario_hardware(data, Path.cwd(), where, base_is_file=False)
     # `efficiency: {from: FILE}` reads a fitted block; FILE is relative to the scenario file
-    from .calibrate import inline_efficiency
-
     base = Path(str(ref)).parent if ref is not None and Path(str(ref)).is_file() else Path.cwd()
     data = inline_efficiency(data, base, where)
     return validate(data, where)
+
+
+# ---------------------------------------------------------------- a fitted efficiency block
+# (written by `prefixbench calibrate`, read by `cost --efficiency` and `efficiency: {from:}`)
+
+
+def load_efficiency(path: str | Path) -> Efficiency:
+    """An efficiency block from a YAML file (top level, or under an ``efficiency`` key)."""
+    path = Path(path)
+    data = read_yaml(path)
+    if isinstance(data, dict) and isinstance(data.get("efficiency"), dict):
+        data = data["efficiency"]
+    if not isinstance(data, dict):
+        raise ScenarioError(
+            "not an efficiency block",
+            where=str(path),
+            fix="write a mapping of mfu_prefill, mfu_decode, mbu, *_overhead_ms "
+            "(as `prefixbench calibrate --out` does)",
+        )
+    data = {k: v for k, v in data.items() if k in Efficiency.model_fields}
+    try:
+        return Efficiency.model_validate(data)
+    except ValidationError as e:
+        raise format_validation_error(e, str(path)) from None
+
+
+def inline_efficiency(data: dict, base: Path, where: str) -> dict:
+    """Replace ``efficiency: {from: FILE, ...}`` in a raw scenario by the file's block.
+
+    ``FILE`` is relative to ``base`` (the scenario file's folder); keys given next to
+    ``from`` override the file's. Other scenarios are returned unchanged.
+    """
+    eff = data.get("efficiency") if isinstance(data, dict) else None
+    if not isinstance(eff, dict) or "from" not in eff:
+        return data
+    ref = eff["from"]
+    if not isinstance(ref, str) or not ref.strip():
+        raise ScenarioError(
+            f"efficiency.from must be a file path, got {ref!r}",
+            where=where,
+            fix="write efficiency: {from: efficiency.yaml}",
+        )
+    path = Path(ref).expanduser()
+    if not path.is_absolute():
+        path = base / path
+    block = load_efficiency(path).model_dump()
+    block.update({k: v for k, v in eff.items() if k != "from"})
+    return {**data, "efficiency": block}

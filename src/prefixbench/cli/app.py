@@ -240,16 +240,26 @@ class _Progress:
     """A Rich progress bar with ETA on stderr, fed by the library's callbacks.
 
     It draws only when stderr is a terminal: a pipe or a log file (and `--json` stdout,
-    which it never touches) gets no bar."""
+    which it never touches) gets no bar. With ``after_s`` the bar appears only once the work
+    has taken that long (a quick `map` draws none)."""
 
-    def __init__(self, label: str, unit: str = "points") -> None:
-        self.label, self.unit = label, unit
+    def __init__(self, label: str, unit: str = "points", after_s: float = 0.0) -> None:
+        import time
+
+        self.label, self.unit, self.after_s = label, unit, after_s
+        self.t0 = time.monotonic()
+        self.total, self.done = 0, 0
         self.bar = None
         self.task = None
 
     def start(self, total: int, done: int = 0) -> None:
         if done:
             err.print(f"resuming: {done} of {total} {self.unit} already finished", highlight=False)
+        self.total, self.done = total, done
+        if self.after_s <= 0:
+            self._open()
+
+    def _open(self) -> None:
         if not err.is_terminal:
             return
         from rich.progress import (
@@ -270,11 +280,16 @@ class _Progress:
             transient=True,
         )
         self.bar.start()
-        self.task = self.bar.add_task(self.unit, total=total, completed=done)
+        self.task = self.bar.add_task(self.unit, total=self.total, completed=self.done)
 
     def point(self, _p=None) -> None:
+        import time
+
+        self.done += 1
         if self.bar is not None:
             self.bar.advance(self.task)
+        elif self.after_s > 0 and time.monotonic() - self.t0 > self.after_s:
+            self._open()
 
     def stop(self) -> None:
         if self.bar is not None:

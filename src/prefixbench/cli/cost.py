@@ -182,7 +182,7 @@ def cost(
 
     eff = None
     if efficiency:
-        from ..calibrate import load_efficiency
+        from ..loader import load_efficiency
 
         eff = load_efficiency(efficiency)
     rep = cost_report(

@@ -4,58 +4,17 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from ..errors import ScenarioError
-from .app import Overrides, _csv, app, err, guarded
+from .app import Overrides, _csv, _Progress, app, err, guarded
 
 PROGRESS_AFTER_S = 2.0  # a quick map draws no bar
 # study/decision_map.py's defaults (not imported here: --help must not load polars)
 DEFAULT_REQUESTS, DEFAULT_WARMUP = 300, 60
-
-
-class _LateProgress:
-    """A Rich bar on stderr that appears only once the map has taken PROGRESS_AFTER_S and
-    only when stderr is a terminal (a pipe or a log file gets no control codes)."""
-
-    def __init__(self) -> None:
-        self.t0 = time.monotonic()
-        self.total, self.done, self.bar, self.task = 0, 0, None, None
-
-    def start(self, total: int, done: int) -> None:
-        self.total, self.done = total, done
-
-    def point(self, _p) -> None:
-        self.done += 1
-        if self.bar is None and err.is_terminal and time.monotonic() - self.t0 > PROGRESS_AFTER_S:
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeRemainingColumn,
-            )
-
-            self.bar = Progress(
-                TextColumn("map"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("rows"),
-                TimeRemainingColumn(),
-                console=err,
-            )
-            self.bar.start()
-            self.task = self.bar.add_task("rows", total=self.total, completed=self.done)
-        elif self.bar is not None:
-            self.bar.update(self.task, completed=self.done)
-
-    def stop(self) -> None:
-        if self.bar is not None:
-            self.bar.stop()
 
 
 def _range(text: str | None, opt: str) -> tuple[float, float] | None:
@@ -130,8 +89,8 @@ def map_cmd(
 ) -> None:
     """Which policy wins where: a grid of two axes (default link bandwidth × decode KV budget),
     every policy on the same requests per cell, ties and unstable cells marked."""
-    from ..study.decision_map import MapSpec, run_map, write_map
-    from ..study.map_render import text_map
+    from ..study.decision_map import MapSpec, run_map
+    from ..study.map_render import text_map, write_map
 
     sets = list(overrides or [])
     if accelerator:
@@ -155,7 +114,7 @@ def map_cmd(
         overrides=sets,
         metric=metric,
     )
-    bar = _LateProgress()
+    bar = _Progress("map", "rows", after_s=PROGRESS_AFTER_S)
     try:
         result = run_map(spec, jobs=jobs, on_start=bar.start, on_point=bar.point)
     finally:

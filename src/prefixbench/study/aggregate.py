@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import math
-
 import polars as pl
 
 from ..artifacts import register
+from .margins import t975
 
 GROUP = ["model", "workload", "budget_factor", "policy"]
 AGG_METRICS = [
@@ -39,16 +38,6 @@ AGG_METRICS = [
     "capacity_rps",
     "rho_bottleneck",
 ]
-
-
-def t975(df: int) -> float:
-    """Two-sided 95% Student-t quantile for ``df`` degrees of freedom (NaN for df < 1),
-    from scipy (exact for every df; a hand table returned 1.96 beyond 30)."""
-    if df < 1:
-        return math.nan
-    from scipy.stats import t
-
-    return float(t.ppf(0.975, df))
 
 
 register(

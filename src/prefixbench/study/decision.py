@@ -12,7 +12,6 @@ many half-widths the margin clears; null with one seed).
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import polars as pl
@@ -20,6 +19,7 @@ import polars as pl
 from .. import catalog
 from ..artifacts import read_artifact, register, write_atomic
 from .grid import SweepSpec
+from .margins import is_tie, strength
 
 TIE = "tie"
 
@@ -57,8 +57,6 @@ def decision_rows(agg: pl.DataFrame, runs: pl.DataFrame, link: str, accelerators
     rows = []
     for r in rec.iter_rows(named=True):
         m, ci = r["margin_ms"], r["margin_ci95_ms"]
-        known = m is not None and ci is not None and not (math.isnan(m) or math.isnan(ci))
-        tie = known and abs(m) <= ci
         rows.append(
             {
                 "model": r["model"],
@@ -71,8 +69,8 @@ def decision_rows(agg: pl.DataFrame, runs: pl.DataFrame, link: str, accelerators
                 "runner_up": r["runner_up"],
                 "margin_ms": m,
                 "margin_ci95_ms": ci,
-                "strength": abs(m) / ci if known and ci > 0 else math.nan,
-                "decision": TIE if tie else r["recommended"],
+                "strength": strength(m, ci),
+                "decision": TIE if is_tie(m, ci) else r["recommended"],
                 "n_seeds": r["n_seeds"],
             }
         )

@@ -26,6 +26,7 @@ import polars as pl
 
 from ..artifacts import register
 from ..errors import ScenarioError
+from .margins import REJECT_SLACK, is_tie, paired_margin
 
 # ---------------------------------------------------------------- axes and metrics
 
@@ -93,7 +94,6 @@ METRICS: dict[str, Metric] = {
     "ttft_p99": Metric("ttft_p99_ms", False, "p99 TTFT (ms)"),
     "goodput": Metric("goodput_rps", True, "goodput (req/s within SLO)"),
 }
-REJECT_SLACK = 0.01  # as recommend: a policy rejecting >1 pt more than the best is not eligible
 DEFAULT_REQUESTS = 300  # per cell and seed: the map's budget is seconds (docs/performance.md)
 DEFAULT_WARMUP = 60
 
@@ -327,12 +327,6 @@ class _naming:
 # ---------------------------------------------------------------- deciding a cell
 
 
-def _t975(df: int) -> float:
-    from scipy.special import stdtrit  # the Student-t quantile (scipy.stats imports in ~2 s)
-
-    return float(stdtrit(df, 0.975))
-
-
 def decide_cell(rows: list[dict], metric: Metric) -> dict:
     """Winner, runner-up and paired margin of one cell (rows: its runs, all seeds × policies)."""
     col, sign = metric.column, (1.0 if metric.higher_is_better else -1.0)
@@ -363,9 +357,7 @@ def decide_cell(rows: list[dict], metric: Metric) -> dict:
     if len(order) == 1:  # the only steady policy wins outright
         return {**out, "state": "win", "runner_up": None}
     up = order[1]
-    d = np.array([sign * (ok[win][k][col] - ok[up][k][col]) for k in seeds])
-    margin = float(d.mean())
-    ci = _t975(len(d) - 1) * float(d.std(ddof=1)) / math.sqrt(len(d))
+    margin, ci = paired_margin([sign * (ok[win][k][col] - ok[up][k][col]) for k in seeds])
     return {
         **out,
         "runner_up": up,
@@ -373,7 +365,7 @@ def decide_cell(rows: list[dict], metric: Metric) -> dict:
         "margin": margin,
         "margin_ci95": ci,
         "rel_margin": margin / abs(means[win]) if means[win] else None,
-        "state": "tie" if margin - ci <= 0 else "win",
+        "state": "tie" if is_tie(margin, ci) else "win",
     }
 
 
@@ -507,31 +499,3 @@ def run_map(
             on_point(None)
     runs = pl.DataFrame(rows, schema=RUN_COLUMNS).sort(["y", "x", "seed", "policy"])
     return MapResult(spec, runs, decide(runs, spec))
-
-
-def write_map(result: MapResult, out) -> list:
-    """decision_map.parquet, map_runs.parquet and decision_map.png in ``out``."""
-    from pathlib import Path
-
-    from ..artifacts import write_atomic
-    from .map_render import save_png
-
-    out = Path(out)
-    spec = result.spec
-    meta = {
-        "model": spec.model,
-        "workload": spec.workload,
-        "metric": spec.metric,
-        "x": spec.x,
-        "y": spec.y,
-        "seeds": spec.seeds,
-        "requests": spec.requests,
-        "warmup": spec.warmup,
-        "policies": spec.policies,
-        "set": spec.overrides,
-    }
-    return [
-        write_atomic(result.cells, out / "decision_map.parquet", "decision_map", meta),
-        write_atomic(result.runs, out / "map_runs.parquet", "map_runs", meta),
-        save_png(result, out / "decision_map.png"),
-    ]

@@ -1,4 +1,5 @@
-"""The decision map drawn two ways: one character per cell for a terminal, a PNG (plotnine).
+"""The decision map drawn two ways: one character per cell for a terminal, a PNG (plotnine);
+and the map's files (`write_map`).
 
 Both read only the cells frame (kind ``decision_map``) and the spec it was made from.
 """
@@ -6,14 +7,13 @@ Both read only the cells frame (kind ``decision_map``) and the spec it was made 
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 
 from .decision_map import AXES, METRICS, MapResult
+from .plots import POLICY_COLORS, TIE_COLOR, _pd, _save, tile_edges
 
 LETTERS = {
     "transfer_per_request": "T",
@@ -22,7 +22,7 @@ LETTERS = {
     "replicate_all_lru": "L",
 }
 TIE, UNSTABLE = "=", "!"
-TIE_COLOR, UNSTABLE_COLOR = "#c8c8c8", "#3a3a3a"
+UNSTABLE_COLOR = "#3a3a3a"
 MARGIN_CAP = 0.25  # relative margins at or above this are drawn fully opaque
 
 
@@ -176,8 +176,8 @@ def _frame(result: MapResult) -> pl.DataFrame:
         .otherwise(MARGIN_CAP)
     )
     spec = result.spec
-    x0, x1 = _edges(spec.xs(), AXES[spec.x].log)
-    y0, y1 = _edges(spec.ys(), AXES[spec.y].log)
+    x0, x1 = tile_edges(spec.xs(), AXES[spec.x].log)
+    y0, y1 = tile_edges(spec.ys(), AXES[spec.y].log)
     return cells.with_columns(
         kind.alias("cell"),
         shade.alias("shade"),
@@ -186,17 +186,6 @@ def _frame(result: MapResult) -> pl.DataFrame:
         pl.col("iy").map_elements(lambda i: y0[i], return_dtype=pl.Float64).alias("ymin"),
         pl.col("iy").map_elements(lambda i: y1[i], return_dtype=pl.Float64).alias("ymax"),
     )
-
-
-def _edges(values: list[float], log: bool) -> tuple[list[float], list[float]]:
-    """Cell edges: midpoints between grid values (geometric on a log axis), so tiles abut."""
-    v = np.log(values) if log else np.asarray(values, dtype=float)
-    step = np.diff(v)
-    first = step[0] if len(step) else 1.0
-    last = step[-1] if len(step) else 1.0
-    mids = np.concatenate(([v[0] - first / 2], (v[:-1] + v[1:]) / 2, [v[-1] + last / 2]))
-    e = np.exp(mids) if log else mids
-    return e[:-1].tolist(), e[1:].tolist()
 
 
 def plot_map(result: MapResult):
@@ -217,8 +206,6 @@ def plot_map(result: MapResult):
         theme,
         theme_bw,
     )
-
-    from .plots import POLICY_COLORS, _pd
 
     spec = result.spec
     ax_x, ax_y = AXES[spec.x], AXES[spec.y]
@@ -287,47 +274,50 @@ def _breakeven_line(result: MapResult) -> pl.DataFrame | None:
     if pts.height == 0:
         return None
     if pts.height == 1 or pts[col].n_unique() == 1:  # constant: span the whole other axis
-        lo, hi = _edges(spec.ys() if other == "y" else spec.xs(), AXES[getattr(spec, other)].log)
+        lo, hi = tile_edges(
+            spec.ys() if other == "y" else spec.xs(), AXES[getattr(spec, other)].log
+        )
         v = float(pts[col][0])
         pts = pl.DataFrame({col: [v, v], other: [lo[0], hi[-1]]})
-    from .plots import _pd
-
     return _pd(pts.select("x", "y"))
 
 
 def save_png(result: MapResult, path: Path, size=(9.0, 6.0), dpi: int = 150) -> Path:
-    """Draw into a temp file next to ``path``, give it the Parquet files' mode, rename."""
-    import warnings
-
+    """Draw the map into ``path`` atomically, with the Parquet files' mode (plots._save)."""
     from ..errors import ArtifactError
 
     path = Path(path)
-    umask = os.umask(0o022)
-    os.umask(umask)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
-        os.close(fd)
     except OSError as e:
         raise ArtifactError(
             f"cannot write here ({e.strerror})",
             where=str(path.parent),
             fix="choose a writable --out",
         ) from None
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            plot_map(result).save(tmp, width=size[0], height=size[1], dpi=dpi, verbose=False)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it 0600: the same mode as write_atomic's
-        os.replace(tmp, path)
-    except OSError as e:
-        Path(tmp).unlink(missing_ok=True)
-        raise ArtifactError(
-            f"cannot write file ({e.strerror})",
-            where=str(path),
-            fix="free some disk space or choose another --out",
-        ) from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return _save(plot_map(result), path, size, dpi=dpi)
+
+
+def write_map(result: MapResult, out) -> list:
+    """decision_map.parquet, map_runs.parquet and decision_map.png in ``out``."""
+    from ..artifacts import write_atomic
+
+    out = Path(out)
+    spec = result.spec
+    meta = {
+        "model": spec.model,
+        "workload": spec.workload,
+        "metric": spec.metric,
+        "x": spec.x,
+        "y": spec.y,
+        "seeds": spec.seeds,
+        "requests": spec.requests,
+        "warmup": spec.warmup,
+        "policies": spec.policies,
+        "set": spec.overrides,
+    }
+    return [
+        write_atomic(result.cells, out / "decision_map.parquet", "decision_map", meta),
+        write_atomic(result.runs, out / "map_runs.parquet", "map_runs", meta),
+        save_png(result, out / "decision_map.png"),
+    ]

@@ -21,6 +21,7 @@ import polars as pl
 from ..artifacts import read_artifact
 from ..errors import ArtifactError
 from ..scenario import POLICIES
+from .results import load
 
 DPI = 150
 BASE_SIZE = 11
@@ -38,35 +39,8 @@ SHORT = {
     "replicate_hotset": "hotset",
     "replicate_all_lru": "all-LRU",
 }
+TIE_COLOR = "#bdbdbd"  # a decision-map cell whose margin's CI spans 0 (both maps)
 DEFAULT_PAIR = ("l4", "eth-25g")  # the scenarios' default decode accelerator and link
-
-# which command writes each input file (for the error a missing file raises)
-MAKER = {
-    "agg": "prefixbench sweep --out {r}",
-    "runs": "prefixbench sweep --out {r}",
-    "prefixes": "prefixbench sweep --out {r}",
-    "crossover": "prefixbench crossover {r}",
-    "recommendations": "prefixbench report {r}",
-}
-
-
-def load(results: Path, kind: str) -> pl.DataFrame:
-    """Read ``results/<kind>.parquet``; a missing file names the command that makes it."""
-    results = Path(results)
-    if not results.is_dir():
-        raise ArtifactError(
-            "results folder not found",
-            where=str(results),
-            fix=f"run `{MAKER['agg'].format(r=results)}` first",
-        )
-    path = results / f"{kind}.parquet"
-    if not path.is_file():
-        raise ArtifactError(
-            f"missing {kind} file",
-            where=str(path),
-            fix=f"run `{MAKER[kind].format(r=results)}` first",
-        )
-    return read_artifact(path, kind)
 
 
 def _pd(df: pl.DataFrame):
@@ -132,8 +106,8 @@ def _size(
     return (max(7.0, 1.2 + w * cols), max(4.5, extra_h + h * rows))
 
 
-def _save(plot, path: Path, size: tuple[float, float]) -> Path:
-    """Draw at DPI into a temp file next to ``path``, then rename into place."""
+def _save(plot, path: Path, size: tuple[float, float], dpi: int = DPI) -> Path:
+    """Draw at ``dpi`` into a temp file next to ``path``, then rename into place."""
     import warnings
 
     from ..artifacts import _UMASK
@@ -144,7 +118,7 @@ def _save(plot, path: Path, size: tuple[float, float]) -> Path:
         os.close(fd)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # plotnine warns about saving/size and removed NaN rows
-            plot.save(tmp, width=size[0], height=size[1], dpi=DPI, format="png", verbose=False)
+            plot.save(tmp, width=size[0], height=size[1], dpi=dpi, format="png", verbose=False)
         os.chmod(tmp, 0o666 & ~_UMASK)  # the same mode as the Parquet files (mkstemp: 0600)
         os.replace(tmp, path)
     except OSError as e:
@@ -596,19 +570,27 @@ def plot_ttft_distribution(agg: pl.DataFrame):
     return p, _size(rows, cols)
 
 
+def tile_edges(
+    values: list[float], log: bool, single: float = 1.0
+) -> tuple[list[float], list[float]]:
+    """Tile edges of a decision map's axis: midpoints between neighbouring grid values
+    (geometric on a log axis), so tiles abut; ``single`` is the width of a lone value's tile
+    (in log units on a log axis). Used by figure 08 and by `prefixbench map`."""
+    v = np.log(values) if log else np.asarray(values, dtype=float)
+    step = np.diff(v)
+    first = step[0] if len(step) else single
+    last = step[-1] if len(step) else single
+    mids = np.concatenate(([v[0] - first / 2], (v[:-1] + v[1:]) / 2, [v[-1] + last / 2]))
+    e = np.exp(mids) if log else mids
+    return e[:-1].tolist(), e[1:].tolist()
+
+
 def decision_tiles(dec: pl.DataFrame) -> pl.DataFrame:
     """One rectangle per (budget, link): x spans the midpoints between neighbouring links'
     log10 bandwidths, y the budget's row; alpha grows with margin ÷ CI (ties are grey)."""
     bws = sorted(set(dec["link_gbytes_per_s"]))
-    logs = [math.log10(b) for b in bws]
-    gaps = [b - a for a, b in zip(logs, logs[1:], strict=False)] or [0.6]
-    edges = (
-        [logs[0] - gaps[0] / 2]
-        + [(a + b) / 2 for a, b in zip(logs, logs[1:], strict=False)]
-        + [logs[-1] + gaps[-1] / 2]
-    )
-    lo = {b: edges[i] for i, b in enumerate(bws)}
-    hi = {b: edges[i + 1] for i, b in enumerate(bws)}
+    lo_e, hi_e = tile_edges([math.log10(b) for b in bws], log=False, single=0.6)
+    lo, hi = dict(zip(bws, lo_e, strict=True)), dict(zip(bws, hi_e, strict=True))
     budgets = sorted(set(dec["budget_factor"]))
     row = {b: i for i, b in enumerate(budgets)}
     return dec.with_columns(
@@ -671,7 +653,7 @@ def plot_decision_map(dec: pl.DataFrame):
         for r in dec.select("link", "link_gbytes_per_s").unique().to_dicts()
     }
     budgets = sorted(set(dec["budget_factor"]))
-    colors = {**POLICY_COLORS, "tie": "#bdbdbd"}
+    colors = {**POLICY_COLORS, "tie": TIE_COLOR}
     present = [k for k in colors if k in set(df["decision"])]
     n_sys, n_work = df["system"].n_unique(), df["workload"].n_unique()
     p = (
@@ -1004,7 +986,7 @@ def render_plots(results: Path, out: Path) -> list[Path]:
 
     from . import capacity_table as _capacity  # noqa: F401 - registers the capacity artifact
     from . import decision as _decision  # noqa: F401 - registers the decision artifact
-    from .report import recommendations
+    from .recommend import recommendations
 
     results, out = Path(results), Path(out)
 

@@ -24,10 +24,9 @@ from pathlib import Path
 import polars as pl
 
 from ..artifacts import register
-from .aggregate import t975
+from .margins import REJECT_SLACK, paired_margin
 
 OBJECTIVES = ("balanced", "latency", "memory")
-REJECT_SLACK = 0.01
 TTFT_SLACK = 0.10
 W_REJECT = 5.0
 W_MEMORY = 0.25
@@ -142,13 +141,7 @@ def recommend(agg: pl.DataFrame, runs: pl.DataFrame, objective: str = "balanced"
                 m = {r["policy"]: r["ttft_mean_ms"] for r in d}
                 if win in m and up in m:
                     diffs.append(m[up] - m[win])
-        n = len(diffs)
-        mean = sum(diffs) / n if n else math.nan
-        ci = (
-            t975(n - 1) * math.sqrt(sum((x - mean) ** 2 for x in diffs) / (n - 1)) / math.sqrt(n)
-            if n > 1
-            else math.nan
-        )
+        mean, ci = paired_margin(diffs)
         out.append(
             {
                 "model": key[0],
@@ -202,6 +195,38 @@ def _refusal(key: tuple, objective: str, rows: list[dict]) -> dict:
         "reason": f"no recommendation: every policy is unstable, the {label} {verb}{load}{where}",
         "unstable_policies": ", ".join(sorted(r["policy"] for r in rows)),
     }
+
+
+def recommendations(
+    results: Path, agg: pl.DataFrame | None = None, objective: str = "balanced"
+) -> pl.DataFrame:
+    """recommendations.parquet for the whole grid, computed (and written) when missing or stale.
+
+    A file made for another objective (``recommend --objective latency``) is left alone and
+    the ``objective`` table is computed in memory.
+    """
+    from ..artifacts import read_artifact, write_atomic
+    from .results import load
+
+    results = Path(results)
+    agg = agg if agg is not None else load(results, "agg")
+    path = results / "recommendations.parquet"
+    want = set(agg.select(SCENARIO).unique().iter_rows())
+    keep_file = True
+    if path.is_file():
+        rec = read_artifact(path, "recommendations")
+        same_objective = set(rec["objective"]) == {objective}
+        fresh = path.stat().st_mtime >= (results / "agg.parquet").stat().st_mtime
+        if same_objective and fresh and set(rec.select(SCENARIO).iter_rows()) == want:
+            return rec
+        keep_file = not same_objective
+    rec = recommend(agg, load(results, "runs"), objective)
+    if not (path.is_file() and keep_file):
+        write_atomic(rec, path, "recommendations")
+    return rec
+
+
+# ---------------------------------------------------------------- findings
 
 
 def run_recommend(

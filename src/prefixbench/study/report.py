@@ -15,10 +15,12 @@ from pathlib import Path
 
 import polars as pl
 
-from ..artifacts import artifact_meta, read_artifact, write_atomic
+from ..artifacts import artifact_meta
 from ..errors import ArtifactError
 from ..scenario import POLICIES
-from .plots import _pair, load, ttft_change_vs_transfer
+from .plots import _pair, ttft_change_vs_transfer
+from .recommend import recommendations
+from .results import load
 
 RELAXED_MIN = 0.75
 TIGHT_MAX = 0.5
@@ -75,37 +77,6 @@ def md_table(headers: list[str], rows: list[list[str]]) -> str:
 
 
 # ---------------------------------------------------------------- inputs
-
-
-def recommendations(
-    results: Path, agg: pl.DataFrame | None = None, objective: str = "balanced"
-) -> pl.DataFrame:
-    """recommendations.parquet for the whole grid, computed (and written) when missing or stale.
-
-    A file made for another objective (``recommend --objective latency``) is left alone and
-    the ``objective`` table is computed in memory.
-    """
-    from .recommend import recommend
-
-    results = Path(results)
-    agg = agg if agg is not None else load(results, "agg")
-    path = results / "recommendations.parquet"
-    want = set(agg.select(SCENARIO).unique().iter_rows())
-    keep_file = True
-    if path.is_file():
-        rec = read_artifact(path, "recommendations")
-        same_objective = set(rec["objective"]) == {objective}
-        fresh = path.stat().st_mtime >= (results / "agg.parquet").stat().st_mtime
-        if same_objective and fresh and set(rec.select(SCENARIO).iter_rows()) == want:
-            return rec
-        keep_file = not same_objective
-    rec = recommend(agg, load(results, "runs"), objective)
-    if not (path.is_file() and keep_file):
-        write_atomic(rec, path, "recommendations")
-    return rec
-
-
-# ---------------------------------------------------------------- findings
 
 
 def _policies(df: pl.DataFrame) -> list[str]:
