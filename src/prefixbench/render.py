@@ -132,6 +132,8 @@ def _fmt(fmt: str, v) -> str:
         return "–"
     if isinstance(v, bool):  # the stability flag: an unstable run is not a result
         return "yes" if v else "NO"
+    if fmt in ("{:.1f}", "{:.2f}") and isinstance(v, float) and abs(v) >= 1000:
+        fmt = "{:.0f}"  # decimals of a number this large only widen the column at 80
     return fmt.format(v)
 
 
