@@ -35,7 +35,7 @@ from .blocks import pc_insert, pc_match
 from .disagg import least_loaded, mem_changed
 from .jit import jit, sig
 from .queues import batch_pop, batch_push, push, wq_append, wq_remove
-from .series import comm, roofline, weights_read
+from .series import comm, prefill_step_time, prompt_flops, roofline, weights_read
 from .timeline import record
 
 # R fields in colocated mode: R_PRIV = KV reserved, R_NHIT = prompt tokens prefilled so far,
@@ -227,17 +227,11 @@ def prefill_step(IS, F, R, B32, TLF, TLI, bid, bt, i, t):
         last = rid
         count += 1
         new_sum += n_new
-        flops += n_new * lf + lmh + att * (n_new * hit + n_new * (n_new + 1) / 2.0)
+        flops += prompt_flops(lf, lmh, att, n_new, hit)
         kv_io += kv * prompt
     if count == 0:
         return -1.0
-    dur = roofline(
-        flops,
-        weights_read(F, c0, new_sum) + kv_io,
-        F[c0 + L.C_FRP],
-        F[c0 + L.C_BR],
-        F[c0 + L.C_POV],
-    ) + comm(F, c0, float(new_sum))
+    dur = prefill_step_time(F, c0, flops, new_sum, kv_io)
     if t >= F[L.FP_TWARM]:
         add_work(F, L.DF0 + i * L.NDF + L.DF_FLOPS, flops, weights_read(F, c0, new_sum) + kv_io)
     end = t + dur

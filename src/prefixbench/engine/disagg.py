@@ -36,7 +36,15 @@ from .blocks import (
 )
 from .jit import jit, sig
 from .queues import batch_pop, batch_push, push, q_append, q_popleft, wq_append, wq_remove
-from .series import coeffs, comm, roofline, series_time, weights_read
+from .series import (
+    coeffs,
+    comm,
+    prefill_step_time,
+    prompt_flops,
+    roofline,
+    series_time,
+    weights_read,
+)
 from .timeline import record
 
 # ---------------------------------------------------------------- accounting
@@ -148,15 +156,9 @@ def start_prefill(IS, F, R, B32, EHT, EHI, TLF, TLI, bid, bt, p, t):
         new_sum += n_new
         IS[io + L.O_PH * n + rid] = hit
         F[ft + L.T_PS * n + rid] = t
-        flops += n_new * lf + lmh + att * (n_new * hit + n_new * (n_new + 1) / 2.0)
+        flops += prompt_flops(lf, lmh, att, n_new, hit)
         kv_io += kv * prompt
-    dur = roofline(
-        flops,
-        weights_read(F, c0, new_sum) + kv_io,
-        F[c0 + L.C_FRP],
-        F[c0 + L.C_BR],
-        F[c0 + L.C_POV],
-    ) + comm(F, c0, float(new_sum))
+    dur = prefill_step_time(F, c0, flops, new_sum, kv_io)
     if t >= F[L.FP_TWARM]:
         F[IS[L.H_FPB] + p] += dur
         pw = IS[L.H_FCH] + IS[L.IP_NP] * IS[L.IP_ND] * IS[L.IP_NC] + 2 * p

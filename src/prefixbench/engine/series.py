@@ -22,9 +22,11 @@ from .layout import (
     C_EF,
     C_EW,
     C_FRD,
+    C_FRP,
     C_KV,
     C_LF,
     C_LMH,
+    C_POV,
     C_W,
     FP_DC,
 )
@@ -56,6 +58,26 @@ def comm(F, c0, tokens):
     """Fabric time of a step of ``tokens`` tokens (InstanceCost.comm_time): TP all-reduces,
     PP stage transfers, EP all-to-alls; exactly 0.0 on the ideal fabric or one device."""
     return tokens * F[c0 + C_CPT] + F[c0 + C_CFX]
+
+
+@sig("float64(float64[::1], int64, float64, int64, float64)")
+def prefill_step_time(F, c0, flops, new_tokens, kv_io):
+    """A prefill step of ``new_tokens`` (summed over its prompts, ``flops`` and ``kv_io``
+    bytes of KV written and read): the roofline with the prefill rates, plus the fabric."""
+    return roofline(
+        flops,
+        weights_read(F, c0, new_tokens) + kv_io,
+        F[c0 + C_FRP],
+        F[c0 + C_BR],
+        F[c0 + C_POV],
+    ) + comm(F, c0, float(new_tokens))
+
+
+@sig("float64(float64, float64, float64, int64, int64)")
+def prompt_flops(lin, lm_head, attn, n_new, hit):
+    """FLOPs of prefilling ``n_new`` tokens of one prompt that attend to ``hit`` cached ones
+    (and to each other, causally), its logits token included."""
+    return n_new * lin + lm_head + attn * (n_new * hit + n_new * (n_new + 1) / 2.0)
 
 
 @jit
