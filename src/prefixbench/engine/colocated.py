@@ -34,7 +34,7 @@ from .batch import (
 from .blocks import pc_insert, pc_match
 from .disagg import least_loaded, mem_changed
 from .jit import jit, sig
-from .queues import batch_pop, batch_push, push, wq_append, wq_remove
+from .queues import batch_pop, batch_push, push, step_append, wq_append, wq_remove
 from .series import comm, prefill_step_time, prompt_flops, roofline, weights_read
 from .timeline import record
 
@@ -219,11 +219,7 @@ def prefill_step(IS, F, R, B32, TLF, TLI, bid, bt, i, t):
         if count and new_sum + n_new > budget:
             break
         wq_remove(IS, R, hp, rid)
-        if first == -1:
-            first = rid
-        else:
-            R[last * L.NR + L.R_PBN] = rid
-        R[rid * L.NR + L.R_PBN] = -1
+        first = step_append(R, first, last, rid)
         last = rid
         count += 1
         new_sum += n_new
@@ -281,11 +277,7 @@ def chunked_step(IS, F, R, B32, TLF, TLI, bid, bt, i, t):
         m = R[rid * L.NR + L.R_PROMPT] - done
         if room < m:
             m = room
-        if first == -1:
-            first = rid
-        else:
-            R[last * L.NR + L.R_PBN] = rid
-        R[rid * L.NR + L.R_PBN] = -1
+        first = step_append(R, first, last, rid)
         R[rid * L.NR + L.R_CHUNK] = m
         last = rid
         count += 1

@@ -35,7 +35,16 @@ from .blocks import (
     rs_trim,
 )
 from .jit import jit, sig
-from .queues import batch_pop, batch_push, push, q_append, q_popleft, wq_append, wq_remove
+from .queues import (
+    batch_pop,
+    batch_push,
+    push,
+    q_append,
+    q_popleft,
+    step_append,
+    wq_append,
+    wq_remove,
+)
 from .series import (
     coeffs,
     comm,
@@ -146,11 +155,7 @@ def start_prefill(IS, F, R, B32, EHT, EHI, TLF, TLI, bid, bt, p, t):
             break
         q_popleft(IS, R, pb + L.P_QH, L.R_PQN)
         IS[pb + L.P_QN] -= 1
-        if first == -1:
-            first = rid
-        else:
-            R[last * L.NR + L.R_PBN] = rid
-        R[rid * L.NR + L.R_PBN] = -1
+        first = step_append(R, first, last, rid)
         last = rid
         count += 1
         new_sum += n_new

@@ -15,7 +15,20 @@
 from __future__ import annotations
 
 from .jit import entry_sig, sig
-from .layout import D_HSZ, DI0, GI_HSZ, GI_SEQ, H_CAPB, H_DH, KIND_SHIFT, NDI, NR, R_WQN, R_WQP
+from .layout import (
+    D_HSZ,
+    DI0,
+    GI_HSZ,
+    GI_SEQ,
+    H_CAPB,
+    H_DH,
+    KIND_SHIFT,
+    NDI,
+    NR,
+    R_PBN,
+    R_WQN,
+    R_WQP,
+)
 
 
 @sig("void(float64[::1], int64[::1], int64, int64)")
@@ -174,6 +187,18 @@ def wq_remove(IS, R, hp, rid):
         IS[hp + 1] = p
     else:
         R[nx * NR + R_WQP] = p
+
+
+@sig("int64(int32[::1], int64, int64, int64)")
+def step_append(R, first, last, rid):
+    """Append ``rid`` to a step's list of prompts (linked through R_PBN, ``last`` its tail);
+    returns the list's head."""
+    if first == -1:
+        first = rid
+    else:
+        R[last * NR + R_PBN] = rid
+    R[rid * NR + R_PBN] = -1
+    return first
 
 
 @sig("void(int32[::1], int64[::1], int64, int64, int64, int64, int64)")

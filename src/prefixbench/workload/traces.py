@@ -564,6 +564,23 @@ def _split_csv_line(raw: bytes) -> list[str]:
         ) from None
 
 
+def _csv_header(raw, path: str, columns, show_name, what: str) -> tuple[dict[str, int], int]:
+    """The header line of a CSV trace: where each required column is, and how many columns
+    there are; a missing column is one line naming it."""
+    try:
+        header = [h.strip() for h in _split_csv_line(raw)]
+    except _Bad:
+        header = []
+    missing = [c for c in columns if c not in header]
+    if missing:
+        raise TraceFormatError(
+            f"header lacks column {show_name(missing[0])} (got {_show(','.join(header), 60)})",
+            where=f"{path}:1",
+            fix=f"the first line must name the columns of {what}",
+        )
+    return {c: header.index(c) for c in columns}, len(header)
+
+
 def _azure_slow(path: str, skip_bad: bool, skips: Counter[str]) -> dict[str, np.ndarray] | None:
     ns, inp, out = array("q"), array("q"), array("q")
     prev_ns, prev_line = None, 0
@@ -572,19 +589,7 @@ def _azure_slow(path: str, skip_bad: bool, skips: Counter[str]) -> dict[str, np.
     with _open_lines(path) as fh:
         for lineno, raw in enumerate(fh, start=1):
             if lineno == 1:
-                try:
-                    header = [h.strip() for h in _split_csv_line(raw)]
-                except _Bad:
-                    header = []
-                missing = [c for c in AZURE_COLUMNS if c not in header]
-                if missing:
-                    raise TraceFormatError(
-                        f"header lacks column {missing[0]} (got {_show(','.join(header), 60)})",
-                        where=f"{path}:1",
-                        fix=f"the first line must name the columns of an {_AZURE_HINT}",
-                    )
-                where = {c: header.index(c) for c in AZURE_COLUMNS}
-                ncols = len(header)
+                where, ncols = _csv_header(raw, path, AZURE_COLUMNS, str, f"an {_AZURE_HINT}")
                 continue
             if not raw.strip():
                 continue
@@ -635,19 +640,7 @@ def read_burstgpt(path: str | os.PathLike[str], *, skip_bad: bool = False) -> Tr
     with open(path, "rb") as fh:
         for lineno, raw in enumerate(fh, start=1):
             if lineno == 1:
-                try:
-                    header = [h.strip() for h in _split_csv_line(raw)]
-                except _Bad:
-                    header = []
-                missing = [c for c in BURSTGPT_COLUMNS if c not in header]
-                if missing:
-                    raise TraceFormatError(
-                        f"header lacks column {missing[0]!r} (got {_show(','.join(header), 60)})",
-                        where=f"{path}:1",
-                        fix=f"the first line must name the columns of a {_BURST_HINT}",
-                    )
-                where = {c: header.index(c) for c in BURSTGPT_COLUMNS}
-                ncols = len(header)
+                where, ncols = _csv_header(raw, path, BURSTGPT_COLUMNS, repr, f"a {_BURST_HINT}")
                 continue
             if not raw.strip():
                 continue
