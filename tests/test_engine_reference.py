@@ -134,13 +134,15 @@ def compute_poor(acc: AcceleratorSpec, model, devices: int, eff, batch: int, con
 
 
 def _link(draw) -> dict:
-    """Shared NIC groups (1–8 NICs each end) or private paths with 1–2 channels."""
+    """Shared NIC groups (1–8 NICs each end, KV after prefill or layer by layer) or private
+    paths with 1–2 channels."""
     if draw(st.booleans()):
         return {"link_topology": "private_paths", "link_channels": draw(st.integers(1, 2))}
     return {
         "link_topology": "shared_nics",
         "nics_prefill": draw(st.sampled_from([1, 2, 8])),
         "nics_decode": draw(st.sampled_from([1, 2, 8])),
+        "streaming": draw(st.sampled_from(["after_prefill", "layerwise"])),
     }
 
 
@@ -220,6 +222,8 @@ def disagg_cases(draw):
         link_bytes_per_s=draw(st.sampled_from([0.5e9, 3.125e9, 25e9])),
         link_latency_s=draw(st.sampled_from([0.0, 30e-6, 2e-3])),
         **_link(draw),
+        layers=model.layers,
+        recompute_chunk_tokens=draw(st.sampled_from([8, 64, 512, 2048])),
         max_batch=draw(st.integers(1, 6)),
         prefill_token_budget=draw(st.sampled_from([1, 512, 2048, 8192])),
         prefill_cache_tokens=draw(st.sampled_from([0, 300, 1500, 10**9])),
