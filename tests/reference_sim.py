@@ -778,7 +778,7 @@ class ReferenceSim:
         best, best_s = None, 0
         for a in dec.recompute:
             s = 0
-            for (h1, tok), (h2, _) in zip(r.chain, a.chain):
+            for (h1, tok), (h2, _) in zip(r.chain, a.chain, strict=False):
                 if h1 != h2 or s >= min(m, a.rc_total):
                     break
                 s += tok

@@ -13,7 +13,7 @@ import math
 import pytest
 from enginecases import make_requests
 from test_engine_reference import _compare
-from test_streaming import A, BW, F_LIN, K, PEAK, WEIGHTS
+from test_streaming import BW, F_LIN, PEAK, WEIGHTS, A, K
 
 from prefixbench.engine.config import EngineConfig, check_engine_config
 from prefixbench.errors import SimulationError
