@@ -17,6 +17,9 @@ order within a layer. A request admitted later (it waited for decode memory) sen
 chunks alone, each ready at the later of its admission and its layer's end. The KV has
 landed one link latency after its last chunk ends. Alone on a link that keeps pace
 (``bytes/(L·B) <= T/L``) only the last layer's share is exposed after the prefill ends.
+
+The timeline shows one ``kv`` slice per request, from its first chunk's start to its last
+chunk's end; the slices of requests sharing a step interleave, so they overlap on a track.
 """
 
 from __future__ import annotations
