@@ -39,16 +39,38 @@ Semantics implemented, disaggregated mode (times in seconds):
   The KV moves FCFS once both the prefill instance's egress NICs and the decode
   instance's ingress NICs are free, holding both (shared NICs, the default), or over the
   earliest-free channel of the (prefill, decode) path (private paths).
+* Layer-wise streaming (``streaming="layerwise"``, shared NICs): the hand-off above happens
+  when the request's prefill step starts (after the step's duration is known), for the
+  step's requests in batch order. The moved KV is the last ``transfer_tokens`` of the
+  prompt; its part the step computes (at most ``prompt - prefill_hit`` tokens) goes as one
+  chunk per layer, layer l's ready at step start + (l + 1) * duration / layers; the rest
+  (cached on the prefill node) as one chunk ready at admission. Chunks are FCFS on both
+  NIC groups like whole transfers. For the requests admitted at a step's start the chunks
+  are taken cached parts first (batch order), then layer by layer (batch order within a
+  layer); a request admitted later takes its chunks alone, each ready at the later of its
+  admission and its layer's end. It lands one latency after its last chunk.
 * Decode: continuous batching, one event per iteration. A request is ready when its KV has
   landed and its recompute (if any) is done; it joins at the first boundary strictly after
-  that (an idle instance starts a boundary at once). Queued recomputes run back to back at
-  a boundary and stall the batch; the stall's end is a boundary, and the requests it
-  recomputed join there.
+  that (an idle instance starts a boundary at once).
+* Recompute jobs (``recompute_on_decode``): a job of m prefix tokens is queued at admission.
+  If jobs are queued or running on the instance, it shares with the one whose chain has the
+  most leading tokens in common (block by block, at most either job's m; ties: the earliest
+  queued) and waits until that job has done that many tokens; then they count as done and it
+  computes the rest itself. ``recompute_tokens`` is the rest. While jobs are queued every
+  iteration is a mixed one: at its start, after joins, the running batch gets one token each
+  and the jobs (queue order) whose wait is over get chunks of min(room, m - done) tokens,
+  room = chunk budget - batch size, shrinking as chunks are given; priced as one mixed step
+  at decode efficiency, the chunks without logits. At the step's start every job's progress
+  is booked (a waiting job whose partner reaches the shared tokens with this step counts
+  them done); a job reaching m is done at the step's end and, if its KV has landed, enters
+  the ready list then (at the step's start). At a boundary, before joins, a waiting job
+  whose partner already has the shared tokens takes them; if that finishes it, it is done
+  at the boundary. A job's ``t_recompute_start`` is the start of the first step (or the
+  boundary) at which it made progress.
 * Join order when the batch is full (the design leaves it open; this is the core's rule):
-  FIFO by the moment a request entered the join queue, i.e. when its KV landed, or, for a
+  FIFO by the moment a request entered the ready list: when its KV landed, or, for a
   request that also needs a recompute, the later of its KV landing and the start of the
-  stall that recomputes it (so a recomputed request whose KV landed before its stall goes
-  ahead of one whose KV lands during the stall even though the latter is ready earlier).
+  step that finishes its job.
 * Requests finishing at the same boundary leave in request (arrival) order, which fixes
   the LRU order of the replica blocks they release (each request's chain tail first).
 * ``max_token_gap``: the largest interval between two consecutive output tokens of a
@@ -170,6 +192,15 @@ class Req:
     last_token: float = NAN
     max_token_gap: float = 0.0
     done: int = 0  # colocated: prompt tokens prefilled (or cached) so far
+    # recompute job: tokens done, the job it waits on and for how many tokens, pending
+    rc_total: int = 0
+    rc_done: int = 0
+    rc_wait: Req | None = None
+    rc_shared: int = 0
+    rc_pending: bool = False
+    stream_deferred: bool = False
+    step_window: tuple = (NAN, NAN)  # layer-wise: its prefill step's start and end
+    last_chunk_end: float = NAN
     gaps: list[float] = field(default_factory=list)  # every inter-token gap, in order
 
     def emit(self, t: float) -> None:
@@ -230,6 +261,9 @@ class RefConfig:
     link_topology: str = "shared_nics"
     nics_prefill: int = 1
     nics_decode: int = 1
+    streaming: str = "after_prefill"
+    layers: int = 1
+    recompute_chunk_tokens: int = 1024
     max_batch: int = 64
     prefill_token_budget: int = 8192
     prefill_cache_tokens: int = 10**9
@@ -255,6 +289,9 @@ DATA_FIELDS = (
     "link_topology",
     "nics_prefill",
     "nics_decode",
+    "streaming",
+    "layers",
+    "recompute_chunk_tokens",
     "max_batch",
     "prefill_token_budget",
     "prefill_cache_tokens",
@@ -337,6 +374,9 @@ def scenario_config(prep) -> RefConfig:
         link_topology=c.link.topology,
         nics_prefill=c.link.nics_per_instance or c.prefill.devices,
         nics_decode=c.link.nics_per_instance or c.decode.devices,
+        streaming=c.link.streaming,
+        layers=model.layers,
+        recompute_chunk_tokens=c.chunk_token_budget,
         max_batch=c.max_decode_batch,
         prefill_token_budget=c.prefill_token_budget,
         prefill_cache_tokens=p_roof.prefix_cache_tokens(c.prefill_cache_fraction),
@@ -406,6 +446,7 @@ class ReferenceSim:
         # instance's ingress group is next free
         self.egress_free = [0.0] * cfg.n_prefill
         self.ingress_free = [0.0] * cfg.n_decode
+        self.deferring = False  # layer-wise: a step's hand-offs defer their chunks
         self.rr_prefill = 0
         self.rr_decode = 0
         self.clock = 0  # logical clock for LRU stamps
@@ -517,6 +558,16 @@ class ReferenceSim:
         )
         inst.batch = batch
         self.schedule(t + step, PREFILL, p)
+        if self.cfg.streaming == "layerwise":
+            for r in batch:
+                r.step_window = (t, t + step)
+            self.deferring = True
+            for r in batch:
+                d = self.route_decode(r)
+                r.decode_instance = d
+                self.hand_off(r, d, t)
+            self.deferring = False
+            self.stream_step(batch, t, t + step)
 
     def on_prefill_end(self, p: int, t: float) -> None:
         inst = self.pf[p]
@@ -532,10 +583,11 @@ class ReferenceSim:
             while sum(v[0] for v in inst.cache.values()) > inst.capacity:
                 oldest = min(inst.cache, key=lambda h: inst.cache[h][1])
                 del inst.cache[oldest]
-        for r in batch:
-            d = self.route_decode(r)
-            r.decode_instance = d
-            self.hand_off(r, d, t)
+        if self.cfg.streaming != "layerwise":
+            for r in batch:
+                d = self.route_decode(r)
+                r.decode_instance = d
+                self.hand_off(r, d, t)
         if inst.queue:
             self.start_prefill(p, t)
 
@@ -641,7 +693,12 @@ class ReferenceSim:
             xfer, rc = r.prompt - hit, 0
         r.transfer_tokens, r.recompute_tokens = xfer, rc
         nbytes = xfer * cfg.decode.kv
-        if nbytes > 0 and cfg.link_topology == "shared_nics":
+        if nbytes > 0 and cfg.streaming == "layerwise":
+            if self.deferring:
+                r.stream_deferred = True
+            else:
+                self.stream_alone(r, t)
+        elif nbytes > 0 and cfg.link_topology == "shared_nics":
             # FCFS on both ends: the write starts when the sender's egress NICs and the
             # receiver's ingress NICs are both free and holds both; the KV is sharded by
             # head over the smaller group's NICs, each moving its share in parallel
@@ -663,9 +720,120 @@ class ReferenceSim:
             r.t_transfer_start = t
             self.schedule(t, TRANSFER, r)
         if rc > 0:
-            dec.recompute.append(r)
+            self.queue_job(dec, r, rc)
             self.wake(d, t)
         return True
+
+    # ------------------------------------------------------------------ streaming
+
+    def split(self, r: Req) -> tuple[int, int]:
+        """(cached, computed) tokens of the moved KV: the last transfer_tokens of the prompt,
+        whose last prompt - prefill_hit the step computes."""
+        new = min(r.transfer_tokens, r.prompt - r.prefill_hit_tokens)
+        return r.transfer_tokens - new, new
+
+    def chunk(self, r: Req, ready: float, seconds: float) -> None:
+        p, d = r.prefill_instance, r.decode_instance
+        start = max(ready, self.egress_free[p], self.ingress_free[d])
+        self.egress_free[p] = self.ingress_free[d] = start + seconds
+        if math.isnan(r.t_transfer_start):
+            r.t_transfer_start = start
+        r.last_chunk_end = start + seconds
+
+    def rate(self) -> float:
+        return min(self.cfg.nics_prefill, self.cfg.nics_decode) * self.cfg.link_bytes_per_s
+
+    def layer_ready(self, window: tuple[float, float], layer: int) -> float:
+        ts, te = window
+        return ts + (layer + 1) * (te - ts) / self.cfg.layers
+
+    def stream_step(self, batch: list[Req], ts: float, te: float) -> None:
+        mine = [r for r in batch if r.stream_deferred]
+        kv, rate = self.cfg.decode.kv, self.rate()
+        for r in mine:
+            cached, _ = self.split(r)
+            if cached:
+                self.chunk(r, ts, cached * kv / rate)
+        for layer in range(self.cfg.layers):
+            ready = self.layer_ready((ts, te), layer)
+            for r in mine:
+                self.chunk(r, ready, self.split(r)[1] * kv / rate / self.cfg.layers)
+        for r in mine:
+            r.stream_deferred = False
+            self.schedule(r.last_chunk_end + self.cfg.link_latency_s, TRANSFER, r)
+
+    def stream_alone(self, r: Req, t: float) -> None:
+        kv, rate = self.cfg.decode.kv, self.rate()
+        cached, new = self.split(r)
+        if cached:
+            self.chunk(r, t, cached * kv / rate)
+        for layer in range(self.cfg.layers):
+            ready = max(t, self.layer_ready(r.step_window, layer))
+            self.chunk(r, ready, new * kv / rate / self.cfg.layers)
+        self.schedule(r.last_chunk_end + self.cfg.link_latency_s, TRANSFER, r)
+
+    # ------------------------------------------------------------------ recompute jobs
+
+    def queue_job(self, dec: DecodeInstance, r: Req, m: int) -> None:
+        best, best_s = None, 0
+        for a in dec.recompute:
+            s = 0
+            for (h1, tok), (h2, _) in zip(r.chain, a.chain, strict=False):
+                if h1 != h2 or s >= min(m, a.rc_total):
+                    break
+                s += tok
+            s = min(s, m, a.rc_total)
+            if s > best_s:
+                best, best_s = a, s
+        r.rc_total, r.rc_done, r.rc_wait, r.rc_shared = m, 0, best, best_s
+        r.rc_pending = True
+        r.recompute_tokens = m - best_s
+        dec.recompute.append(r)
+
+    def job_done(self, dec: DecodeInstance, r: Req, t_end: float) -> None:
+        r.t_recompute_end = t_end
+        r.rc_pending = False
+        dec.recompute.remove(r)
+        if r.landed:
+            dec.ready.append(r)
+
+    def resolve_waits(self, dec: DecodeInstance, t: float) -> None:
+        for r in list(dec.recompute):
+            if r.rc_wait is not None and r.rc_wait.rc_done >= r.rc_shared:
+                r.rc_done, r.rc_wait = r.rc_shared, None
+                if math.isnan(r.t_recompute_start):
+                    r.t_recompute_start = t
+                if r.rc_done == r.rc_total:
+                    self.job_done(dec, r, t)
+
+    def mixed_recompute(self, d: int, t: float) -> None:
+        cfg, dec = self.cfg, self.dc[d]
+        room = cfg.recompute_chunk_tokens - len(dec.running)
+        chunks = {}
+        for r in dec.recompute:
+            if r.rc_wait is None and room > 0:
+                n = min(room, r.rc_total - r.rc_done)
+                chunks[r.rid] = n
+                room -= n
+        ctx = sum(r.prompt + r.generated for r in dec.running)
+        step = cfg.decode.mixed_step(
+            len(dec.running),
+            ctx,
+            [(chunks[r.rid], r.rc_done, False) for r in dec.recompute if r.rid in chunks],
+        )
+        end = t + step
+        for r in list(dec.recompute):
+            moved = chunks.get(r.rid, 0) > 0
+            r.rc_done += chunks.get(r.rid, 0)
+            if r.rc_wait is not None and r.rc_wait.rc_done >= r.rc_shared:
+                r.rc_done, r.rc_wait = r.rc_shared, None
+                moved = True
+            if moved and math.isnan(r.t_recompute_start):
+                r.t_recompute_start = t
+            if r.rc_done == r.rc_total:
+                self.job_done(dec, r, end)
+        dec.state = "mixed"
+        self.schedule(end, DECODE, d)
 
     # ------------------------------------------------------------------ link
 
@@ -675,8 +843,8 @@ class ReferenceSim:
         dec = self.dc[r.decode_instance]
         for h in r.pinned:
             dec.replicas[h].ready = True
-        if r.recompute_tokens == 0 or not math.isnan(r.t_recompute_start):
-            # no recompute, or it is already scheduled in a stall that ends at a boundary
+        if not r.rc_pending:
+            # no recompute, or its job is done by the end of the running step
             dec.ready.append(r)
             self.wake(r.decode_instance, t)
 
@@ -692,7 +860,7 @@ class ReferenceSim:
     def on_boundary(self, d: int, t: float) -> None:
         cfg, dec = self.cfg, self.dc[d]
         freed = False
-        if dec.state == "iter":  # one iteration just ended; finishers leave in request order
+        if dec.state in ("iter", "mixed"):  # an iteration ended; finishers leave in rid order
             for r in sorted(dec.running, key=lambda x: x.rid):
                 r.emit(t)
                 if r.generated == 1:
@@ -700,7 +868,6 @@ class ReferenceSim:
                 if r.generated == r.output:
                     self.complete(r, dec, t)
                     freed = True
-        # (after a stall nothing finishes: its recomputed requests are already in dec.ready)
         if freed:
             while dec.waiting:
                 head = dec.waiting[0]
@@ -708,21 +875,14 @@ class ReferenceSim:
                     break
                 dec.waiting.pop(0)
         if dec.recompute:
-            end = t
-            for r in dec.recompute:
-                r.t_recompute_start = end
-                end += cfg.decode.recompute(r.recompute_tokens)
-                r.t_recompute_end = end
-                if r.landed:  # queued to join now, in recompute order; joins at the stall end
-                    dec.ready.append(r)
-            dec.recompute = []
-            dec.state = "stall"
-            self.schedule(end, DECODE, d)
-            return
+            self.resolve_waits(dec, t)
         while dec.ready and len(dec.running) < cfg.max_batch:
             r = dec.ready.pop(0)
             r.t_decode_start = t
             dec.running.append(r)
+        if dec.recompute:
+            self.mixed_recompute(d, t)
+            return
         if not dec.running:
             dec.state = "idle"
             return

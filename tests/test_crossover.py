@@ -55,3 +55,49 @@ def test_verdict_quotes_the_simulation_only_for_its_system(study):
         app, ["crossover", str(study), "--accelerator", "a100-80gb", "--link", "eth-10g"]
     )
     assert other.exit_code == 0 and "simulated" not in other.stdout
+
+
+# ---------------------------------------------------------------- layer-wise streaming
+
+
+def _lw(model="qwen2-1.5b", link="eth-25g"):
+    from prefixbench.study.crossover import analytic_row
+
+    return analytic_row(model, "l4", link), analytic_row(model, "l4", link, streaming="layerwise")
+
+
+def test_layerwise_charges_only_what_sticks_out_past_the_suffix_prefill():
+    """At the 2,048-token reference prefix both options overlap the 256-token suffix's
+    prefill (costmodel.prefill_time of one step: 256 new tokens after 2,048 cached)."""
+    from prefixbench import catalog
+    from prefixbench.costmodel import Efficiency, InstanceCost, prefill_time
+
+    after, lw = _lw()
+    cost = InstanceCost.build(catalog.get_model("qwen2-1.5b"), catalog.get_accelerator("l4"), 1,
+                              Efficiency())  # fmt: skip
+    hide = prefill_time(cost, [256], [2048]) * 1e3
+    assert lw["transfer_ms_at_ref"] == pytest.approx(max(after["transfer_ms_at_ref"] - hide, 0))
+    assert lw["recompute_ms_at_ref"] == pytest.approx(max(after["recompute_ms_at_ref"] - hide, 0))
+    assert lw["streaming"] == "layerwise" and after["streaming"] == "after_prefill"
+
+
+def test_layerwise_hides_short_prefixes_entirely():
+    """28,672 B/token at 3.125 GB/s is 9.18 µs a token, plus 30 µs of latency; the suffix's
+    prefill is tens of ms, so prefixes of a thousand tokens or more move unseen, and the
+    hidden length shrinks on a slower link."""
+    _, lw25 = _lw(link="eth-25g")
+    _, lw10 = _lw(link="eth-10g")
+    assert lw25["hidden_until_prefix_tokens"] > 1000
+    assert 0 < lw10["hidden_until_prefix_tokens"] < lw25["hidden_until_prefix_tokens"]
+    after, _ = _lw()
+    assert after["hidden_until_prefix_tokens"] != after["hidden_until_prefix_tokens"]  # NaN
+
+
+def test_crossover_cli_takes_streaming(tmp_path):
+    r = CliRunner().invoke(app, ["crossover", str(tmp_path), "--models", "qwen2-1.5b",
+                                 "--accelerators", "l4", "--links", "eth-25g",
+                                 "--streaming", "layerwise", "--json"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)[0]["streaming"] == "layerwise"
+    bad = CliRunner().invoke(app, ["crossover", str(tmp_path), "--streaming", "layer"])
+    assert bad.exit_code != 0 and "--streaming" in bad.output

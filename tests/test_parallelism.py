@@ -207,7 +207,8 @@ def _summary(name: str, sets: list[str]) -> dict:
 def test_zero_cost_fabric_is_bit_identical_to_ideal_tensor_parallelism(name):
     """The multi-device presets (splitwise_hetero: 8× H100 prefill, 8× A100 decode;
     optical_mac: 4 devices each) on the ideal fabric reproduce the goldens stored BEFORE
-    communication was modelled, exactly (== on every float)."""
+    communication was modelled, exactly (== on every float); their recompute_on_decode rows
+    were regenerated when recompute became chunks in decode iterations (issue 14)."""
     want = json.loads((GOLDEN / f"{name}_ideal_fabric.json").read_text())
     got = _summary(name, ["cluster.prefill.fabric=ideal", "cluster.decode.fabric=ideal"])
     assert json.loads(json.dumps(got)) == want

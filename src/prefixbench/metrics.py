@@ -90,6 +90,8 @@ def summarize(prep: Prepared, policy: str, df: pl.DataFrame, res: SimResult) -> 
     # colocated instances have no hand-off: KV is reserved before the prefill (its wait is in
     # the prefill queue) and nothing crosses a link
     handoff = s.cluster.mode != "colocated"
+    # layer-wise streaming hands off when the prefill starts (docs/model.md §1.7.1)
+    handed = "t_prefill_start" if s.cluster.link.streaming == "layerwise" else "t_prefill_end"
     lat = done.select(
         *_pcts("ttft_ms", "ttft"),
         *_pcts("ttft_prefill_ms", "ttft_prefill"),
@@ -101,7 +103,7 @@ def summarize(prep: Prepared, policy: str, df: pl.DataFrame, res: SimResult) -> 
         .alias("_slo_ok"),
         ((pl.col("t_prefill_start") - pl.col("arrival")) * MS).mean().alias("prefill_queue_ms"),
         ((pl.col("t_prefill_end") - pl.col("t_prefill_start")) * MS).mean().alias("prefill_ms"),
-        _if(handoff, (pl.col("t_admit") - pl.col("t_prefill_end")) * MS).alias("admission_wait_ms"),
+        _if(handoff, (pl.col("t_admit") - pl.col(handed)) * MS).alias("admission_wait_ms"),
         _if(handoff, (pl.col("t_transfer_start") - pl.col("t_admit")) * MS).alias("link_wait_ms"),
         ((pl.col("t_recompute_start") - pl.col("t_admit")) * MS)
         .fill_nan(0.0)

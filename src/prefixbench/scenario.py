@@ -425,6 +425,12 @@ class LinkConfig(_M):
         description="shared_nics: NICs per instance (default: one per device); a request's "
         "KV is sharded across them (1 to 1024).",
     )
+    streaming: Literal["after_prefill", "layerwise"] = Field(
+        "after_prefill",
+        description="after_prefill: the KV moves once the prefill step ends; layerwise: the "
+        "decode instance admits the request when its prefill starts and each layer's KV "
+        "moves as soon as it is computed (shared_nics only).",
+    )
     channels: int = Field(
         1,
         ge=1,
@@ -465,7 +471,9 @@ class ClusterSpec(_M):
         1024,
         ge=2,
         le=MAX_TOKENS,
-        description="Colocated chunked: tokens per step (decodes + prefill chunks).",
+        description="Tokens per chunked step (decodes + prefill chunks): colocated chunked "
+        "steps, and a decode instance's iterations carrying recompute_on_decode's prefix "
+        "chunks (must exceed max_decode_batch).",
     )
     prefill_instances: int = Field(
         1, ge=1, le=MAX_INSTANCES, description="Number of prefill instances (P; 1 to 1024)."
@@ -514,6 +522,11 @@ class ClusterSpec(_M):
             raise ValueError(
                 f"link.channels={self.link.channels} applies to link.topology private_paths "
                 "only; with shared NICs set link.nics_per_instance instead"
+            )
+        if self.link.streaming == "layerwise" and self.link.topology != "shared_nics":
+            raise ValueError(
+                "link.streaming=layerwise is modelled on shared NICs only; set "
+                "link.topology: shared_nics or link.streaming: after_prefill"
             )
         paths = self.prefill_instances * self.decode_instances * self.link.channels
         if paths > MAX_LINK_CHANNELS:  # the engine keeps one clock per channel of each path

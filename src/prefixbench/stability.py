@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from .costmodel import decode_iteration_time, prefill_time
+from .costmodel import decode_iteration_time, prefill_time, recompute_time
 
 STAGES = ("prefill", "link", "decode_slots", "decode_memory")
 LABELS = {
@@ -170,12 +170,13 @@ def offered_load(prep, df: pl.DataFrame, stats: dict) -> tuple[float, dict, bool
     rho["prefill"] = _prefill_busy(pcost, b.prefill_token_budget, prompt - hit, hit) / span / n_inst
 
     admitted = steady.filter(pl.col("t_admit").is_not_nan())
+    # the decode time a recompute takes: the compute of the tokens its job computes itself
+    # (its chunks ride in decode iterations, docs/model.md §1.9, so its span overlaps decoding)
     rc = (
-        (_col(admitted, "t_recompute_end") - _col(admitted, "t_recompute_start"))
-        if admitted.height
+        recompute_time(b.decode_cost, _col(admitted, "recompute_tokens"))
+        if admitted.height and not colocated
         else np.zeros(0)
     )
-    rc = np.nan_to_num(rc, nan=0.0)
     if not colocated and admitted.height:
         nbytes = _col(admitted, "transfer_tokens") * prep.kv_bpt
         if getattr(b, "link_topology", "private_paths") == "shared_nics":

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from ..errors import PrefixbenchError
+from ..errors import PrefixbenchError, ScenarioError
 from .app import (
     Overrides,
     Study,
@@ -259,12 +259,28 @@ def crossover(
         str | None,
         typer.Option("--kv-dtype", help="KV dtype of the analytic figures: bf16, fp16, fp8, int8."),
     ] = None,
+    streaming: Annotated[
+        str,
+        typer.Option(
+            "--streaming",
+            help="after_prefill, or layerwise: charge both options only past the "
+            "suffix's prefill, which a layer-wise stream overlaps.",
+        ),
+    ] = "after_prefill",
     as_json: Annotated[bool, typer.Option("--json", help="Print the table as JSON.")] = False,
 ) -> None:
     """Transfer vs recompute: analytic break-even per model × accelerator × link."""
-    from ..study.crossover import run_crossover, verdicts
+    from ..study.crossover import STREAMING, run_crossover, verdicts
 
-    table, path = run_crossover(results, _csv(models), _csv(accelerators), _csv(links), kv_dtype)
+    if streaming not in STREAMING:
+        raise ScenarioError(
+            f"unknown streaming mode '{streaming}'",
+            where="--streaming",
+            fix="use " + " or ".join(STREAMING),
+        )
+    table, path = run_crossover(
+        results, _csv(models), _csv(accelerators), _csv(links), kv_dtype, streaming
+    )
     if as_json:
         echo_json(table.to_dicts())
         return

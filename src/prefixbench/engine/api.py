@@ -221,6 +221,9 @@ def simulate(
     IS, F = r.IS, r.F
     F[L.G_ITL_NW] = cfg.warmup_requests
     IS[L.IP_SHARED] = shared
+    IS[L.IP_STREAM] = cfg.streaming == "layerwise"
+    IS[L.IP_LAYERS] = cfg.layers
+    IS[L.IP_RCHUNK] = cfg.recompute_chunk_tokens
     if cfg.policy == "replicate_hotset" and hot_h.shape[0] > 0:
         prewarm(IS, r.B32, r.B8, _c64(r.hot_ids), hot_t)
         IS[L.GI_PEAK_REP] = IS[L.GI_PEAK_USED] = IS[L.DI0 + L.D_USED]

@@ -24,6 +24,7 @@ SCHEDULERS = {
 }
 ON_FULL = ("reject", "wait")
 LINK_TOPOLOGIES = ("shared_nics", "private_paths")
+STREAMING = ("after_prefill", "layerwise")
 
 # The per-request timestamp columns every run returns (SimResult.columns), in order.
 TIME_COLUMNS = (
@@ -72,6 +73,13 @@ class EngineConfig:
     link_topology: str = "shared_nics"
     nics_prefill: int = 1
     nics_decode: int = 1
+    # stream (issue 14): after_prefill moves the KV once the prefill step ends; layerwise
+    # admits at the step's start and streams layer by layer (engine/streaming.py), over
+    # ``layers`` layers. recompute_chunk_tokens: the decode instance's per-iteration token
+    # budget (decode tokens + recompute chunks, engine/recompute.py)
+    streaming: str = "after_prefill"
+    layers: int = 1
+    recompute_chunk_tokens: int = 1024
 
 
 @dataclass
@@ -163,8 +171,33 @@ def check_engine_config(cfg: EngineConfig) -> None:
         [
             ("cluster.prefill_token_budget", cfg.prefill_token_budget, 1, 2**62),
             ("prefill_cache_tokens", min(cfg.prefill_cache_tokens, 2**61), 0, 2**62),
+            ("model.layers", cfg.layers, 1, 2**20),
+            ("cluster.chunk_token_budget", cfg.recompute_chunk_tokens, 2, 2**62),
         ]
     )
+    _check_stream(cfg)
+
+
+def _check_stream(cfg: EngineConfig) -> None:
+    if cfg.streaming not in STREAMING:
+        _refuse(
+            f"unknown streaming mode '{cfg.streaming}'",
+            "cluster.link.streaming",
+            "use " + " or ".join(STREAMING),
+        )
+    if cfg.streaming == "layerwise" and cfg.link_topology != "shared_nics":
+        _refuse(
+            "layer-wise streaming is modelled on shared NICs only",
+            "cluster.link.streaming",
+            "set cluster.link.topology: shared_nics, or streaming: after_prefill",
+        )
+    if cfg.policy == "recompute_on_decode" and cfg.recompute_chunk_tokens <= cfg.max_batch:
+        _refuse(
+            f"chunk_token_budget {cfg.recompute_chunk_tokens} leaves no room for a recompute "
+            f"chunk beside a full decode batch of {cfg.max_batch}",
+            "cluster.chunk_token_budget",
+            "set cluster.chunk_token_budget above cluster.max_decode_batch",
+        )
 
 
 def check_colocated_config(cfg: ColocatedConfig) -> None:

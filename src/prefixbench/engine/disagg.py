@@ -10,8 +10,10 @@
   cross the link and which the decode instance recomputes itself (the KV queues FCFS on
   the prefill instance's egress NICs and the decode instance's ingress NICs, or, with
   private paths, on the least busy channel between the two).
-* Decode: continuous batching in closed form (batch.py); queued prefix recomputes run back
-  to back at the next boundary while the batch stalls.
+* Decode: continuous batching in closed form (batch.py); while prefix recomputes are
+  queued, each iteration also carries their chunks (recompute.py).
+* Layer-wise streaming (streaming.py): the hand-off happens when the prefill step starts,
+  and the KV moves layer by layer as the step computes it.
 
 Every request ends exactly once: completed or rejected with a reason.
 """
@@ -23,7 +25,7 @@ import math
 import numpy as np
 
 from . import layout as L
-from .batch import add_work, interrupt, record_gaps, run_to_next_finish, schedule, segment_work
+from .batch import add_work, interrupt, record_gaps, run_to_next_finish, segment_work
 from .blocks import (
     pc_insert,
     pc_match,
@@ -45,15 +47,15 @@ from .queues import (
     wq_append,
     wq_remove,
 )
+from .recompute import mixed_step, queue_job, resolve_shared
 from .series import (
     coeffs,
-    comm,
     prefill_step_time,
     prompt_flops,
-    roofline,
     series_time,
     weights_read,
 )
+from .streaming import stream_batch, stream_one
 from .timeline import record
 
 # ---------------------------------------------------------------- accounting
@@ -112,7 +114,7 @@ def route_prefill(IS):
 
 
 @jit
-def arrive(IS, F, R, B32, EHT, EHI, TLF, TLI, bid, bt, rid, t):
+def arrive(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, t):
     n = IS[L.IP_N]
     if rid + 1 < n:
         push(EHT, EHI, IS, F[IS[L.H_FT] + L.T_ARR * n + rid + 1], L.EV_ARRIVAL, rid + 1, 0)
@@ -124,11 +126,11 @@ def arrive(IS, F, R, B32, EHT, EHI, TLF, TLI, bid, bt, rid, t):
     IS[pb + L.P_QN] += 1
     IS[pb + L.P_LOAD] += R[rid * L.NR + L.R_PROMPT]
     if IS[pb + L.P_BH] == -1:
-        start_prefill(IS, F, R, B32, EHT, EHI, TLF, TLI, bid, bt, p, t)
+        start_prefill(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, p, t)
 
 
 @jit
-def start_prefill(IS, F, R, B32, EHT, EHI, TLF, TLI, bid, bt, p, t):
+def start_prefill(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, p, t):
     """Batch whole queued prompts up to the token budget and schedule the step's end."""
     n, ptr, io, ft = IS[L.IP_N], IS[L.H_PTR], IS[L.H_O], IS[L.H_FT]
     pb = IS[L.H_PI] + p * L.NPI
@@ -173,12 +175,22 @@ def start_prefill(IS, F, R, B32, EHT, EHI, TLF, TLI, bid, bt, p, t):
     if IS[L.IP_REC]:
         record(TLF, TLI, IS, L.REC_PREFILL, p, t, t + dur, count, new_sum, 0)
         record(TLF, TLI, IS, L.REC_QUEUE, p, t, t, IS[pb + L.P_QN], 0, 0)
+    if IS[L.IP_STREAM]:  # layer-wise: hand off now, stream as the step computes
+        rid = first
+        while rid != -1:
+            F[ft + L.T_PE * n + rid] = t + dur
+            rid = R[rid * L.NR + L.R_PBN]
+        IS[L.GI_DEFER] = 1
+        hand_off_step(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, first, t)
+        IS[L.GI_DEFER] = 0
+        stream_batch(IS, F, R, EHT, EHI, TLF, TLI, first, t)
 
 
 @jit
 def prefill_done(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, p, t):
-    """Cache the batch's blocks, hand each request to a decode instance, start the next step."""
-    n, ptr, io, ft = IS[L.IP_N], IS[L.H_PTR], IS[L.H_O], IS[L.H_FT]
+    """Cache the batch's blocks, hand each request to a decode instance (after_prefill; a
+    layer-wise step handed them off at its start), start the next step."""
+    n, ptr, ft = IS[L.IP_N], IS[L.H_PTR], IS[L.H_FT]
     pb = IS[L.H_PI] + p * L.NPI
     first = IS[pb + L.P_BH]
     IS[pb + L.P_BH] = -1
@@ -190,6 +202,17 @@ def prefill_done(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, p, t):
         if i1 > i0:
             pc_insert(IS, B32, p, bid, bt, i0, i1)
         rid = R[rid * L.NR + L.R_PBN]
+    if not IS[L.IP_STREAM]:
+        hand_off_step(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, first, t)
+    if IS[pb + L.P_QH] != -1:
+        start_prefill(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, p, t)
+
+
+@jit
+def hand_off_step(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, first, t):
+    """Route each request of a prefill step (linked from ``first``) to a decode instance
+    and admit it there, in batch order."""
+    n, io = IS[L.IP_N], IS[L.H_O]
     wait = IS[L.IP_WAIT] != 0
     rid = first
     while rid != -1:
@@ -204,8 +227,6 @@ def prefill_done(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, p, t):
             else:
                 reject(IS, F, rid, d, t, L.R_NO_MEMORY)
         rid = R[rid * L.NR + L.R_PBN]
-    if IS[pb + L.P_QH] != -1:
-        start_prefill(IS, F, R, B32, EHT, EHI, TLF, TLI, bid, bt, p, t)
 
 
 # ---------------------------------------------------------------- admission
@@ -375,16 +396,19 @@ def admit(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t):
     xfer, rc = handoff(IS, rid, prompt, hit_tok)
     IS[io + L.O_XT * n + rid] = xfer
     IS[io + L.O_RC * n + rid] = rc
-    land = t
     nbytes = xfer * F[L.FP_DC + L.C_KV]
-    if nbytes > 0:
-        land = send_kv(IS, F, TLF, TLI, rid, d, t, nbytes)
+    if nbytes > 0 and IS[L.IP_STREAM]:
+        if IS[L.GI_DEFER]:
+            R[rr + L.R_FLAGS] |= L.F_STREAM  # sent by the step's joint pass (streaming.py)
+        else:
+            stream_one(IS, F, R, EHT, EHI, TLF, TLI, rid, d, t)
+    elif nbytes > 0:
+        push(EHT, EHI, IS, send_kv(IS, F, TLF, TLI, rid, d, t, nbytes), L.EV_TRANSFER, rid, 0)
     else:
         F[ft + L.T_XS * n + rid] = t
-    push(EHT, EHI, IS, land, L.EV_TRANSFER, rid, 0)
-    if rc > 0:
-        R[rr + L.R_FLAGS] |= L.F_RC
-        q_append(IS, R, b + L.D_RQH, L.R_RQN, rid)
+        push(EHT, EHI, IS, t, L.EV_TRANSFER, rid, 0)
+    if rc > 0:  # deduplicated: recompute_tokens counts the tokens its own job computes
+        IS[io + L.O_RC * n + rid] = queue_job(IS, R, bid, bt, rid, d, rc)
         interrupt(IS, F, EHT, EHI, d, t)
     return True
 
@@ -441,36 +465,6 @@ def landed(IS, F, R, B8, EHT, EHI, bid, rid, t):
     if not R[fl] & L.F_RC:
         q_append(IS, R, L.DI0 + d * L.NDI + L.D_JQH, L.R_JQN, rid)
         interrupt(IS, F, EHT, EHI, d, t)
-
-
-@jit
-def run_recompute(IS, F, R, EHT, EHI, TLF, TLI, d, t):
-    """Run every queued prefix recompute back to back; the batch stalls meanwhile."""
-    n, io, ft = IS[L.IP_N], IS[L.H_O], IS[L.H_FT]
-    b = L.DI0 + d * L.NDI
-    f = L.DF0 + d * L.NDF
-    c0 = L.FP_DC
-    lf, att, kv = F[c0 + L.C_LF], F[c0 + L.C_ATT], F[c0 + L.C_KV]
-    end = t
-    while IS[b + L.D_RQH] != -1:
-        rid = q_popleft(IS, R, b + L.D_RQH, L.R_RQN)
-        m = IS[io + L.O_RC * n + rid]
-        flops = m * lf + att * m * (m + 1) / 2.0
-        bytes_ = weights_read(F, c0, m) + kv * m
-        F[ft + L.T_RS * n + rid] = end
-        if t >= F[L.FP_TWARM]:  # the stall is busy time when it starts in the window
-            add_work(F, f + L.DF_FLOPS, flops, bytes_)
-        step = roofline(flops, bytes_, F[c0 + L.C_FRP], F[c0 + L.C_BR], F[c0 + L.C_POV])
-        end += step + comm(F, c0, float(m))
-        F[ft + L.T_RE * n + rid] = end
-        R[rid * L.NR + L.R_FLAGS] &= ~L.F_RC
-        if R[rid * L.NR + L.R_FLAGS] & L.F_XD:
-            q_append(IS, R, b + L.D_JQH, L.R_JQN, rid)
-    IS[b + L.D_STALL] = 1
-    F[f + L.DF_STALL_END] = end
-    if IS[L.IP_REC]:
-        record(TLF, TLI, IS, L.REC_STALL, d, t, end, 0, 0, 0)
-    schedule(IS, F, EHT, EHI, d, end, 0)
 
 
 # ---------------------------------------------------------------- decode
@@ -552,6 +546,7 @@ def join_batch(IS, F, R, d, t):
             F[ft + L.T_FT * n + IS[jn + i]] = first
             if gaps:  # the first iteration's gap runs from its start
                 F[ft + L.T_LAST * n + IS[jn + i]] = t
+    return nj
 
 
 @jit
@@ -570,9 +565,11 @@ def decode_boundary(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, d, version, 
         mem_changed(IS, F, TLF, TLI, d, t)
         drain_waiting(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, d, t)
     if IS[b + L.D_RQH] != -1:
-        run_recompute(IS, F, R, EHT, EHI, TLF, TLI, d, t)
+        resolve_shared(IS, F, R, d, t)
+    nj = join_batch(IS, F, R, d, t)
+    if IS[b + L.D_RQH] != -1:
+        mixed_step(IS, F, R, EHT, EHI, TLF, TLI, d, t, nj)
         return True
-    join_batch(IS, F, R, d, t)
     if IS[b + L.D_B] > 0:
         run_to_next_finish(IS, F, EHT, EHI, d, t)
     return True

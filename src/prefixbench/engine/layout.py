@@ -67,7 +67,7 @@ class Rec(IntEnum):
     PREFILL = 0  # a prefill step: track p, a = requests, b = new tokens
     LINK = 1  # a KV transfer: track (p·D + d)·C + c, a = request, b = bytes
     DECODE = 2  # k closed-form iterations: track d, a = batch, b = k, c = context tokens
-    STALL = 3  # prefix recompute on decode (batch stalled): track d
+    STALL = 3  # decode mixed iteration with recompute chunks: track d, a = batch, b = chunk tokens
     KV = 4  # counter: track d, a = KV tokens used, b = replica tokens
     QUEUE = 5  # counter: track p, a = queued requests
     CO_PREFILL = 6  # colocated prefill step (decodes stalled): a = requests, b = tokens
@@ -110,7 +110,11 @@ H_PI, H_DH, H_CAPB, H_JN, H_PTR, H_O, H_FPB, H_FCH, H_FT, H_PC, H_PFLAG, H_HOT =
 # instance, ingress free time per decode instance, then their busy times), and whether the
 # link is shared NIC groups (1) or private per-pair channels (0)
 H_FNIC, IP_SHARED = 36, 37
-DI0 = 38
+# --- stream (issue 14): KV streaming mode (0 after_prefill, 1 layerwise), the model's
+# layers, the decode instance's per-iteration token budget for recompute chunks, and a flag
+# set while a prefill step's hand-offs defer their layer-wise transfers (streaming.py)
+IP_STREAM, IP_LAYERS, IP_RCHUNK, GI_DEFER = 38, 39, 40, 41
+DI0 = 42
 # decode instance fields (queue head/tail pairs adjacent)
 (
     D_B,  # sequences in the batch
@@ -169,8 +173,13 @@ INT_COLUMNS = (
     R_OUTPUT,
     R_CHUNK,
 ) = range(12)
-NR = 12
+# --- stream (issue 14): a recompute job (recompute.py): prefix tokens done, the job it
+# waits on for its shared leading tokens (-1: none), those shared tokens, its total tokens,
+# its chunk in the step being built
+R_RDONE, R_RDEP, R_RSH, R_RTOT, R_RCH = 12, 13, 14, 15, 16
+NR = 17
 F_RC, F_XD, F_PERS = 1, 2, 4  # recompute pending, KV landed, has persisted blocks
+F_STREAM = 8  # stream (issue 14): layer-wise transfer deferred to the step's joint pass
 
 # ---------------------------------------------------------------- F (float64)
 FP_LINK_BPS, FP_LINK_LAT, FP_WAIT_TO, FP_TWARM = range(4)

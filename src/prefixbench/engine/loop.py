@@ -74,7 +74,7 @@ def run_disaggregated(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt):
             if not dis.timeout(IS, F, R, a, t):
                 continue
         else:
-            dis.arrive(IS, F, R, B32, EHT, EHI, TLF, TLI, bid, bt, a, t)
+            dis.arrive(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, a, t)
         F[G_NOW] = t
     return DONE
 

@@ -22,7 +22,7 @@ TEMPLATES = (
     _X % ("prefill x\x15", '"new_tokens":\x16,"requests":\x15'),
     _X % ("kv", '"bytes":\x16,"request":\x15'),
     _X % ("decode b=\x15", '"batch":\x15,"iteration":\x17'),
-    _X % ("prefix recompute (batch stalled)", ""),
+    _X % ("recompute b=\x15 +\x16 prefix", '"batch":\x15,"recompute_tokens":\x16'),
     _C % ("decode \x18 kv_used_gb", '"kv_used_gb":\x19')
     + ",\n"
     + _C % ("decode \x18 replica_kv_gb", '"replica_kv_gb":\x1a'),

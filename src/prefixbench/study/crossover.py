@@ -6,6 +6,15 @@ sharded over the decode instance's N NICs (one per device by default, docs/model
 "NICs"); rebuilding
 it on the decode instance costs the roofline time of an L-token prefill (costmodel
 .recompute_time). Both exclude queueing; the simulated difference includes it.
+
+With layer-wise streaming (``streaming="layerwise"``, docs/model.md §1.7.1) the decode
+instance admits the request when its prefill starts, so both ways of getting the prefix
+overlap the prefill of the request's own suffix (``suffix_tokens`` new tokens attending to
+the cached prefix, priced on the same accelerator): the cached prefix's KV streams from
+admission and the decode instance can recompute from admission. Each costs only what sticks
+out past that step, ``max(0, t − t_suffix_prefill)``; a prefix short enough for both to hide
+makes the choice moot (recorded as a transfer win: nothing to gain by recomputing), and
+``hidden_until_prefix_tokens`` is the longest prefix whose transfer hides entirely.
 """
 
 from __future__ import annotations
@@ -21,6 +30,10 @@ from ..catalog.formats import with_formats
 from ..costmodel import Efficiency, InstanceCost, kv_bytes_per_token, recompute_time, transfer_time
 
 REFERENCE_PREFIX = 2048  # tokens: the prefix length the tie bandwidth is quoted for
+# tokens: the request's own suffix whose prefill hides a layer-wise stream (the mean suffix
+# of the tool_call and enterprise_hotset presets is ~200 tokens)
+REFERENCE_SUFFIX = 256
+STREAMING = ("after_prefill", "layerwise")
 
 register(
     "crossover",
@@ -42,8 +55,20 @@ register(
         "winner_at_ref": pl.Utf8,
         "sim_ttft_transfer_minus_recompute_ms": pl.Float64,
         "sim_scenarios": pl.Int64,
+        "streaming": pl.Utf8,
+        "hidden_until_prefix_tokens": pl.Float64,
     },
 )
+
+
+def suffix_prefill_time(cost: InstanceCost, suffix: int, prefix_lengths: np.ndarray):
+    """The prefill step of one request's ``suffix`` new tokens after each cached prefix
+    length (costmodel.prefill_time, vectorised over the prefix length)."""
+    n = np.full_like(prefix_lengths, float(suffix))
+    flops, kv_io = cost.prefill_parts(n, prefix_lengths)
+    compute = flops / cost.flops_rate_prefill
+    memory = (cost.weights_read(float(suffix)) + kv_io) / cost.byte_rate
+    return np.maximum(compute, memory) + cost.prefill_overhead + cost.comm_time(float(suffix))
 
 
 def analytic_row(
@@ -54,11 +79,14 @@ def analytic_row(
     eff: Efficiency | None = None,
     kv_dtype: str | None = None,
     nics: int | None = None,
+    streaming: str = "after_prefill",
+    suffix_tokens: int = REFERENCE_SUFFIX,
 ) -> dict:
     """Break-even figures of one (model, decode accelerator, link), at ``kv_dtype`` if given.
 
     The KV moves over ``nics`` NICs of the link type in parallel (default: one per device,
-    as cluster.link.nics_per_instance); bandwidths in the row are per NIC."""
+    as cluster.link.nics_per_instance); bandwidths in the row are per NIC. With
+    ``streaming="layerwise"`` both options are charged only past the suffix's prefill."""
     m = with_formats(catalog.get_model(model), kv_dtype=kv_dtype)
     dev = catalog.get_accelerator(accelerator)
     one = catalog.get_link(link)
@@ -69,12 +97,26 @@ def analytic_row(
     lengths = np.arange(1, m.max_context + 1, dtype=np.float64)
     t_x = transfer_time(ln, lengths * kv)
     t_r = recompute_time(cost, lengths)
-    recompute_better = t_r < t_x
     ref = float(min(REFERENCE_PREFIX, m.max_context))
     tx_ref = float(transfer_time(ln, ref * kv))
     tr_ref = float(recompute_time(cost, ref))
-    # bandwidth at which moving the reference prefix costs as much as recomputing it
-    budget = tr_ref - ln.latency_us / 1e6
+    hidden_until = float("nan")
+    if streaming == "layerwise":
+        hide = suffix_prefill_time(cost, suffix_tokens, lengths)
+        hidden = np.flatnonzero(t_x <= hide)
+        hidden_until = float(lengths[hidden[-1]]) if hidden.size else 0.0
+        t_x, t_r = np.maximum(t_x - hide, 0.0), np.maximum(t_r - hide, 0.0)
+        hide_ref = float(suffix_prefill_time(cost, suffix_tokens, np.array([ref]))[0])
+        tx_ref, tr_ref = max(tx_ref - hide_ref, 0.0), max(tr_ref - hide_ref, 0.0)
+        # the moved prefix ties once it sticks out past the suffix prefill as far as the
+        # recompute does (or, if the recompute hides, once it starts to stick out)
+        budget = max(float(recompute_time(cost, ref)), hide_ref) - ln.latency_us / 1e6
+    elif streaming == "after_prefill":
+        # bandwidth at which moving the reference prefix costs as much as recomputing it
+        budget = tr_ref - ln.latency_us / 1e6
+    else:
+        raise ValueError(f"unknown streaming mode {streaming!r}")
+    recompute_better = t_r < t_x
     tie_bw = ref * kv / budget / 1e9 / k if budget > 0 else float("nan")  # per NIC
     wins = np.flatnonzero(recompute_better)
     return {
@@ -96,6 +138,8 @@ def analytic_row(
         "recompute_wins_from": float(lengths[wins[0]]) if wins.size else float("nan"),
         "recompute_wins_until": float(lengths[wins[-1]]) if wins.size else float("nan"),
         "winner_at_ref": "recompute_on_decode" if tr_ref < tx_ref else "transfer_per_request",
+        "streaming": streaming,
+        "hidden_until_prefix_tokens": hidden_until,
     }
 
 
@@ -138,11 +182,17 @@ def crossover_table(
     agg: pl.DataFrame | None = None,
     systems: pl.DataFrame | None = None,
     kv_dtype: str | None = None,
+    streaming: str = "after_prefill",
 ) -> pl.DataFrame:
     """The analytic rows of every model × accelerator × link; the simulated TTFT difference
     only on the rows whose system was simulated (null elsewhere)."""
     df = pl.DataFrame(
-        [analytic_row(m, a, k, kv_dtype=kv_dtype) for m in models for a in accelerators for k in links]
+        [
+            analytic_row(m, a, k, kv_dtype=kv_dtype, streaming=streaming)
+            for m in models
+            for a in accelerators
+            for k in links
+        ]
     )
     keys = ["model", "accelerator", "link"]
     if agg is not None and agg.height and systems is not None and systems.height:
@@ -245,6 +295,11 @@ def verdicts(table: pl.DataFrame, accelerator: str, link: str) -> list[str]:
                 )
         else:
             head = f"{model}"
+        if here.height and here["streaming"][0] == "layerwise":
+            head += (
+                f" (layer-wise: times past the {REFERENCE_SUFFIX}-token suffix's prefill; the "
+                f"transfer hides up to {here['hidden_until_prefix_tokens'][0]:,.0f} tokens)"
+            )
         simtxt = ""
         if here.height and here["sim_ttft_transfer_minus_recompute_ms"][0] is not None:
             d = float(here["sim_ttft_transfer_minus_recompute_ms"][0])
@@ -268,6 +323,7 @@ def run_crossover(
     accelerators: list[str] | None = None,
     links: list[str] | None = None,
     kv_dtype: str | None = None,
+    streaming: str = "after_prefill",
 ) -> tuple[pl.DataFrame, Path]:
     """Build crossover.parquet in ``results`` (with simulated TTFT differences if agg exists)."""
     from ..artifacts import read_artifact, write_atomic
@@ -282,8 +338,13 @@ def run_crossover(
         )
     systems = simulated_systems(results, agg) if agg is not None else None
     table = crossover_table(
-        models, accelerators or DEFAULT_ACCELERATORS, links or list(catalog.LINKS), agg, systems,
+        models,
+        accelerators or DEFAULT_ACCELERATORS,
+        links or list(catalog.LINKS),
+        agg,
+        systems,
         kv_dtype=kv_dtype,
+        streaming=streaming,
     )
     path = write_atomic(table, Path(results) / "crossover.parquet", "crossover")
     return table, path

@@ -240,7 +240,6 @@ _NOT_FOR_ASSESS = frozenset(
         "prefill_instance",
         "decode_instance",
         "reject_reason",
-        "recompute_tokens",
         "persisted_tokens",
     }
 )

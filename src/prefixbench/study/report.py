@@ -482,7 +482,14 @@ def _results_md(agg: pl.DataFrame, crossover: pl.DataFrame) -> list[str]:
         *_cliff_md(cliff_case(agg)),
         *_by_workload_md(agg),
         *_crossover_md(crossover, agg),
+        *_streaming_md(agg),
     ]
+
+
+def _streaming_md(agg: pl.DataFrame) -> list[str]:
+    from .transfer_path import streaming_md
+
+    return streaming_md(sorted(agg["model"].unique().to_list()))
 
 
 def build_report(results: Path, report_dir: Path, plots: Path | None = None) -> str:

@@ -1,0 +1,197 @@
+"""Prefix recompute on the decode instance as real engines run it (docs/model.md §1.9).
+
+A recompute job (``recompute_on_decode``: the prefix tokens the prefill node took from its
+cache) runs as chunked prefill mixed into the decode iterations, as vLLM's and SGLang's
+chunked prefill do: while jobs are queued, every iteration carries one decode token per
+running sequence plus recompute chunks, first come first served, filling the rest of a
+per-iteration token budget (``cluster.chunk_token_budget``); jobs of several requests
+share an iteration. A job whose leading blocks another queued or running job on the same
+instance is already computing does not compute them again: it waits until that job has
+computed them (its shared tokens count as done at the end of the iteration that finishes
+them, or at once if they already are) and then computes the rest itself.
+
+Everything about an iteration is decided at its start (its chunks, its duration, which
+jobs it finishes); the instance's next boundary is its end. A job finished by it enters
+the join queue at its start (so it goes ahead of a request whose KV lands during it) and
+joins at its end, with its KV landed.
+"""
+
+from __future__ import annotations
+
+import math
+
+from . import layout as L
+from .batch import add_work, itl_add, schedule
+from .jit import jit
+from .queues import q_append
+from .series import comm, roofline, weights_read
+from .timeline import record
+
+
+@jit
+def queue_job(IS, R, bid, bt, rid, d, m):
+    """Queue ``rid``'s job of ``m`` prefix tokens on ``d``, deduplicated against the jobs
+    queued or running there (the one sharing the most leading tokens; ties: the earliest);
+    returns the tokens it computes itself."""
+    b = L.DI0 + d * L.NDI
+    ptr = IS[L.H_PTR]
+    i0, i1 = IS[ptr + rid], IS[ptr + rid + 1]
+    best, best_s = -1, 0
+    a = IS[b + L.D_RQH]
+    while a != -1:
+        j0, j1 = IS[ptr + a], IS[ptr + a + 1]
+        cap = R[a * L.NR + L.R_RTOT]
+        if m < cap:
+            cap = m
+        s = 0
+        k = 0
+        while i0 + k < i1 and j0 + k < j1 and bid[i0 + k] == bid[j0 + k] and s < cap:
+            s += bt[i0 + k]
+            k += 1
+        if s > cap:
+            s = cap
+        if s > best_s:
+            best, best_s = a, s
+        a = R[a * L.NR + L.R_RQN]
+    rr = rid * L.NR
+    R[rr + L.R_RDONE] = 0
+    R[rr + L.R_RDEP] = best
+    R[rr + L.R_RSH] = best_s
+    R[rr + L.R_RTOT] = m
+    R[rr + L.R_FLAGS] |= L.F_RC
+    q_append(IS, R, b + L.D_RQH, L.R_RQN, rid)
+    return m - best_s
+
+
+@jit
+def _unlink(IS, R, b, prev, a, nxt):
+    """Job ``a`` (after ``prev``, before ``nxt``) leaves decode ``b``'s recompute queue."""
+    if prev == -1:
+        IS[b + L.D_RQH] = nxt
+    else:
+        R[prev * L.NR + L.R_RQN] = nxt
+    if nxt == -1:
+        IS[b + L.D_RQT] = prev
+
+
+@jit
+def _done(IS, F, R, b, rid, t_end):
+    """``rid``'s job is finished at ``t_end``: it joins once its KV has landed."""
+    n = IS[L.IP_N]
+    F[IS[L.H_FT] + L.T_RE * n + rid] = t_end
+    fl = rid * L.NR + L.R_FLAGS
+    R[fl] &= ~L.F_RC
+    if R[fl] & L.F_XD:
+        q_append(IS, R, b + L.D_JQH, L.R_JQN, rid)
+
+
+@jit
+def resolve_shared(IS, F, R, d, t):
+    """At a boundary: jobs whose shared tokens the job they wait on has computed by now take
+    them as done; a job left with nothing to compute finishes here (and can join now)."""
+    n, ft = IS[L.IP_N], IS[L.H_FT]
+    b = L.DI0 + d * L.NDI
+    prev = -1
+    a = IS[b + L.D_RQH]
+    while a != -1:
+        ar = a * L.NR
+        nxt = R[ar + L.R_RQN]
+        dep = R[ar + L.R_RDEP]
+        if dep != -1 and R[dep * L.NR + L.R_RDONE] >= R[ar + L.R_RSH]:
+            R[ar + L.R_RDONE] = R[ar + L.R_RSH]
+            R[ar + L.R_RDEP] = -1
+            if math.isnan(F[ft + L.T_RS * n + a]):
+                F[ft + L.T_RS * n + a] = t
+            if R[ar + L.R_RDONE] == R[ar + L.R_RTOT]:
+                _unlink(IS, R, b, prev, a, nxt)
+                _done(IS, F, R, b, a, t)
+                a = nxt
+                continue
+        prev = a
+        a = nxt
+
+
+@jit
+def mixed_gaps(IS, F, d, end):
+    """Every running sequence of ``d`` emits a token at ``end``; for the ones that joined
+    at the step's start it is their first (``t_first_token`` is ``end``), which is no gap."""
+    b = L.DI0 + d * L.NDI
+    n, ft = IS[L.IP_N], IS[L.H_FT]
+    rb = IS[L.H_DH] + 2 * IS[L.H_CAPB] * d + IS[L.H_CAPB]
+    for i in range(IS[b + L.D_HSZ]):
+        rid = IS[rb + i]
+        if F[ft + L.T_FT * n + rid] != end:
+            g = end - F[ft + L.T_LAST * n + rid]
+            if g > F[ft + L.T_GAP * n + rid]:
+                F[ft + L.T_GAP * n + rid] = g
+            if rid >= F[L.G_ITL_NW]:
+                itl_add(F, g, 1)
+        F[ft + L.T_LAST * n + rid] = end
+
+
+@jit
+def mixed_step(IS, F, R, EHT, EHI, TLF, TLI, d, t, nj):
+    """One decode iteration of ``d``'s batch plus recompute chunks in the token budget (the
+    ``nj`` requests that joined at ``t`` emit their first token at its end)."""
+    n, ft = IS[L.IP_N], IS[L.H_FT]
+    b = L.DI0 + d * L.NDI
+    c0 = L.FP_DC
+    lf, lmh, att, kv = F[c0 + L.C_LF], F[c0 + L.C_LMH], F[c0 + L.C_ATT], F[c0 + L.C_KV]
+    nb, ctx = IS[b + L.D_B], IS[b + L.D_CTX]
+    room = IS[L.IP_RCHUNK] - nb
+    flops = nb * (lf + lmh) + att * ctx
+    kv_io = kv * ctx
+    chunks = 0
+    a = IS[b + L.D_RQH]
+    while a != -1:  # chunks, first come first served
+        ar = a * L.NR
+        R[ar + L.R_RCH] = 0
+        if R[ar + L.R_RDEP] == -1 and room > 0:
+            done = R[ar + L.R_RDONE]
+            m = R[ar + L.R_RTOT] - done
+            if room < m:
+                m = room
+            R[ar + L.R_RCH] = m
+            chunks += m
+            room -= m
+            flops += m * lf + att * (m * done + m * (m + 1) / 2.0)
+            kv_io += kv * (done + m)
+        a = R[ar + L.R_RQN]
+    tokens = nb + chunks
+    bytes_ = weights_read(F, c0, tokens) + kv_io
+    dur = roofline(flops, bytes_, F[c0 + L.C_FRD], F[c0 + L.C_BR], F[c0 + L.C_DOV])
+    dur += comm(F, c0, float(tokens))
+    end = t + dur
+    if t >= F[L.FP_TWARM]:
+        add_work(F, L.DF0 + d * L.NDF + L.DF_FLOPS, flops, bytes_)
+    prev = -1
+    a = IS[b + L.D_RQH]
+    while a != -1:  # what the step computes, known at its start
+        ar = a * L.NR
+        nxt = R[ar + L.R_RQN]
+        moved = R[ar + L.R_RCH] > 0
+        R[ar + L.R_RDONE] += R[ar + L.R_RCH]
+        dep = R[ar + L.R_RDEP]
+        if dep != -1 and R[dep * L.NR + L.R_RDONE] >= R[ar + L.R_RSH]:
+            R[ar + L.R_RDONE] = R[ar + L.R_RSH]
+            R[ar + L.R_RDEP] = -1
+            moved = True
+        if moved and math.isnan(F[ft + L.T_RS * n + a]):
+            F[ft + L.T_RS * n + a] = t
+        if R[ar + L.R_RDONE] == R[ar + L.R_RTOT]:
+            _unlink(IS, R, b, prev, a, nxt)
+            _done(IS, F, R, b, a, end)
+        else:
+            prev = a
+        a = nxt
+    jn = IS[L.H_JN]
+    for i in range(nj):
+        F[ft + L.T_FT * n + IS[jn + i]] = end
+    if IS[L.IP_GAPS]:
+        mixed_gaps(IS, F, d, end)
+    IS[b + L.D_IT] += 1  # one iteration for the running batch
+    IS[b + L.D_CTX] += nb
+    IS[b + L.D_STALL] = 1
+    if IS[L.IP_REC]:
+        record(TLF, TLI, IS, L.REC_STALL, d, t, end, nb, chunks, 0)
+    schedule(IS, F, EHT, EHI, d, end, 0)
