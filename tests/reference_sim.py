@@ -161,6 +161,10 @@ class Req:
     recompute_tokens: int = 0
     transfer_tokens: int = 0
     persisted_tokens: int = 0
+    hbm_hit_blocks: int = 0
+    host_hit_blocks: int = 0
+    link_blocks: int = 0
+    host_hit_tokens: int = 0
     # state
     prefill_done: bool = False
     landed: bool = False
@@ -212,6 +216,10 @@ INT_COLUMNS = (
     "recompute_tokens",
     "transfer_tokens",
     "persisted_tokens",
+    "hbm_hit_blocks",
+    "host_hit_blocks",
+    "link_blocks",
+    "host_hit_tokens",
 )
 
 
@@ -239,6 +247,10 @@ class RefConfig:
     wait_timeout_s: float = 2.0
     prefill_router: str = "least_tokens"
     decode_router: str = "least_load"
+    # replicate_tiered: host pool per decode instance (tokens), host path rate and latency
+    host_kv_tokens: int = 0
+    host_path_bytes_per_s: float = 63.0e9
+    host_path_latency_s: float = 1e-6
     # colocated mode
     instances: int = 1
     scheduler: str = "prefill_priority"
@@ -264,6 +276,9 @@ DATA_FIELDS = (
     "wait_timeout_s",
     "prefill_router",
     "decode_router",
+    "host_kv_tokens",
+    "host_path_bytes_per_s",
+    "host_path_latency_s",
 )
 
 
@@ -388,6 +403,8 @@ class DecodeInstance:
         self.recompute: list[Req] = []
         self.waiting: list[Req] = []
         self.replicas: dict[int, Replica] = {}
+        self.host: dict[int, list[int]] = {}  # replicate_tiered: hash -> [tokens, last use]
+        self.host_free = 0.0  # when the host path is next free
         self.state = "idle"  # idle | wake (boundary scheduled now) | iter | stall
 
 
@@ -431,10 +448,10 @@ class ReferenceSim:
         heapq.heappush(self.events, (t, kind, self.seq, payload))
 
     def uses_replicas(self) -> bool:
-        return self.cfg.policy in ("replicate_hotset", "replicate_all_lru")
+        return self.cfg.policy in ("replicate_hotset", "replicate_all_lru", "replicate_tiered")
 
     def keeps(self, h: int) -> bool:
-        if self.cfg.policy == "replicate_all_lru":
+        if self.cfg.policy in ("replicate_all_lru", "replicate_tiered"):
             return True
         if self.cfg.policy == "replicate_hotset":
             return h in self.hot
@@ -601,6 +618,12 @@ class ReferenceSim:
                 if rep is None or not rep.ready:
                     break
                 hit_blocks.append(h)
+        host_run: list[int] = []  # replicate_tiered: host blocks continuing the HBM run
+        if cfg.policy == "replicate_tiered":
+            for h, _ in r.chain[len(hit_blocks) :]:
+                if h not in dec.host:
+                    break
+                host_run.append(h)
         hit = sum(tok for _, tok in r.chain[: len(hit_blocks)])
         need = r.prompt + r.output - hit
         if need > cfg.budget_tokens:
@@ -612,12 +635,20 @@ class ReferenceSim:
         )
         if free < need and free + trimmable < need:
             return False
+        # every chain block past the HBM run goes to HBM now (promoted or sent): out of the
+        # host pool, before the trim below demotes into it
+        host_tok = sum(dec.host[h][0] for h in host_run)
+        for h, _ in r.chain[len(hit_blocks) :]:
+            dec.host.pop(h, None)
         for h in hit_blocks:
             dec.replicas[h].refs += 1
         while free < need:
             idle = [h for h, rep in dec.replicas.items() if rep.refs == 0]
             victim = min(idle, key=lambda h: dec.replicas[h].idle_since)
-            free += dec.replicas.pop(victim).tokens
+            tok = dec.replicas.pop(victim).tokens
+            free += tok
+            if cfg.policy == "replicate_tiered":
+                self.demote(dec, victim, tok, t)
         persisted = 0
         pinned = list(hit_blocks)
         for h, tok in r.chain[len(hit_blocks) :]:
@@ -639,8 +670,38 @@ class ReferenceSim:
             xfer, rc = r.prompt - r.prefill_hit_tokens, r.prefill_hit_tokens
         else:
             xfer, rc = r.prompt - hit, 0
+        promo_land = None
+        if host_run:
+            rest_tok = xfer - host_tok
+            kv = cfg.decode.kv
+            promo = (
+                max(t, dec.host_free)
+                + host_tok * kv / cfg.host_path_bytes_per_s
+                + cfg.host_path_latency_s
+            )
+            start, rate = self.link_start(r, d, t)
+            rest = start + rest_tok * kv / rate + cfg.link_latency_s if rest_tok > 0 else t
+            everything = start + (rest_tok + host_tok) * kv / rate + cfg.link_latency_s
+            if max(promo, rest) <= everything:
+                xfer = rest_tok
+                promo_land = self.host_move(dec, t, host_tok * kv)
+                r.host_hit_blocks, r.host_hit_tokens = len(host_run), host_tok
+        if self.uses_replicas():
+            r.hbm_hit_blocks = len(hit_blocks)
+            r.link_blocks = len(r.chain) - len(hit_blocks) - r.host_hit_blocks
+        elif cfg.policy == "recompute_on_decode":
+            inside, cum = 0, 0
+            for _, tok in r.chain:
+                cum += tok
+                if cum > r.prefill_hit_tokens:
+                    break
+                inside += 1
+            r.link_blocks = len(r.chain) - inside
+        else:
+            r.link_blocks = len(r.chain)
         r.transfer_tokens, r.recompute_tokens = xfer, rc
         nbytes = xfer * cfg.decode.kv
+        land = t
         if nbytes > 0 and cfg.link_topology == "shared_nics":
             # FCFS on both ends: the write starts when the sender's egress NICs and the
             # receiver's ingress NICs are both free and holds both; the KV is sharded by
@@ -650,7 +711,7 @@ class ReferenceSim:
             busy = nbytes / (min(cfg.nics_prefill, cfg.nics_decode) * cfg.link_bytes_per_s)
             self.egress_free[p] = self.ingress_free[d] = start + busy
             r.t_transfer_start = start
-            self.schedule(start + busy + cfg.link_latency_s, TRANSFER, r)
+            land = start + busy + cfg.link_latency_s
         elif nbytes > 0:
             chans = self.channels[(r.prefill_instance, d)]
             c = chans.index(min(chans))
@@ -658,14 +719,44 @@ class ReferenceSim:
             busy = nbytes / cfg.link_bytes_per_s
             chans[c] = start + busy
             r.t_transfer_start = start
-            self.schedule(start + busy + cfg.link_latency_s, TRANSFER, r)
+            land = start + busy + cfg.link_latency_s
         else:
             r.t_transfer_start = t
-            self.schedule(t, TRANSFER, r)
+        if promo_land is not None:  # the promoted blocks land too
+            land = max(land, promo_land)
+        self.schedule(land, TRANSFER, r)
         if rc > 0:
             dec.recompute.append(r)
             self.wake(d, t)
         return True
+
+    # ------------------------------------------------------------------ host tier
+
+    def link_start(self, r: Req, d: int, t: float) -> tuple[float, float]:
+        """(When a transfer issued now would start, the rate it would move at), nothing
+        reserved."""
+        cfg = self.cfg
+        if cfg.link_topology == "shared_nics":
+            p = r.prefill_instance
+            rate = min(cfg.nics_prefill, cfg.nics_decode) * cfg.link_bytes_per_s
+            return max(t, self.egress_free[p], self.ingress_free[d]), rate
+        return max(t, min(self.channels[(r.prefill_instance, d)])), cfg.link_bytes_per_s
+
+    def host_move(self, dec: DecodeInstance, t: float, nbytes: float) -> float:
+        """FCFS on the instance's host path; returns when the bytes land."""
+        start = max(t, dec.host_free)
+        dec.host_free = start + nbytes / self.cfg.host_path_bytes_per_s
+        return dec.host_free + self.cfg.host_path_latency_s
+
+    def demote(self, dec: DecodeInstance, h: int, tok: int, t: float) -> None:
+        """A trimmed HBM block goes to the host pool (freshest); LRU host blocks make room."""
+        cap = self.cfg.host_kv_tokens
+        if tok > cap:
+            return
+        dec.host[h] = [tok, self.tick()]
+        while sum(v[0] for v in dec.host.values()) > cap:
+            del dec.host[min(dec.host, key=lambda k: dec.host[k][1])]
+        self.host_move(dec, t, tok * self.cfg.decode.kv)
 
     # ------------------------------------------------------------------ link
 
@@ -744,6 +835,8 @@ class ReferenceSim:
             assert rep.refs == holders.get(h, 0), "replica refcount out of step"
             assert rep.refs > 0 or rep.ready, "an idle replica that never landed"
         assert set(holders) <= set(dec.replicas)
+        assert not set(dec.host) & set(dec.replicas), "a block in both HBM and host tiers"
+        assert sum(v[0] for v in dec.host.values()) <= self.cfg.host_kv_tokens, "host over pool"
         assert 0 <= self.used(d) <= self.cfg.budget_tokens, "decode KV over budget"
 
     def complete(self, r: Req, dec: DecodeInstance, t: float) -> None:
