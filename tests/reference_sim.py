@@ -339,9 +339,17 @@ def scenario_config(prep) -> RefConfig:
         budget = int(
             m.budget_factor * reference_demand(prep.requests, d_roof, n, c.max_decode_batch)
         )
+    from prefixbench.catalog.hostpaths import HOST_DRAM_GB_PER_DEVICE, get_host_path
+
+    host_gb = c.decode.host_memory_gb or HOST_DRAM_GB_PER_DEVICE * c.decode.devices
+    pool_gb = m.host_kv_gb if m.host_kv_gb is not None else min(2 * budget * d_roof.kv / 1e9, host_gb)
+    host_path = get_host_path(c.decode.host_path)
     return RefConfig(
         p_roof,
         d_roof,
+        host_kv_tokens=int(min(pool_gb * 1e9 / d_roof.kv, 2**31 - 2)),
+        host_path_bytes_per_s=host_path.bandwidth_gbps * 1e9 * c.decode.devices,
+        host_path_latency_s=host_path.latency_us / 1e6,
         policy=s.policy.value if hasattr(s.policy, "value") else str(s.policy),
         n_prefill=c.prefill_instances,
         n_decode=c.decode_instances,
