@@ -342,7 +342,9 @@ def scenario_config(prep) -> RefConfig:
     from prefixbench.catalog.hostpaths import HOST_DRAM_GB_PER_DEVICE, get_host_path
 
     host_gb = c.decode.host_memory_gb or HOST_DRAM_GB_PER_DEVICE * c.decode.devices
-    pool_gb = m.host_kv_gb if m.host_kv_gb is not None else min(2 * budget * d_roof.kv / 1e9, host_gb)
+    pool_gb = (
+        m.host_kv_gb if m.host_kv_gb is not None else min(2 * budget * d_roof.kv / 1e9, host_gb)
+    )
     host_path = get_host_path(c.decode.host_path)
     return RefConfig(
         p_roof,

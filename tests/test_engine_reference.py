@@ -240,7 +240,9 @@ def disagg_cases(draw, policies=POLICIES, tight: bool = False):
         track_gaps=draw(st.booleans()),
         # host tier (replicate_tiered): pools from none to unbounded, paths from slower than
         # the slowest link to NVLink-C2C, so promotions and fallbacks both happen
-        host_kv_tokens=draw(st.sampled_from([300, 2000, 10**6] if tight else [0, 300, 2000, 10**6])),
+        host_kv_tokens=draw(
+            st.sampled_from([300, 2000, 10**6] if tight else [0, 300, 2000, 10**6])
+        ),
         host_path_bytes_per_s=draw(st.sampled_from([0.2e9, 3e9, 63e9, 450e9])),
         host_path_latency_s=draw(st.sampled_from([1e-6, 1e-3])),
     )

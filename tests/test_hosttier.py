@@ -35,8 +35,12 @@ def _cfg(policy: str, **kw) -> EngineConfig:
 
 
 def test_pcie_and_c2c_presets_from_their_specs():
-    assert get_host_path("pcie4-x16").bandwidth_gbps == pytest.approx(16 * 16 * 128 / 130 / 8, abs=0.05)
-    assert get_host_path("pcie5-x16").bandwidth_gbps == pytest.approx(32 * 16 * 128 / 130 / 8, abs=0.05)
+    assert get_host_path("pcie4-x16").bandwidth_gbps == pytest.approx(
+        16 * 16 * 128 / 130 / 8, abs=0.05
+    )
+    assert get_host_path("pcie5-x16").bandwidth_gbps == pytest.approx(
+        32 * 16 * 128 / 130 / 8, abs=0.05
+    )
     assert get_host_path("nvlink-c2c").bandwidth_gbps == 900 / 2  # GH200: 900 GB/s both ways
     with pytest.raises(CatalogError, match="did you mean 'pcie5-x16'"):
         get_host_path("pcie5-x61")
@@ -46,7 +50,9 @@ def test_three_of_five_blocks_resident_moves_two_blocks_plus_suffix():
     """r0 leaves A, B, C resident; r1's chain is A..E plus a 40-token suffix: it is served 3
     blocks from HBM and moves 2 x 64 + 40 = 168 tokens = 2,064,384 bytes, which occupy the
     link for 2,064,384 / 3.125e9 s."""
-    req = make_requests([0.0, 1.0], [3 * 64 + 10, 5 * 64 + 40], [2, 2], [[A, B, C], [A, B, C, D, E]])
+    req = make_requests(
+        [0.0, 1.0], [3 * 64 + 10, 5 * 64 + 40], [2, 2], [[A, B, C], [A, B, C, D, E]]
+    )
     for policy in ("replicate_all_lru", "replicate_tiered"):
         cols = simulate(req, _cfg(policy, link_latency_s=1e-4)).columns
         assert cols["hbm_hit_blocks"].tolist() == [0, 3]
@@ -142,12 +148,54 @@ def test_host_pool_larger_than_host_memory_is_refused():
 
 def test_cli_refuses_bad_host_tier_input_in_one_line():
     r = CliRunner().invoke(
-        app, ["run", "multi_turn_chat", "--set", "memory.host_kv_gb=300", "--set", "run.requests=50", "--set", "run.warmup_requests=0"]
+        app,
+        [
+            "run",
+            "multi_turn_chat",
+            "--set",
+            "memory.host_kv_gb=300",
+            "--set",
+            "run.requests=50",
+            "--set",
+            "run.warmup_requests=0",
+        ],
     )
     assert r.exit_code != 0
     assert "memory.host_kv_gb" in r.output and "Traceback" not in r.output
     r = CliRunner().invoke(
-        app, ["run", "multi_turn_chat", "--set", "cluster.decode.host_path=pcie5", "--set", "run.requests=50", "--set", "run.warmup_requests=0"]
+        app,
+        [
+            "run",
+            "multi_turn_chat",
+            "--set",
+            "cluster.decode.host_path=pcie5",
+            "--set",
+            "run.requests=50",
+            "--set",
+            "run.warmup_requests=0",
+        ],
     )
     assert r.exit_code != 0
     assert "did you mean" in r.output and "host_path" in r.output and "Traceback" not in r.output
+
+
+def test_a_promotion_queues_behind_the_demotion_its_admission_caused():
+    """r2 leaves X (256 tokens) idle; r3 wants A, B, C back from host DRAM but needs room, so
+    X is trimmed first and its demotion holds the host path: the promotion starts when that
+    copy is done, and r3's KV is ready (256 + 192) x 12,288 / 63.0e9 s + 1 µs after
+    admission (the demotion's own latency is pipelined, as on the link)."""
+    x = (9, 256)
+    req = make_requests(
+        [0.0, 1.0, 2.0, 3.0],
+        [200, 390, 300, 200],
+        [2, 2, 2, 2],
+        [[A, B, C], [], [x], [A, B, C]],
+    )
+    cfg = _cfg("replicate_tiered", budget_tokens=400, host_kv_tokens=1000)
+    res = simulate(req, cfg, keep_state=True)
+    cols = res.columns
+    assert cols["host_hit_blocks"][3] == 3 and cols["persisted_tokens"][2] == 256
+    ready = cols["t_transfer_end"][3] - cols["t_admit"][3]
+    assert ready == pytest.approx((256 + 192) * 12_288 / PCIE5 + 1e-6, rel=1e-9)
+    assert res.state.IS[L.DI0 + L.D_HUSED] == 256  # X is in the pool now, A, B, C in HBM
+    assert audit(res.state) == []

@@ -135,7 +135,9 @@ def test_recommendation_counts_and_file(report, results, agg):
     for p in POLICIES:
         assert f"- `{p}`: {(rec['recommended'] == p).sum()}\n" in text
     section = text.split("## Recommendations", 1)[1].split("\n## ", 1)[0]
-    listed = re.findall(r"^\| `qwen2-0.5b` \| `(\w+)` \| ([\d.]+) \| `(\w+)` \|", section, flags=re.M)
+    listed = re.findall(
+        r"^\| `qwen2-0.5b` \| `(\w+)` \| ([\d.]+) \| `(\w+)` \|", section, flags=re.M
+    )
     expected = [
         (r["workload"], f"{r['budget_factor']:g}", r["recommended"])
         for r in rec.iter_rows(named=True)

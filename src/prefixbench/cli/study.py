@@ -80,7 +80,7 @@ def sweep(
         Study,
         typer.Option(
             "--study",
-            help="reference: the prefix study (the seed's 384 runs plus replicate_tiered: 480); disagg: seed 001's 540 coupled-vs-disaggregated configurations.",
+            help="reference: the prefix study (480 runs: seed 000's 384 + replicate_tiered); disagg: seed 001's 540 coupled-vs-disaggregated configurations.",
         ),
     ] = None,
     backend: Annotated[

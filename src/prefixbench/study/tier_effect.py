@@ -51,7 +51,7 @@ def tier_md(agg: pl.DataFrame, tight_max: float) -> list[str]:
     out = ["## Where the host tier changes the recommendation", ""]
     t = tier_changes(agg)
     if t.height == 0:
-        return out + ["The study did not run `replicate_tiered` next to another policy.", ""]
+        return out + ["No stable scenario ran `replicate_tiered` next to another policy.", ""]
     ch = t.filter(pl.col("changed"))
     tight = t.filter(pl.col("budget_factor") <= tight_max)
     n_tight = tight.filter(pl.col("changed")).height
