@@ -436,6 +436,7 @@ class ReferenceSim:
         self.rr_prefill = 0
         self.rr_decode = 0
         self.clock = 0  # logical clock for LRU stamps
+        self.host_decisions: list[bool] = []  # replicate_tiered: promoted (True) or sent
         self.events: list = []
         self.seq = 0
         self.hot = [h for h, _ in cfg.hot_blocks]
@@ -692,7 +693,9 @@ class ReferenceSim:
             start, rate = self.link_start(r, d, t)
             rest = start + rest_tok * kv / rate + cfg.link_latency_s if rest_tok > 0 else t
             everything = start + (rest_tok + host_tok) * kv / rate + cfg.link_latency_s
-            if max(promo, rest) <= everything:
+            promote = max(promo, rest) <= everything
+            self.host_decisions.append(promote)
+            if promote:
                 xfer = rest_tok
                 promo_land = self.host_move(dec, t, host_tok * kv)
                 r.host_hit_blocks, r.host_hit_tokens = len(host_run), host_tok
