@@ -87,7 +87,7 @@ def _tiers(admitted: pl.DataFrame) -> dict:
     out = {"host_mb_per_request": t["host_mb_per_request"]}
     for k in ("hbm", "host"):
         out[f"{k}_hit_rate"] = t[k] / n if n else None
-    out["miss_rate"] = 1.0 - out["hbm_hit_rate"] - out["host_hit_rate"] if n else None
+    out["miss_rate"] = (n - t["hbm"] - t["host"]) / n if n else None  # exact, in [0, 1]
     return out
 
 

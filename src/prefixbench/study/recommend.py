@@ -85,12 +85,13 @@ def _reason(win: dict, by_policy: dict[str, dict]) -> str:
         change = win["ttft_mean_ms"] / base["ttft_mean_ms"] - 1 if base["ttft_mean_ms"] else 0.0
         rej = base["reject_rate"] - win["reject_rate"]
         extra = f" and {rej:.1%} fewer rejects" if rej > 0.005 else ""
-        if win.get("host_hit_rate"):  # replicate_tiered: say what the host tier added
-            extra += f"; {win['host_hit_rate']:.0%} of chain blocks came back from host DRAM"
+        host = win.get("host_hit_rate")  # replicate_tiered: what the host tier added
+        tier = f"; host DRAM served {host:.0%} of chain blocks" if host else ""
         return (
             f"replicas serve {win['replica_hit_rate']:.0%} of prompt tokens: mean TTFT {change:+.0%} "
             f"vs transfer{extra}, for {win['mean_replica_kv_gb']:.2f} GB of replica KV "
             f"({win['mean_replica_kv_gb'] / max(win['kv_budget_gb'], 1e-12):.0%} of the budget)"
+            + tier
         )
     if p == "recompute_on_decode":
         return (

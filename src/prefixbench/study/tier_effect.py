@@ -59,7 +59,9 @@ def tier_md(agg: pl.DataFrame, tight_max: float) -> list[str]:
         f"Ranking every scenario with and without `replicate_tiered` (balanced rule): the "
         f"host tier changes the recommendation in {ch.height} of {t.height} scenarios, "
         f"{n_tight} of the {tight.height} with a tight budget (factor ≤ {tight_max:g}). "
-        "Host hits are the share of chain blocks promoted from host DRAM.",
+        "Host hits are the share of chain blocks promoted from host DRAM. A change whose "
+        "TTFT difference is inside the seeds' spread is a near tie: see the margins under "
+        "Recommendations.",
         "",
     ]
     if ch.height == 0:
