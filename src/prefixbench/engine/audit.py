@@ -20,6 +20,8 @@ def _host_tier(IS, B32, d: int, in_hbm: np.ndarray) -> list[str]:
     U, D, P = int(IS[L.IP_U]), int(IS[L.IP_ND]), int(IS[L.IP_NP])
     b = L.DI0 + d * L.NDI
     o = 4 * U * (D + P) + 4 * U * d
+    if B32.shape[0] < o + 4 * U:  # no host tier allocated (other policies)
+        return [] if IS[b + L.D_HUSED] == 0 else [f"decode {d}: host tokens without a tier"]
     rec = B32[o : o + 4 * U].reshape(U, 4) if U else np.zeros((0, 4), np.int32)
     host = rec[:, L.HT_IN] != 0
     out = []

@@ -294,7 +294,8 @@ def allocate(
     IS[H_FPB], IS[H_FCH], IS[H_FT] = f_pb, f_ch, f_t
     IS[H_FNIC] = f_nic
 
-    B32 = np.zeros(4 * (2 * D + P) * U, dtype=np.int32)  # + the host tiers
+    host = D if ip[IP_POLICY] == POL_TIERED else 0  # replicate_tiered: + the host tiers
+    B32 = np.zeros(4 * (D + P + host) * U, dtype=np.int32)
     B8 = np.zeros(D * U + nb + U, dtype=np.uint8)
     IS[H_PC], IS[H_PFLAG], IS[H_HOT] = 4 * D * U, D * U, D * U + nb
     B8[D * U + nb + hot_ids] = 1
