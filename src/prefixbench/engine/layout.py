@@ -13,7 +13,8 @@ timeline log, which grow on demand):
   channel free times, NIC group free and busy times, and the per-request time columns;
 * ``R`` int32: one record of ``NR`` fields per request (queue links, lengths, flags);
 * ``B32`` int32: one 4-field record per block id and instance (replica store of each decode
-  instance, prefix cache of each prefill instance);
+  instance, prefix cache of each prefill instance, then, under replicate_tiered only, each
+  decode instance's host tier);
 * ``B8`` uint8: replica state bits per block and decode instance, the per-block-reference
   "persisted" flag and the hot-set membership.
 
