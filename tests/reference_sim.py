@@ -183,6 +183,10 @@ class Req:
     recompute_tokens: int = 0
     transfer_tokens: int = 0
     persisted_tokens: int = 0
+    hbm_hit_blocks: int = 0
+    host_hit_blocks: int = 0
+    link_blocks: int = 0
+    host_hit_tokens: int = 0
     # state
     prefill_done: bool = False
     landed: bool = False
@@ -201,6 +205,7 @@ class Req:
     stream_deferred: bool = False
     step_window: tuple = (NAN, NAN)  # layer-wise: its prefill step's start and end
     last_chunk_end: float = NAN
+    promo_land: float = -math.inf  # replicate_tiered: when its promoted host blocks land
     gaps: list[float] = field(default_factory=list)  # every inter-token gap, in order
 
     def emit(self, t: float) -> None:
@@ -243,6 +248,10 @@ INT_COLUMNS = (
     "recompute_tokens",
     "transfer_tokens",
     "persisted_tokens",
+    "hbm_hit_blocks",
+    "host_hit_blocks",
+    "link_blocks",
+    "host_hit_tokens",
 )
 
 
@@ -273,6 +282,10 @@ class RefConfig:
     wait_timeout_s: float = 2.0
     prefill_router: str = "least_tokens"
     decode_router: str = "least_load"
+    # replicate_tiered: host pool per decode instance (tokens), host path rate and latency
+    host_kv_tokens: int = 0
+    host_path_bytes_per_s: float = 63.0e9
+    host_path_latency_s: float = 1e-6
     # colocated mode
     instances: int = 1
     scheduler: str = "prefill_priority"
@@ -301,6 +314,9 @@ DATA_FIELDS = (
     "wait_timeout_s",
     "prefill_router",
     "decode_router",
+    "host_kv_tokens",
+    "host_path_bytes_per_s",
+    "host_path_latency_s",
 )
 
 
@@ -361,9 +377,19 @@ def scenario_config(prep) -> RefConfig:
         budget = int(
             m.budget_factor * reference_demand(prep.requests, d_roof, n, c.max_decode_batch)
         )
+    from prefixbench.catalog.hostpaths import HOST_DRAM_GB_PER_DEVICE, get_host_path
+
+    host_gb = c.decode.host_memory_gb or HOST_DRAM_GB_PER_DEVICE * c.decode.devices
+    pool_gb = (
+        m.host_kv_gb if m.host_kv_gb is not None else min(2 * budget * d_roof.kv / 1e9, host_gb)
+    )
+    host_path = get_host_path(c.decode.host_path)
     return RefConfig(
         p_roof,
         d_roof,
+        host_kv_tokens=int(min(pool_gb * 1e9 / d_roof.kv, 2**31 - 2)),
+        host_path_bytes_per_s=host_path.bandwidth_gbps * 1e9 * c.decode.devices,
+        host_path_latency_s=host_path.latency_us / 1e6,
         policy=s.policy.value if hasattr(s.policy, "value") else str(s.policy),
         n_prefill=c.prefill_instances,
         n_decode=c.decode_instances,
@@ -428,6 +454,8 @@ class DecodeInstance:
         self.recompute: list[Req] = []
         self.waiting: list[Req] = []
         self.replicas: dict[int, Replica] = {}
+        self.host: dict[int, list[int]] = {}  # replicate_tiered: hash -> [tokens, last use]
+        self.host_free = 0.0  # when the host path is next free
         self.state = "idle"  # idle | wake (boundary scheduled now) | iter | stall
 
 
@@ -450,6 +478,7 @@ class ReferenceSim:
         self.rr_prefill = 0
         self.rr_decode = 0
         self.clock = 0  # logical clock for LRU stamps
+        self.host_decisions: list[bool] = []  # replicate_tiered: promoted (True) or sent
         self.events: list = []
         self.seq = 0
         self.hot = [h for h, _ in cfg.hot_blocks]
@@ -472,10 +501,10 @@ class ReferenceSim:
         heapq.heappush(self.events, (t, kind, self.seq, payload))
 
     def uses_replicas(self) -> bool:
-        return self.cfg.policy in ("replicate_hotset", "replicate_all_lru")
+        return self.cfg.policy in ("replicate_hotset", "replicate_all_lru", "replicate_tiered")
 
     def keeps(self, h: int) -> bool:
-        if self.cfg.policy == "replicate_all_lru":
+        if self.cfg.policy in ("replicate_all_lru", "replicate_tiered"):
             return True
         if self.cfg.policy == "replicate_hotset":
             return h in self.hot
@@ -653,6 +682,12 @@ class ReferenceSim:
                 if rep is None or not rep.ready:
                     break
                 hit_blocks.append(h)
+        host_run: list[int] = []  # replicate_tiered: host blocks continuing the HBM run
+        if cfg.policy == "replicate_tiered":
+            for h, _ in r.chain[len(hit_blocks) :]:
+                if h not in dec.host:
+                    break
+                host_run.append(h)
         hit = sum(tok for _, tok in r.chain[: len(hit_blocks)])
         need = r.prompt + r.output - hit
         if need > cfg.budget_tokens:
@@ -664,12 +699,23 @@ class ReferenceSim:
         )
         if free < need and free + trimmable < need:
             return False
+        # every chain block past the HBM run goes to HBM now (promoted or sent): out of the
+        # host pool, before the trim below demotes into it
+        host_tok = sum(dec.host[h][0] for h in host_run)
+        for h, _ in r.chain[len(hit_blocks) :]:
+            dec.host.pop(h, None)
         for h in hit_blocks:
             dec.replicas[h].refs += 1
         while free < need:
             idle = [h for h, rep in dec.replicas.items() if rep.refs == 0]
             victim = min(idle, key=lambda h: dec.replicas[h].idle_since)
-            free += dec.replicas.pop(victim).tokens
+            tok = dec.replicas.pop(victim).tokens
+            free += tok
+            if cfg.policy == "replicate_tiered":
+                self.demote(dec, victim, tok, t)
+        if cfg.policy == "replicate_tiered":  # a chain block past a gap, trimmed and
+            for h, _ in r.chain[len(hit_blocks) :]:  # demoted, goes back to HBM now
+                dec.host.pop(h, None)
         persisted = 0
         pinned = list(hit_blocks)
         for h, tok in r.chain[len(hit_blocks) :]:
@@ -691,14 +737,51 @@ class ReferenceSim:
             xfer, rc = r.prompt - r.prefill_hit_tokens, r.prefill_hit_tokens
         else:
             xfer, rc = r.prompt - hit, 0
+        promo_land = None
+        if host_run:
+            rest_tok = xfer - host_tok
+            kv = cfg.decode.kv
+            promo = (
+                max(t, dec.host_free)
+                + host_tok * kv / cfg.host_path_bytes_per_s
+                + cfg.host_path_latency_s
+            )
+            start, rate = self.link_start(r, d, t)
+            rest = start + rest_tok * kv / rate + cfg.link_latency_s if rest_tok > 0 else t
+            everything = start + (rest_tok + host_tok) * kv / rate + cfg.link_latency_s
+            promote = max(promo, rest) <= everything
+            self.host_decisions.append(promote)
+            if promote:
+                xfer = rest_tok
+                promo_land = self.host_move(dec, t, host_tok * kv)
+                r.promo_land = promo_land
+                r.host_hit_blocks, r.host_hit_tokens = len(host_run), host_tok
+        if self.uses_replicas():
+            r.hbm_hit_blocks = len(hit_blocks)
+            r.link_blocks = len(r.chain) - len(hit_blocks) - r.host_hit_blocks
+        elif cfg.policy == "recompute_on_decode":
+            inside, cum = 0, 0
+            for _, tok in r.chain:
+                cum += tok
+                if cum > r.prefill_hit_tokens:
+                    break
+                inside += 1
+            r.link_blocks = len(r.chain) - inside
+        else:
+            r.link_blocks = len(r.chain)
         r.transfer_tokens, r.recompute_tokens = xfer, rc
         nbytes = xfer * cfg.decode.kv
+        land = t
         if nbytes > 0 and cfg.streaming == "layerwise":
             if self.deferring:
                 r.stream_deferred = True
             else:
                 self.stream_alone(r, t)
-        elif nbytes > 0 and cfg.link_topology == "shared_nics":
+            if rc > 0:
+                self.queue_job(dec, r, rc)
+                self.wake(d, t)
+            return True
+        if nbytes > 0 and cfg.link_topology == "shared_nics":
             # FCFS on both ends: the write starts when the sender's egress NICs and the
             # receiver's ingress NICs are both free and holds both; the KV is sharded by
             # head over the smaller group's NICs, each moving its share in parallel
@@ -707,7 +790,7 @@ class ReferenceSim:
             busy = nbytes / (min(cfg.nics_prefill, cfg.nics_decode) * cfg.link_bytes_per_s)
             self.egress_free[p] = self.ingress_free[d] = start + busy
             r.t_transfer_start = start
-            self.schedule(start + busy + cfg.link_latency_s, TRANSFER, r)
+            land = start + busy + cfg.link_latency_s
         elif nbytes > 0:
             chans = self.channels[(r.prefill_instance, d)]
             c = chans.index(min(chans))
@@ -715,10 +798,12 @@ class ReferenceSim:
             busy = nbytes / cfg.link_bytes_per_s
             chans[c] = start + busy
             r.t_transfer_start = start
-            self.schedule(start + busy + cfg.link_latency_s, TRANSFER, r)
+            land = start + busy + cfg.link_latency_s
         else:
             r.t_transfer_start = t
-            self.schedule(t, TRANSFER, r)
+        if promo_land is not None:  # the promoted blocks land too
+            land = max(land, promo_land)
+        self.schedule(land, TRANSFER, r)
         if rc > 0:
             self.queue_job(dec, r, rc)
             self.wake(d, t)
@@ -760,7 +845,7 @@ class ReferenceSim:
                 self.chunk(r, ready, self.split(r)[1] * kv / rate / self.cfg.layers)
         for r in mine:
             r.stream_deferred = False
-            self.schedule(r.last_chunk_end + self.cfg.link_latency_s, TRANSFER, r)
+            self.schedule(max(r.last_chunk_end + self.cfg.link_latency_s, r.promo_land), TRANSFER, r)
 
     def stream_alone(self, r: Req, t: float) -> None:
         kv, rate = self.cfg.decode.kv, self.rate()
@@ -770,7 +855,7 @@ class ReferenceSim:
         for layer in range(self.cfg.layers):
             ready = max(t, self.layer_ready(r.step_window, layer))
             self.chunk(r, ready, new * kv / rate / self.cfg.layers)
-        self.schedule(r.last_chunk_end + self.cfg.link_latency_s, TRANSFER, r)
+        self.schedule(max(r.last_chunk_end + self.cfg.link_latency_s, r.promo_land), TRANSFER, r)
 
     # ------------------------------------------------------------------ recompute jobs
 
@@ -834,6 +919,33 @@ class ReferenceSim:
                 self.job_done(dec, r, end)
         dec.state = "mixed"
         self.schedule(end, DECODE, d)
+    # ------------------------------------------------------------------ host tier
+
+    def link_start(self, r: Req, d: int, t: float) -> tuple[float, float]:
+        """(When a transfer issued now would start, the rate it would move at), nothing
+        reserved."""
+        cfg = self.cfg
+        if cfg.link_topology == "shared_nics":
+            p = r.prefill_instance
+            rate = min(cfg.nics_prefill, cfg.nics_decode) * cfg.link_bytes_per_s
+            return max(t, self.egress_free[p], self.ingress_free[d]), rate
+        return max(t, min(self.channels[(r.prefill_instance, d)])), cfg.link_bytes_per_s
+
+    def host_move(self, dec: DecodeInstance, t: float, nbytes: float) -> float:
+        """FCFS on the instance's host path; returns when the bytes land."""
+        start = max(t, dec.host_free)
+        dec.host_free = start + nbytes / self.cfg.host_path_bytes_per_s
+        return dec.host_free + self.cfg.host_path_latency_s
+
+    def demote(self, dec: DecodeInstance, h: int, tok: int, t: float) -> None:
+        """A trimmed HBM block goes to the host pool (freshest); LRU host blocks make room."""
+        cap = self.cfg.host_kv_tokens
+        if tok > cap:
+            return
+        dec.host[h] = [tok, self.tick()]
+        while sum(v[0] for v in dec.host.values()) > cap:
+            del dec.host[min(dec.host, key=lambda k: dec.host[k][1])]
+        self.host_move(dec, t, tok * self.cfg.decode.kv)
 
     # ------------------------------------------------------------------ link
 
@@ -904,6 +1016,8 @@ class ReferenceSim:
             assert rep.refs == holders.get(h, 0), "replica refcount out of step"
             assert rep.refs > 0 or rep.ready, "an idle replica that never landed"
         assert set(holders) <= set(dec.replicas)
+        assert not set(dec.host) & set(dec.replicas), "a block in both HBM and host tiers"
+        assert sum(v[0] for v in dec.host.values()) <= self.cfg.host_kv_tokens, "host over pool"
         assert 0 <= self.used(d) <= self.cfg.budget_tokens, "decode KV over budget"
 
     def complete(self, r: Req, dec: DecodeInstance, t: float) -> None:

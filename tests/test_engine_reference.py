@@ -32,7 +32,7 @@ import pickle
 import numpy as np
 import pytest
 from enginecases import make_requests
-from hypothesis import HealthCheck, Phase, given, reject, settings
+from hypothesis import HealthCheck, Phase, event, given, reject, settings
 from hypothesis import strategies as st
 from reference_roofline import Roofline, Split, kv_bytes_per_token, weights_bytes
 from reference_sim import (
@@ -56,7 +56,13 @@ if os.environ.get("REFSIM_MUTATION"):  # tests/mutate_costmodel.py: find, don't 
     settings.register_profile("refsim-mutation", phases=[Phase.explicit, Phase.generate])
     settings.load_profile("refsim-mutation")
 
-POLICIES = ("transfer_per_request", "recompute_on_decode", "replicate_hotset", "replicate_all_lru")
+POLICIES = (
+    "transfer_per_request",
+    "recompute_on_decode",
+    "replicate_hotset",
+    "replicate_all_lru",
+    "replicate_tiered",
+)
 RTOL, ATOL = 1e-9, 1e-12
 
 # A DeepSeek-V3-style shape (MLA with a compressed query, MoE with a shared expert and dense
@@ -147,7 +153,7 @@ def _link(draw) -> dict:
 
 
 @st.composite
-def workloads(draw, min_output: int = 1):
+def workloads(draw, min_output: int = 1, shares=(0.0, 0.3, 0.7, 0.9, 1.0)):
     """Requests of a small random scenario: a tree of prefix blocks, Zipf popularity."""
     n = draw(st.integers(5, 60))
     n_blocks = draw(st.integers(1, 6))
@@ -162,7 +168,7 @@ def workloads(draw, min_output: int = 1):
             path.append((j + 100, tokens[j]))
             j = parent[j]
         paths.append(path[::-1])
-    share = draw(st.sampled_from([0.0, 0.3, 0.7, 0.9, 1.0]))
+    share = draw(st.sampled_from(shares))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     rate = draw(st.sampled_from([5.0, 20.0, 60.0, 150.0, 400.0]))
     arrival = np.cumsum(rng.exponential(1.0 / rate, size=n))
@@ -180,9 +186,10 @@ def workloads(draw, min_output: int = 1):
 
 
 @st.composite
-def disagg_cases(draw):
-    """(Requests, EngineConfig, RefConfig) of a small disaggregated scenario."""
-    req, tokens = draw(workloads())
+def disagg_cases(draw, policies=POLICIES, tight: bool = False):
+    """(Requests, EngineConfig, RefConfig) of a small disaggregated scenario (``tight``:
+    shared chains under budgets that trim, so a host tier fills and hits)."""
+    req, tokens = draw(workloads(shares=(0.7, 0.9, 1.0)) if tight else workloads())
     n_blocks = len(tokens)
     model = model_spec(draw(st.sampled_from(MODELS)))
     eff = draw(st.sampled_from(EFFS))
@@ -197,9 +204,10 @@ def disagg_cases(draw):
             + float(np.median(req.output_len)) * draw(st.sampled_from([0.25, 0.5, 1.0]))
         )
         d_acc = compute_poor(d_acc, model, d_dev, eff, b, c)
-    policy = draw(st.sampled_from(POLICIES))
+    policy = draw(st.sampled_from(policies))
     largest = int((req.prompt_len + req.output_len).max())
-    budget = max(1, int(largest * draw(st.sampled_from([0.8, 1.0, 1.5, 3.0, 8.0, 1000.0]))))
+    factors = [1.0, 1.2, 1.5, 2.0] if tight else [0.8, 1.0, 1.5, 3.0, 8.0, 1000.0]
+    budget = max(1, int(largest * draw(st.sampled_from(factors))))
     hot: list[tuple[int, int]] = []
     if policy == "replicate_hotset" and draw(st.booleans()):
         order = draw(st.permutations(range(n_blocks)))
@@ -209,6 +217,7 @@ def disagg_cases(draw):
             if total + tokens[k] <= share_cap:
                 hot.append((k + 100, tokens[k]))
                 total += tokens[k]
+    link = _link(draw)
     cfg, ref = pair(
         model,
         p_acc,
@@ -221,7 +230,7 @@ def disagg_cases(draw):
         n_decode=draw(st.integers(1, 2)),
         link_bytes_per_s=draw(st.sampled_from([0.5e9, 3.125e9, 25e9])),
         link_latency_s=draw(st.sampled_from([0.0, 30e-6, 2e-3])),
-        **_link(draw),
+        **link,
         layers=model.layers,
         recompute_chunk_tokens=draw(st.sampled_from([8, 64, 512, 2048])),
         max_batch=draw(st.integers(1, 6)),
@@ -234,6 +243,13 @@ def disagg_cases(draw):
         prefill_router=draw(st.sampled_from(["least_tokens", "round_robin"])),
         decode_router=draw(st.sampled_from(["least_load", "round_robin", "prefix_affinity"])),
         track_gaps=draw(st.booleans()),
+        # host tier (replicate_tiered): pools from none to unbounded, paths from slower than
+        # the slowest link to NVLink-C2C, so promotions and fallbacks both happen
+        host_kv_tokens=draw(
+            st.sampled_from([300, 2000, 10**6] if tight else [0, 300, 2000, 10**6])
+        ),
+        host_path_bytes_per_s=draw(st.sampled_from([0.2e9, 3e9, 63e9, 450e9])),
+        host_path_latency_s=draw(st.sampled_from([1e-6, 1e-3])),
     )
     return req, cfg, ref
 
@@ -273,9 +289,7 @@ def _settings(n: int):
     )
 
 
-@_settings(600)
-@given(disagg_cases())
-def test_disaggregated_matches_reference(case):
+def _check_disagg(case) -> None:
     req, cfg, ref_cfg = case
     res = simulate(req, cfg)
     ref_sim = ReferenceSim(req, ref_cfg)
@@ -284,6 +298,26 @@ def test_disaggregated_matches_reference(case):
     assert res.stats["peak_used_tokens"] == ref_sim.peak_used <= cfg.budget_tokens
     assert np.all(np.isin(res.columns["outcome"], (1, 2)))
     assert not np.isnan(res.columns["t_done"]).any()
+    if cfg.policy == "replicate_tiered":  # --hypothesis-show-statistics: both branches run
+        d = ref_sim.host_decisions
+        event("tiered: promotion" if any(d) else "tiered: no promotion")
+        event("tiered: fallback to the link" if not all(d) else "tiered: no fallback")
+        assert res.stats["peak_host_tokens"] <= cfg.host_kv_tokens
+
+
+@_settings(600)
+@given(disagg_cases())
+def test_disaggregated_matches_reference(case):
+    _check_disagg(case)
+
+
+@_settings(500)
+@given(disagg_cases(policies=("replicate_tiered",), tight=True))
+def test_tiered_matches_reference(case):
+    """replicate_tiered alone (demotions, host hits, promotions and their fallback to the
+    link, host-path contention), with the reference's per-tier books checked at every
+    admission (no block in two tiers, the host pool within its capacity)."""
+    _check_disagg(case)
 
 
 # ---------------------------------------------------------------- colocated mode, scenarios

@@ -211,9 +211,13 @@ def test_zero_cost_fabric_is_bit_identical_to_ideal_tensor_parallelism(name):
     were regenerated when recompute became chunks in decode iterations (issue 14)."""
     want = json.loads((GOLDEN / f"{name}_ideal_fabric.json").read_text())
     got = _summary(name, ["cluster.prefill.fabric=ideal", "cluster.decode.fabric=ideal"])
+    assert set(want) <= set(got)
+    got = {p: m for p, m in got.items() if p in want}  # policies added since have no old run
     assert json.loads(json.dumps(got)) == want
     moved = _summary(name, [])  # default NVLink: every latency grows
     for policy, m in moved.items():
+        if policy not in want:
+            continue
         assert m["ttft_mean_ms"] > want[policy]["ttft_mean_ms"], policy
         assert m["tpot_mean_ms"] > want[policy]["tpot_mean_ms"], policy
 

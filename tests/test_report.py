@@ -17,7 +17,13 @@ from prefixbench.study.recommend import recommend
 from prefixbench.study.report import write_report
 
 runner = CliRunner(env={"COLUMNS": "120", "NO_COLOR": "1"})
-POLICIES = ["transfer_per_request", "recompute_on_decode", "replicate_hotset", "replicate_all_lru"]
+POLICIES = [
+    "transfer_per_request",
+    "recompute_on_decode",
+    "replicate_hotset",
+    "replicate_all_lru",
+    "replicate_tiered",
+]
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +134,10 @@ def test_recommendation_counts_and_file(report, results, agg):
     text = report[1]
     for p in POLICIES:
         assert f"- `{p}`: {(rec['recommended'] == p).sum()}\n" in text
-    listed = re.findall(r"^\| `qwen2-0.5b` \| `(\w+)` \| ([\d.]+) \| `(\w+)` \|", text, flags=re.M)
+    section = text.split("## Recommendations", 1)[1].split("\n## ", 1)[0]
+    listed = re.findall(
+        r"^\| `qwen2-0.5b` \| `(\w+)` \| ([\d.]+) \| `(\w+)` \|", section, flags=re.M
+    )
     expected = [
         (r["workload"], f"{r['budget_factor']:g}", r["recommended"])
         for r in rec.iter_rows(named=True)
@@ -138,7 +147,7 @@ def test_recommendation_counts_and_file(report, results, agg):
 
 def test_scope_and_how_to_read(report, agg):
     text = report[1]
-    assert "- Simulation runs: 32" in text
+    assert "- Simulation runs: 40" in text  # 2 workloads x 2 budgets x 5 policies x 2 seeds
     assert f"(model × workload × budget × policy): {agg.height}" in text
     assert "- Seeds (2): 0, 1" in text
     assert "roofline" in text and "docs/model.md" in text and "simulated" in text

@@ -204,10 +204,10 @@ def test_recommend_refuses_to_rank_the_overloaded_example(tmp_path):
         ],
     )
     assert sweep.exit_code == 0, sweep.stderr
-    assert "warning: 4 of 4 points are unstable (decode batch slots: 4)" in sweep.stderr
+    assert "warning: 5 of 5 points are unstable (decode batch slots: 5)" in sweep.stderr
     agg = read_artifact(tmp_path / "agg.parquet", "agg")
-    assert agg["stable"].to_list() == [False] * 4
-    assert agg["unstable_seeds"].to_list() == [1] * 4
+    assert agg["stable"].to_list() == [False] * 5
+    assert agg["unstable_seeds"].to_list() == [1] * 5
     assert set(agg["saturated_stage"]) == {"decode_slots"}
     runs = read_artifact(tmp_path / "runs.parquet", "runs")
     assert runs.filter(pl.col("stable")).height == 0
@@ -235,7 +235,7 @@ def test_recommend_refuses_to_rank_the_overloaded_example(tmp_path):
 
     run_crossover(tmp_path)
     text = write_report(tmp_path).read_text()
-    assert "4 of 4 points are unstable" in text and "`none (unstable)`" in text
+    assert "5 of 5 points are unstable" in text and "`none (unstable)`" in text
 
 
 def test_admission_cliff_under_reject_is_a_loss_not_an_unstable_queue():

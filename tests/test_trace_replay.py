@@ -87,7 +87,7 @@ def test_cli_run_trace_compares_policies(tmp_path):
         ],
     )
     assert r.exit_code == 0, r.stderr
-    assert len(json.loads(r.stdout)["results"]) == 4
+    assert len(json.loads(r.stdout)["results"]) == 5  # every policy
 
 
 def test_cli_bad_trace_is_one_line(tmp_path):
@@ -127,4 +127,5 @@ def test_cli_sweep_trace(tmp_path):
     import polars as pl
 
     runs = pl.read_parquet(tmp_path / "runs.parquet")
-    assert runs.height == 8 and set(runs["scenario"]) == {"conversation_trace_head300"}
+    # 2 budgets x 5 policies
+    assert runs.height == 10 and set(runs["scenario"]) == {"conversation_trace_head300"}

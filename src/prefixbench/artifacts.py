@@ -57,8 +57,14 @@ SCHEMAS: dict[str, dict[str, pl.DataType]] = {
         "recompute_tokens": I,
         "transfer_tokens": I,
         "persisted_tokens": I,
+        "chain_blocks": I,
+        "hbm_hit_blocks": I,
+        "host_hit_blocks": I,
+        "link_blocks": I,
+        "host_hit_tokens": I,
         "warmup": B,
         "transfer_bytes": F,
+        "host_bytes": F,
         "ttft_ms": F,
         "ttft_prefill_ms": F,
         "e2e_ms": F,
@@ -105,6 +111,14 @@ SCHEMAS: dict[str, dict[str, pl.DataType]] = {
         "rho_bottleneck": F,
         "capacity_rps": F,
         "offered_rps": F,
+        "hbm_hit_rate": F,
+        "host_hit_rate": F,
+        "miss_rate": F,
+        "host_mb_per_request": F,
+        "mean_host_kv_gb": F,
+        "peak_host_kv_gb": F,
+        "host_path_gb": F,
+        "host_path_util": F,
     },
 }
 
@@ -122,7 +136,15 @@ _SUMMARY_FINITE = (  # never NaN: their denominators (the window, the requests) 
     "decode_util",
     "prefill_util",
 )
-_FRACTIONS = ("reject_rate", "slo_attainment", "shared_request_fraction", "replica_hit_rate")
+_FRACTIONS = (
+    "reject_rate",
+    "slo_attainment",
+    "shared_request_fraction",
+    "replica_hit_rate",
+    "hbm_hit_rate",
+    "host_hit_rate",
+    "miss_rate",
+)
 # Metrics that cannot be negative (latencies, rates, sizes), those that cannot be 0 either
 # (a TTFT includes a prefill), and a ceiling far above any real run (1e15 ms = 31,700 years)
 _NON_NEGATIVE = ("_ms", "_rps", "_tok_s", "_gb", "_util", "_per_request", "_ci95")

@@ -31,6 +31,7 @@ def requests_frame(prep: Prepared, policy: str, res: SimResult) -> pl.DataFrame:
             "prompt_tokens": req.prompt_len,
             "output_tokens": req.output_len,
             "prefix_id": req.prefix_id,
+            "chain_blocks": np.diff(req.blk_ptr),
             **cols,
         }
     )
@@ -41,6 +42,7 @@ def requests_frame(prep: Prepared, policy: str, res: SimResult) -> pl.DataFrame:
         ),
         pl.col("reject_reason").replace_strict(REASON_NAMES, return_dtype=pl.Utf8),
         (pl.col("transfer_tokens") * prep.kv_bpt).cast(pl.Float64).alias("transfer_bytes"),
+        (pl.col("host_hit_tokens") * prep.kv_bpt).cast(pl.Float64).alias("host_bytes"),
         ((pl.col("t_first_token") - pl.col("arrival")) * MS).alias("ttft_ms"),
         ((pl.col("t_prefill_end") - pl.col("arrival")) * MS).alias("ttft_prefill_ms"),
         ((pl.col("t_done") - pl.col("arrival")) * MS).alias("e2e_ms"),
@@ -70,6 +72,34 @@ def _reusable_rate(prep: Prepared, admitted: pl.DataFrame) -> float:
         return float("nan")
     ids = admitted["request_id"].to_numpy()
     return float(reusable_tokens(prep.requests)[ids].sum() / prompt)
+
+
+def _tiers(admitted: pl.DataFrame) -> dict:
+    """Where the admitted requests' chain blocks came from (docs/model.md, "Metrics"): decode
+    HBM, the host tier, or neither (sent over the link or recomputed); null with no chains."""
+    t = admitted.select(
+        pl.col("chain_blocks").sum().alias("n"),
+        pl.col("hbm_hit_blocks").sum().alias("hbm"),
+        pl.col("host_hit_blocks").sum().alias("host"),
+        (pl.col("host_bytes").mean() / 1e6).alias("host_mb_per_request"),
+    ).row(0, named=True)
+    n = t.pop("n") or 0
+    out = {"host_mb_per_request": t["host_mb_per_request"]}
+    for k in ("hbm", "host"):
+        out[f"{k}_hit_rate"] = t[k] / n if n else None
+    out["miss_rate"] = (n - t["hbm"] - t["host"]) / n if n else None  # exact, in [0, 1]
+    return out
+
+
+def _host_tier(st: dict, gb: float) -> dict:
+    """The host tier's figures (0 for runs without one, e.g. colocated)."""
+    return {
+        "mean_host_kv_gb": st.get("mean_host_tokens", 0.0) * gb,
+        "peak_host_kv_gb": st.get("peak_host_tokens", 0.0) * gb,
+        "host_kv_gb": st.get("host_kv_tokens", 0.0) * gb,
+        "host_path_gb": st.get("host_path_bytes", 0.0) / 1e9,
+        "host_path_util": st.get("host_path_util", 0.0),
+    }
 
 
 def _if(measured: bool, expr: pl.Expr) -> pl.Expr:
@@ -157,6 +187,7 @@ def summarize(prep: Prepared, policy: str, df: pl.DataFrame, res: SimResult) -> 
         pl.col("recompute_tokens").sum().alias("recompute_tokens_total"),
     ).row(0, named=True)
     adm["reusable_rate"] = _reusable_rate(prep, admitted)
+    adm.update(_tiers(admitted))
     n_steady = steady.height
     completed = done.height
     rejected = steady.filter(pl.col("outcome") == "rejected").height
@@ -191,6 +222,7 @@ def summarize(prep: Prepared, policy: str, df: pl.DataFrame, res: SimResult) -> 
         "link_util_egress": st.get("link_util_egress", st["link_util"]),
         "link_util_ingress": st.get("link_util_ingress", st["link_util"]),
         "mean_decode_batch": st["mean_decode_batch"],
+        **_host_tier(st, gb),
     }
     row = {
         k: (

@@ -60,9 +60,20 @@ RUN_GROUPS: list[tuple[str, list[tuple[str, str, str]]]] = [
         ],
     ),
     (
+        "decode cache tiers: chain blocks served (fractions), host DRAM (MB, GB)",
+        [
+            ("hbm_hit_rate", "HBM\nhits", "{:.3f}"),
+            ("host_hit_rate", "host\nhits", "{:.3f}"),
+            ("miss_rate", "miss", "{:.3f}"),
+            ("host_mb_per_request", "host MB\n/ req", "{:.2f}"),
+            ("mean_host_kv_gb", "host KV\nmean", "{:.3f}"),
+            ("peak_host_kv_gb", "host KV\npeak", "{:.3f}"),
+        ],
+    ),
+    (
         "hand-off per request and its waits (ms)",
         [
-            ("transfer_mb_per_request", "MB\nmoved", "{:.2f}"),
+            ("transfer_mb_per_request", "link MB\nmoved", "{:.2f}"),
             ("recompute_tokens_per_request", "tokens\nrecomp.", "{:.0f}"),
             ("link_wait_ms", "link\nwait", "{:.2f}"),
             ("transfer_ms", "transfer", "{:.2f}"),
@@ -77,6 +88,8 @@ RUN_GROUPS: list[tuple[str, list[tuple[str, str, str]]]] = [
             ("prefill_util", "prefill\nbusy", "{:.1%}"),
             ("decode_util", "decode\nbusy", "{:.1%}"),
             ("mean_decode_batch", "decode\nbatch", "{:.1f}"),
+            ("host_path_util", "host\npath", "{:.1%}"),
+            ("host_path_gb", "host\npath GB", "{:.2f}"),
         ],
     ),
 ]

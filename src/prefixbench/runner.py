@@ -217,6 +217,7 @@ def prepare(s: Scenario) -> Prepared:
             fix="raise memory.budget_factor or memory.kv_budget_gb",
         )
     prefill_cache = int((p_cost.memory_bytes - wbytes) * c.prefill_cache_fraction / kv_bpt)
+    host_tokens, host_bps, host_lat = host_tier(s, budget, kv_bpt)
     base = EngineConfig(
         policy="transfer_per_request",
         prefill_cost=p_cost,
@@ -247,6 +248,9 @@ def prepare(s: Scenario) -> Prepared:
         prefill_router=c.prefill_router,
         decode_router=c.decode_router,
         warmup_requests=s.run.warmup_requests,
+        host_kv_tokens=host_tokens,
+        host_path_bytes_per_s=host_bps,
+        host_path_latency_s=host_lat,
     )
     if s.run.warmup_requests >= len(req):
         raise ScenarioError(
@@ -255,6 +259,33 @@ def prepare(s: Scenario) -> Prepared:
             fix="lower it or replay more requests",
         )
     return Prepared(s, model, req, base, kv_bpt, ref, active, ws, batch, notes)
+
+
+HICACHE_RATIO = 2.0  # SGLang HiCache --hicache-ratio: host pool = 2x the device KV pool
+
+
+def host_tier(s: Scenario, budget_tokens: int, kv_bpt: float) -> tuple[int, float, float]:
+    """replicate_tiered's host pool per decode instance (tokens) and host path (bytes/s of
+    the instance, one path per device with the KV sharded over them; latency, s).
+
+    The pool is ``memory.host_kv_gb``, by default twice the HBM KV budget (SGLang HiCache's
+    ratio) up to the instance's host memory; an explicit pool above that is refused."""
+    from .catalog.hostpaths import get_host_path
+
+    dec = s.cluster.decode
+    host_gb = dec.host_memory()
+    want = s.memory.host_kv_gb
+    if want is not None and want > host_gb:
+        raise ScenarioError(
+            f"host KV pool {want:g} GB exceeds the {host_gb:g} GB of host memory a decode "
+            "instance has",
+            where="memory.host_kv_gb",
+            fix="lower memory.host_kv_gb or raise cluster.decode.host_memory_gb",
+        )
+    gb = min(HICACHE_RATIO * budget_tokens * kv_bpt / 1e9, host_gb) if want is None else want
+    path = get_host_path(dec.host_path)
+    tokens = int(min(gb * 1e9 / kv_bpt, 2**31 - 2))
+    return tokens, path.bytes_per_s * dec.devices, path.latency_s
 
 
 def colocated_budget(prep: Prepared, n: int) -> int:

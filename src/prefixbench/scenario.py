@@ -69,6 +69,7 @@ class Policy(str, Enum):
     recompute_on_decode = "recompute_on_decode"
     replicate_hotset = "replicate_hotset"
     replicate_all_lru = "replicate_all_lru"
+    replicate_tiered = "replicate_tiered"
 
 
 POLICIES: tuple[str, ...] = tuple(p.value for p in Policy)
@@ -363,6 +364,18 @@ class InstanceGroup(_M):
         description="Scale-up fabric between the instance's devices: nvlink3, nvlink4, "
         "nvlink5, pcie4-x16, pcie5-x16 or ideal (default: the accelerator's own).",
     )
+    host_path: str = Field(
+        "pcie5-x16",
+        description="Decode instances, replicate_tiered: the host<->GPU path of each device "
+        "(pcie4-x16, pcie5-x16, nvlink-c2c; catalog/hostpaths.py).",
+    )
+    host_memory_gb: float | None = Field(
+        None,
+        gt=0,
+        le=1e6,
+        description="Host DRAM per instance, GB (default: 256 per device, as a DGX H100's "
+        "2 TB for 8 GPUs); memory.host_kv_gb must fit in it.",
+    )
 
     @field_validator("accelerator")
     @classmethod
@@ -382,6 +395,26 @@ class InstanceGroup(_M):
         except CatalogError as e:
             raise ValueError(f"{e.what}; {e.fix}") from None
         return v
+
+    @field_validator("host_path")
+    @classmethod
+    def _known_host_path(cls, v: str) -> str:
+        from .catalog.hostpaths import get_host_path
+        from .errors import CatalogError
+
+        try:
+            get_host_path(v)
+        except CatalogError as e:
+            raise ValueError(f"{e.what}; {e.fix}") from None
+        return v
+
+    def host_memory(self) -> float:
+        """Host DRAM of one instance, GB."""
+        from .catalog.hostpaths import HOST_DRAM_GB_PER_DEVICE
+
+        if self.host_memory_gb is not None:
+            return self.host_memory_gb
+        return HOST_DRAM_GB_PER_DEVICE * self.devices
 
     def tp_degree(self) -> int:
         """tp, by default every device a pipeline stage and an expert group leave."""
@@ -551,6 +584,14 @@ class MemorySpec(_M):
         le=1e6,
         description="Absolute decode KV budget per instance, GB (at most 10⁶); overrides "
         "budget_factor.",
+    )
+    host_kv_gb: float | None = Field(
+        None,
+        ge=0,
+        le=1e6,
+        description="replicate_tiered: host-DRAM KV pool per decode instance, GB (default: "
+        "twice the HBM KV budget, SGLang HiCache's --hicache-ratio 2, within host memory); "
+        "at most cluster.decode.host_memory_gb.",
     )
     hotset_share: float = Field(
         0.3,

@@ -80,7 +80,7 @@ def sweep(
         Study,
         typer.Option(
             "--study",
-            help="reference: the 384-run prefix study; disagg: seed 001's 540 coupled-vs-disaggregated configurations.",
+            help="reference: the prefix study (480 runs: seed 000's 384 + replicate_tiered); disagg: seed 001's 540 coupled-vs-disaggregated configurations.",
         ),
     ] = None,
     backend: Annotated[
@@ -109,7 +109,7 @@ def sweep(
         ),
     ] = None,
 ) -> None:
-    """Run a grid (default: the 384-run reference study), resumably, on a process pool or Ray."""
+    """Run a grid (default: the reference study, 480 runs with replicate_tiered), resumably, on a process pool or Ray."""
     from ..study.backends import make_backend
     from ..study.grid import QUICK, build_spec, load_sweep_file
     from ..study.sweep import run_sweep

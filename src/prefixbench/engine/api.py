@@ -180,6 +180,31 @@ def _link_utils(cfg: EngineConfig, F: np.ndarray, fn: int, window: float) -> dic
     }
 
 
+def _host_tier(cfg: EngineConfig, IS: np.ndarray, F: np.ndarray) -> None:
+    """replicate_tiered's host pool and host path on every decode instance."""
+    D = cfg.n_decode
+    dI = IS[L.DI0 : L.DI0 + D * L.NDI].reshape(D, L.NDI)
+    dI[:, L.D_HCAP] = cfg.host_kv_tokens if cfg.policy == "replicate_tiered" else 0
+    dF = F[L.DF0 : L.DF0 + D * L.NDF].reshape(D, L.NDF)
+    dF[:, L.DF_HP_BPS] = cfg.host_path_bytes_per_s
+    dF[:, L.DF_HP_LAT] = cfg.host_path_latency_s
+
+
+def _host_stats(cfg: EngineConfig, IS: np.ndarray, F: np.ndarray, window: float) -> dict:
+    """Host tier figures: mean (over instances and the window) and peak host KV tokens,
+    bytes over the host paths in the window, the busiest path's busy share."""
+    D = cfg.n_decode
+    dI = IS[L.DI0 : L.DI0 + D * L.NDI].reshape(D, L.NDI)
+    dF = F[L.DF0 : L.DF0 + D * L.NDF].reshape(D, L.NDF)
+    return {
+        "mean_host_tokens": float(dF[:, L.DF_HAREA].sum()) / window / D,
+        "peak_host_tokens": float(dI[:, L.D_HPEAK].max()),
+        "host_path_bytes": float(dF[:, L.DF_HP_BYTES].sum()),
+        "host_path_util": float(dF[:, L.DF_HP_BUSY].max()) / window,
+        "host_kv_tokens": float(dI[0, L.D_HCAP]),
+    }
+
+
 def simulate(
     req: Requests, cfg: EngineConfig, recorder=None, keep_state: bool = False
 ) -> SimResult:
@@ -230,6 +255,7 @@ def simulate(
     dI = IS[L.DI0 : L.DI0 + cfg.n_decode * L.NDI].reshape(cfg.n_decode, L.NDI)
     dI[:, L.D_LREP] = dI[:, L.D_USED]
     dI[:, L.D_LUSED] = dI[:, L.D_USED]
+    _host_tier(cfg, IS, F)
     args = lambda: (IS, F, r.R, r.B32, r.B8, r.EHT, r.EHI, r.TLF, r.TLI, r.bid, r.bt)  # noqa: E731
     while (status := _run_disaggregated(*args())) != DONE:
         r.grow(status)
@@ -258,6 +284,7 @@ def simulate(
         "decode_busy_s": d_busy,
         **_work(IS, F, cfg.n_prefill, n_dec),
         **_itl_stats(F),
+        **_host_stats(cfg, IS, F, window),
     }
     del n
     return SimResult(r.columns(bool(cfg.track_gaps)), stats, r if keep_state else None)

@@ -14,6 +14,26 @@ import numpy as np
 from . import layout as L
 
 
+def _host_tier(IS, B32, d: int, in_hbm: np.ndarray) -> list[str]:
+    """replicate_tiered's host pool of decode ``d``: its tokens add up, stay within the
+    pool, and no block is in both HBM and host."""
+    U, D, P = int(IS[L.IP_U]), int(IS[L.IP_ND]), int(IS[L.IP_NP])
+    b = L.DI0 + d * L.NDI
+    o = 4 * U * (D + P) + 4 * U * d
+    if B32.shape[0] < o + 4 * U:  # no host tier allocated (other policies)
+        return [] if IS[b + L.D_HUSED] == 0 else [f"decode {d}: host tokens without a tier"]
+    rec = B32[o : o + 4 * U].reshape(U, 4) if U else np.zeros((0, 4), np.int32)
+    host = rec[:, L.HT_IN] != 0
+    out = []
+    if int(rec[host, L.HT_TOK].sum()) != IS[b + L.D_HUSED]:
+        out.append(f"decode {d}: host tier tokens do not add up")
+    if IS[b + L.D_HUSED] > IS[b + L.D_HCAP] or IS[b + L.D_HPEAK] > IS[b + L.D_HCAP]:
+        out.append(f"decode {d}: host tier over its pool")
+    if (host & in_hbm).any():
+        out.append(f"decode {d}: a block in both HBM and the host tier")
+    return out
+
+
 def audit(state) -> list[str]:
     """Problems with a disaggregated run's final state (empty when it is consistent)."""
     IS, B32, B8 = state.IS, state.B32, state.B8
@@ -50,6 +70,7 @@ def audit(state) -> list[str]:
             problems.append(f"decode {d}: idle replica tokens do not add up")
         if IS[b + L.D_USED] > IS[L.IP_BUDGET]:
             problems.append(f"decode {d}: replicas over the KV budget")
+        problems += _host_tier(IS, B32, d, present)
     for p in range(P):
         pb = int(IS[L.H_PI]) + p * L.NPI
         if IS[pb + L.P_LOAD] != 0 or IS[pb + L.P_QH] != -1 or IS[pb + L.P_BH] != -1:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .hosttier import ht_demote
 from .jit import entry, jit
 from .layout import (
     D_IDLE,
@@ -29,6 +30,7 @@ from .layout import (
     H_PI,
     IP_ND,
     IP_PCAP,
+    IP_POLICY,
     IP_U,
     NDI,
     NPI,
@@ -38,6 +40,7 @@ from .layout import (
     PC_NEXT,
     PC_PREV,
     PC_TOK,
+    POL_TIERED,
     RS_NEXT,
     RS_PREV,
     RS_REF,
@@ -146,9 +149,12 @@ def rs_release_one(IS, B32, B8, d, h):
 
 
 @jit
-def rs_trim(IS, B32, B8, d, need):
+def rs_trim(IS, F, B32, B8, d, need, now):
+    """Trim idle blocks LRU until ``need`` tokens are free; replicate_tiered demotes each
+    to the host tier at ``now`` (hosttier.ht_demote)."""
     base = 4 * IS[IP_U] * d
     b = DI0 + d * NDI
+    tiered = IS[IP_POLICY] == POL_TIERED
     freed = 0
     while freed < need and IS[b + D_LRUH] != -1:
         h = IS[b + D_LRUH]
@@ -157,6 +163,8 @@ def rs_trim(IS, B32, B8, d, need):
         freed += t
         IS[b + D_IDLE] -= t
         rs_drop(IS, B32, B8, d, h)
+        if tiered:
+            ht_demote(IS, F, B32, d, h, t, now)
     return freed
 
 

@@ -80,6 +80,11 @@ class EngineConfig:
     streaming: str = "after_prefill"
     layers: int = 1
     recompute_chunk_tokens: int = 1024
+    # --- tiered (issue 13), replicate_tiered only: host-DRAM KV pool per decode instance
+    # (tokens) and the instance's host<->GPU path (aggregate bytes/s over its devices, s)
+    host_kv_tokens: int = 0
+    host_path_bytes_per_s: float = 63.0e9
+    host_path_latency_s: float = 1e-6
 
 
 @dataclass
@@ -167,8 +172,15 @@ def check_engine_config(cfg: EngineConfig) -> None:
             "cluster.link.channels",
             "set cluster.link.nics_per_instance for shared NICs, or topology: private_paths",
         )
+    if not cfg.host_path_bytes_per_s > 0 or not cfg.host_path_latency_s >= 0:
+        _refuse(
+            "the host path needs a positive rate and a non-negative latency",
+            "cluster.decode.host_path",
+            "pick a host path from the catalog",
+        )
     _check_ints(
         [
+            ("memory.host_kv_gb", cfg.host_kv_tokens, 0, INT32_MAX),
             ("cluster.prefill_token_budget", cfg.prefill_token_budget, 1, 2**62),
             ("prefill_cache_tokens", min(cfg.prefill_cache_tokens, 2**61), 0, 2**62),
             ("model.layers", cfg.layers, 1, 2**20),

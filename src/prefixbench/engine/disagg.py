@@ -36,6 +36,8 @@ from .blocks import (
     rs_release_one,
     rs_trim,
 )
+from .hostpath import host_path_move
+from .hosttier import ht_account, ht_match, ht_take, promote_or_send
 from .jit import jit, sig
 from .queues import (
     batch_pop,
@@ -72,6 +74,7 @@ def mem_changed(IS, F, TLF, TLI, d, t):
     if t > lo:
         F[L.G_REP_AREA] += IS[b + L.D_LREP] * (t - lo)
         F[L.G_USED_AREA] += IS[b + L.D_LUSED] * (t - lo)
+    ht_account(IS, F, d, lo, t)
     F[f + L.DF_MEM_T] = t
     rep = IS[b + L.D_USED]
     used = rep + IS[b + L.D_PRIV]
@@ -284,7 +287,7 @@ def persist_new_blocks(IS, R, B32, B8, bid, bt, rid, d, i0, i1):
     U = IS[L.IP_U]
     st = d * U
     pflag, hot = IS[L.H_PFLAG], IS[L.H_HOT]
-    all_lru = IS[L.IP_POLICY] == L.POL_ALL_LRU
+    all_lru = IS[L.IP_POLICY] >= L.POL_ALL_LRU  # and replicate_tiered
     ptoks = 0
     for j in range(i0, i1):
         h = bid[j]
@@ -353,6 +356,44 @@ def send_kv(IS, F, TLF, TLI, rid, d, t, nbytes):
 
 
 @jit
+def link_start(IS, F, rid, d, t):
+    """When a transfer issued now for ``rid`` to ``d`` would start (send_kv's rule, nothing
+    reserved)."""
+    n, io = IS[L.IP_N], IS[L.H_O]
+    p = IS[io + L.O_PI * n + rid]
+    start = t
+    if IS[L.IP_SHARED]:
+        fn = IS[L.H_FNIC]
+        start = max(start, F[fn + p], F[fn + IS[L.IP_NP] + d])
+    else:
+        ch = IS[L.H_FCH] + (p * IS[L.IP_ND] + d) * IS[L.IP_NC]
+        c = 0
+        for i in range(1, IS[L.IP_NC]):
+            if F[ch + i] < F[ch + c]:
+                c = i
+        start = max(start, F[ch + c])
+    return start
+
+
+@jit
+def link_blocks(IS, bt, rid, i0, i1, nhit):
+    """Chain blocks whose KV crosses the link when ``nhit`` leading ones are served on the
+    decode node (recompute_on_decode: those inside the prefill hit are rebuilt there)."""
+    if IS[L.IP_POLICY] == L.POL_TRANSFER:
+        return i1 - i0
+    if IS[L.IP_POLICY] == L.POL_RECOMPUTE:
+        ph = IS[IS[L.H_O] + L.O_PH * IS[L.IP_N] + rid]
+        k, cum = 0, 0
+        for j in range(i0, i1):
+            cum += bt[j]
+            if cum > ph:
+                break
+            k += 1
+        return i1 - i0 - k
+    return i1 - i0 - nhit
+
+
+@jit
 def admit(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t):
     """Reserve KV on decode instance ``d`` and start the hand-off; False if no room."""
     n, ptr, io, U = IS[L.IP_N], IS[L.H_PTR], IS[L.H_O], IS[L.IP_U]
@@ -367,6 +408,9 @@ def admit(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t):
     hit_tok = 0
     for j in range(i0, i0 + nhit):
         hit_tok += bt[j]
+    nhost = 0  # replicate_tiered: the host tier continues the HBM run
+    if IS[L.IP_POLICY] == L.POL_TIERED and i1 > i0 + nhit:
+        nhost = ht_match(IS, B32, d, bid, i0 + nhit, i1)
     prompt = np.int64(R[rr + L.R_PROMPT])
     need = prompt + R[rr + L.R_OUTPUT] - hit_tok
     if need > budget:
@@ -377,9 +421,14 @@ def admit(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t):
         idle_hit = rs_idle_tokens(IS, B32, bid, d, i0, i0 + nhit)
         if free + IS[b + L.D_IDLE] - idle_hit < need:
             return False
+    host_tok = 0
+    if IS[L.IP_POLICY] == L.POL_TIERED:  # out of the pool first: the trim demotes into it
+        host_tok = ht_take(IS, B32, d, bid, i0 + nhit, i0 + nhit + nhost, i1)
     rs_acquire(IS, B32, B8, bid, d, i0, i0 + nhit)
     if free < need:
-        rs_trim(IS, B32, B8, d, need - free)
+        rs_trim(IS, F, B32, B8, d, need - free, t)
+        if IS[L.IP_POLICY] == L.POL_TIERED:  # a chain block past a gap, trimmed and
+            ht_take(IS, B32, d, bid, i0 + nhit, i0 + nhit, i1)  # demoted: back to HBM now
     ptoks = 0
     if uses_replicas:
         ptoks = persist_new_blocks(IS, R, B32, B8, bid, bt, rid, d, i0 + nhit, i1)
@@ -394,6 +443,20 @@ def admit(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t):
     mem_changed(IS, F, TLF, TLI, d, t)
 
     xfer, rc = handoff(IS, rid, prompt, hit_tok)
+    promo_land = -1.0
+    if nhost and promote_or_send(
+        IS, F, d, t, link_start(IS, F, rid, d, t), xfer - host_tok, host_tok
+    ):
+        xfer -= host_tok
+        promo_land = host_path_move(IS, F, d, t, host_tok * F[L.FP_DC + L.C_KV])
+        F[ft + L.T_PROMO * n + rid] = promo_land
+        IS[io + L.O_HOSTB * n + rid] = nhost
+        IS[io + L.O_HOSTT * n + rid] = host_tok
+    else:
+        nhost = 0
+    if uses_replicas:
+        IS[io + L.O_HBMB * n + rid] = nhit
+    IS[io + L.O_LINKB * n + rid] = link_blocks(IS, bt, rid, i0, i1, nhit) - nhost
     IS[io + L.O_XT * n + rid] = xfer
     IS[io + L.O_RC * n + rid] = rc
     nbytes = xfer * F[L.FP_DC + L.C_KV]
@@ -402,11 +465,15 @@ def admit(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t):
             R[rr + L.R_FLAGS] |= L.F_STREAM  # sent by the step's joint pass (streaming.py)
         else:
             stream_one(IS, F, R, EHT, EHI, TLF, TLI, rid, d, t)
-    elif nbytes > 0:
-        push(EHT, EHI, IS, send_kv(IS, F, TLF, TLI, rid, d, t, nbytes), L.EV_TRANSFER, rid, 0)
     else:
-        F[ft + L.T_XS * n + rid] = t
-        push(EHT, EHI, IS, t, L.EV_TRANSFER, rid, 0)
+        land = t
+        if nbytes > 0:
+            land = send_kv(IS, F, TLF, TLI, rid, d, t, nbytes)
+        else:
+            F[ft + L.T_XS * n + rid] = t
+        if promo_land > land:
+            land = promo_land
+        push(EHT, EHI, IS, land, L.EV_TRANSFER, rid, 0)
     if rc > 0:  # deduplicated: recompute_tokens counts the tokens its own job computes
         IS[io + L.O_RC * n + rid] = queue_job(IS, R, bid, bt, rid, d, rc)
         interrupt(IS, F, EHT, EHI, d, t)

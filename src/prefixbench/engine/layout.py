@@ -13,7 +13,8 @@ timeline log, which grow on demand):
   channel free times, NIC group free and busy times, and the per-request time columns;
 * ``R`` int32: one record of ``NR`` fields per request (queue links, lengths, flags);
 * ``B32`` int32: one 4-field record per block id and instance (replica store of each decode
-  instance, prefix cache of each prefill instance);
+  instance, prefix cache of each prefill instance, then, under replicate_tiered only, each
+  decode instance's host tier);
 * ``B8`` uint8: replica state bits per block and decode instance, the per-block-reference
   "persisted" flag and the hot-set membership.
 
@@ -82,6 +83,7 @@ REC_PREFILL, REC_LINK, REC_DECODE, REC_STALL, REC_KV, REC_QUEUE = 0, 1, 2, 3, 4,
 REC_CO_PREFILL, REC_CO_MIXED = 6, 7
 KIND_SHIFT = 56  # an event's heap key is kind << KIND_SHIFT | insertion number
 POL_TRANSFER, POL_RECOMPUTE, POL_HOTSET, POL_ALL_LRU = 0, 1, 2, 3
+POL_TIERED = 4  # --- tiered (issue 13): all-LRU over HBM plus a host-DRAM tier
 NTL_F, NTL_I = 2, 5  # timeline record: floats (t0, t1), ints (kind, track, a, b, c)
 
 # ---------------------------------------------------------------- IS (int64)
@@ -139,11 +141,14 @@ DI0 = 42
     D_LREP,
     D_LUSED,  # replica and total KV since the last memory change (time integrals)
 ) = range(21)
-NDI = 21
+# --- tiered (issue 13): the host-DRAM tier under this instance's HBM (hosttier.py)
+D_HUSED, D_HCAP, D_HLRUH, D_HLRUT, D_HPEAK, D_LHUSED = range(21, 27)
+NDI = 27
 P_LOAD, P_QH, P_QT, P_BH, P_USED, P_LRUH, P_LRUT, P_QN = range(8)
 NPI = 8
 # integer result columns
 O_PI, O_DI, O_OUT, O_REA, O_PH, O_RH, O_RC, O_XT, O_PT = range(9)
+O_HBMB, O_HOSTB, O_LINKB, O_HOSTT = range(9, 13)  # --- tiered (issue 13)
 INT_COLUMNS = (
     "prefill_instance",
     "decode_instance",
@@ -154,7 +159,14 @@ INT_COLUMNS = (
     "recompute_tokens",
     "transfer_tokens",
     "persisted_tokens",
+    # --- tiered (issue 13): chain blocks served from decode HBM, promoted from the host
+    # tier, sent over the link; tokens promoted
+    "hbm_hit_blocks",
+    "host_hit_blocks",
+    "link_blocks",
+    "host_hit_tokens",
 )
+NIC = len(INT_COLUMNS)
 
 # ---------------------------------------------------------------- R (int32), per request
 # private KV tokens (colocated: reserved), held replica blocks (colocated: prompt tokens
@@ -216,11 +228,17 @@ G_ITL_H = NFP + 10
 DF0 = G_ITL_H + ITL_NB
 DF_TSEG, DF_STALL_END, DF_NEXT_T, DF_BUSY, DF_MEM_T = range(5)
 DF_FLOPS, DF_BYTES = 5, 6  # FLOPs and bytes of the steps started in the measured window
-NDF = 7
+# --- tiered (issue 13): the host<->GPU path's FCFS queue (hostpath.py): free time, busy
+# time and bytes moved in the window, its rate (bytes/s) and latency; host KV token-seconds
+DF_HP_FREE, DF_HP_BUSY, DF_HP_BYTES, DF_HP_BPS, DF_HP_LAT, DF_HAREA = range(7, 13)
+NDF = 13
 # after the link channels' free times: FLOPs and bytes of each prefill instance's steps
 # started in the measured window, at F[IS[H_FCH] + P·D·C + 2·p] and the next one
 # per-request time rows: the 10 result columns, arrival, then (with gaps) gap and last token
 T_PS, T_PE, T_AD, T_XS, T_XE, T_RS, T_RE, T_DS, T_FT, T_DN, T_ARR, T_GAP, T_LAST = range(13)
+# replicate_tiered only: when the request's promoted host blocks land (-inf: none), so that
+# a layer-wise stream lands no earlier (streaming._land)
+T_PROMO = 13
 
 # ---------------------------------------------------------------- B32 / B8, per block id
 # Replica store of decode d at 4·U·d + 4·h: tokens, refs, LRU prev, LRU next.
@@ -229,6 +247,9 @@ RS_TOK, RS_REF, RS_PREV, RS_NEXT = range(4)
 PC_TOK, PC_PREV, PC_NEXT, PC_IN = range(4)
 ST_IN, ST_READY, ST_INACT = 1, 2, 4  # replica state bits of decode d at B8[U·d + h]
 ST_ACTIVE_MASK = 0xFF ^ ST_INACT  # clears ST_INACT in a uint8 (~ST_INACT is negative)
+# --- tiered (issue 13): host tier of decode d at 4·U·(D + P) + 4·U·d + 4·h: tokens, LRU
+# prev, LRU next, present
+HT_TOK, HT_PREV, HT_NEXT, HT_IN = range(4)
 
 
 def allocate(
@@ -252,13 +273,14 @@ def allocate(
     o_jn = o_dh + 2 * capb * D
     o_ptr = o_jn + capb
     o_out = o_ptr + n + 1
-    IS = np.zeros(o_out + 9 * n, dtype=np.int64)
+    IS = np.zeros(o_out + NIC * n, dtype=np.int64)
     IS[:NIP] = ip
     IS[IP_N], IS[IP_U] = n, U
     IS[H_PI], IS[H_DH], IS[H_CAPB] = o_pi, o_dh, capb
     IS[H_JN], IS[H_PTR], IS[H_O] = o_jn, o_ptr, o_out
     dI = IS[DI0:o_pi].reshape(D, NDI)
     dI[:, [D_JQH, D_JQT, D_RQH, D_RQT, D_WQH, D_WQT, D_LRUH, D_LRUT]] = -1
+    dI[:, [D_HLRUH, D_HLRUT]] = -1
     IS[o_pi:o_dh].reshape(P, NPI)[:, [P_QH, P_QT, P_BH, P_LRUH, P_LRUT]] = -1
     IS[o_ptr:o_out] = blk_ptr
 
@@ -272,6 +294,8 @@ def allocate(
     f_nic = f_ch + P * D * C + 2 * P
     f_t = f_nic + 2 * (P + D)
     rows = T_LAST + 1 if ip[IP_GAPS] else T_ARR + 1
+    if ip[IP_POLICY] == POL_TIERED:
+        rows = T_PROMO + 1
     F = np.zeros(f_t + rows * n)
     F[:NFP] = fp
     F[G_ITL_MIN], F[G_ITL_MAX] = INF, -INF
@@ -281,11 +305,14 @@ def allocate(
     F[f_t : f_t + T_ARR * n] = np.nan
     F[f_t + T_ARR * n : f_t + (T_ARR + 1) * n] = arrival
     if ip[IP_GAPS]:
-        F[f_t + T_LAST * n :] = np.nan
+        F[f_t + T_LAST * n : f_t + (T_LAST + 1) * n] = np.nan
+    if ip[IP_POLICY] == POL_TIERED:
+        F[f_t + T_PROMO * n : f_t + (T_PROMO + 1) * n] = -INF
     IS[H_FPB], IS[H_FCH], IS[H_FT] = f_pb, f_ch, f_t
     IS[H_FNIC] = f_nic
 
-    B32 = np.zeros(4 * (D + P) * U, dtype=np.int32)
+    host = D if ip[IP_POLICY] == POL_TIERED else 0  # replicate_tiered: + the host tiers
+    B32 = np.zeros(4 * (D + P + host) * U, dtype=np.int32)
     B8 = np.zeros(D * U + nb + U, dtype=np.uint8)
     IS[H_PC], IS[H_PFLAG], IS[H_HOT] = 4 * D * U, D * U, D * U + nb
     B8[D * U + nb + hot_ids] = 1

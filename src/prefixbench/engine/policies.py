@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .layout import POL_ALL_LRU, POL_HOTSET, POL_RECOMPUTE, POL_TRANSFER
+from .layout import POL_ALL_LRU, POL_HOTSET, POL_RECOMPUTE, POL_TIERED, POL_TRANSFER
 
 
 class Entry(NamedTuple):
@@ -34,5 +34,10 @@ POLICIES: dict[str, Entry] = {
     "replicate_all_lru": Entry(
         POL_ALL_LRU,
         "every transferred block becomes a resident replica, trimmed LRU when memory is short",
+    ),
+    "replicate_tiered": Entry(
+        POL_TIERED,
+        "as all-LRU, but blocks trimmed from HBM drop to a host-DRAM tier and come back over "
+        "the host path when that lands before the link would",
     ),
 }

@@ -77,7 +77,10 @@ def _land(IS, F, R, EHT, EHI, TLF, TLI, rid, d, last_end):
     n = IS[L.IP_N]
     ft = IS[L.H_FT]
     F[ft + L.T_XE * n + rid] = last_end
-    push(EHT, EHI, IS, last_end + F[L.FP_LINK_LAT], L.EV_TRANSFER, rid, 0)
+    land = last_end + F[L.FP_LINK_LAT]
+    if IS[L.IP_POLICY] == L.POL_TIERED and F[ft + L.T_PROMO * n + rid] > land:
+        land = F[ft + L.T_PROMO * n + rid]  # the promoted host blocks land later
+    push(EHT, EHI, IS, land, L.EV_TRANSFER, rid, 0)
     if IS[L.IP_REC]:
         p = IS[IS[L.H_O] + L.O_PI * n + rid]
         nbytes = np.int64(IS[IS[L.H_O] + L.O_XT * n + rid] * F[L.FP_DC + L.C_KV])

@@ -37,6 +37,11 @@ AGG_METRICS = [
     "offered_rps",
     "capacity_rps",
     "rho_bottleneck",
+    "hbm_hit_rate",
+    "host_hit_rate",
+    "host_mb_per_request",
+    "mean_host_kv_gb",
+    "host_path_util",
 ]
 
 

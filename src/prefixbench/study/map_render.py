@@ -20,6 +20,7 @@ LETTERS = {
     "recompute_on_decode": "R",
     "replicate_hotset": "H",
     "replicate_all_lru": "L",
+    "replicate_tiered": "D",  # DRAM tier (T is taken)
 }
 TIE, UNSTABLE = "=", "!"
 UNSTABLE_COLOR = "#3a3a3a"

@@ -32,12 +32,14 @@ POLICY_COLORS = {
     "recompute_on_decode": "#E69F00",
     "replicate_hotset": "#56B4E9",
     "replicate_all_lru": "#009E73",
+    "replicate_tiered": "#CC79A7",
 }
 SHORT = {
     "transfer_per_request": "transfer",
     "recompute_on_decode": "recompute",
     "replicate_hotset": "hotset",
     "replicate_all_lru": "all-LRU",
+    "replicate_tiered": "tiered",
 }
 TIE_COLOR = "#bdbdbd"  # a decision-map cell whose margin's CI spans 0 (both maps)
 DEFAULT_PAIR = ("l4", "eth-25g")  # the scenarios' default decode accelerator and link

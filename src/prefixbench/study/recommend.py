@@ -85,17 +85,24 @@ def _reason(win: dict, by_policy: dict[str, dict]) -> str:
         change = win["ttft_mean_ms"] / base["ttft_mean_ms"] - 1 if base["ttft_mean_ms"] else 0.0
         rej = base["reject_rate"] - win["reject_rate"]
         extra = f" and {rej:.1%} fewer rejects" if rej > 0.005 else ""
+        host = win.get("host_hit_rate")  # replicate_tiered: what the host tier added
+        tier = f"; host DRAM served {host:.0%} of chain blocks" if host else ""
         return (
             f"replicas serve {win['replica_hit_rate']:.0%} of prompt tokens: mean TTFT {change:+.0%} "
             f"vs transfer{extra}, for {win['mean_replica_kv_gb']:.2f} GB of replica KV "
             f"({win['mean_replica_kv_gb'] / max(win['kv_budget_gb'], 1e-12):.0%} of the budget)"
+            + tier
         )
     if p == "recompute_on_decode":
         return (
             f"rebuilding the prefix on decode ({win['recompute_tokens_per_request']:.0f} tokens) is cheaper "
             f"than moving it: mean TTFT {win['ttft_mean_ms']:.1f} ms"
         )
-    reps = [by_policy[k] for k in ("replicate_all_lru", "replicate_hotset") if k in by_policy]
+    reps = [
+        by_policy[k]
+        for k in ("replicate_all_lru", "replicate_hotset", "replicate_tiered")
+        if k in by_policy
+    ]
     if reps and win["reject_rate"] > 0.02:
         r = min(reps, key=lambda x: x["ttft_mean_ms"])
         return (

@@ -21,6 +21,7 @@ from ..scenario import POLICIES
 from .plots import _pair, ttft_change_vs_transfer
 from .recommend import recommendations
 from .results import load
+from .tier_effect import tier_md
 
 RELAXED_MIN = 0.75
 TIGHT_MAX = 0.5
@@ -522,6 +523,7 @@ def build_report(results: Path, report_dir: Path, plots: Path | None = None) -> 
         *_stability_md(every),
         *(_results_md(agg, crossover) if agg.height else _NO_STABLE),
         *_recommend_md(rec),
+        *tier_md(agg, TIGHT_MAX),
     ]
     if plots is not None:
         lines += _plots_md(Path(plots), report_dir)
