@@ -51,6 +51,16 @@ Semantics implemented, disaggregated mode (times in seconds):
   ahead of one whose KV lands during the stall even though the latter is ready earlier).
 * Requests finishing at the same boundary leave in request (arrival) order, which fixes
   the LRU order of the replica blocks they release (each request's chain tail first).
+* ``cost_aware`` (docs/model.md "The cost-aware policy"): at admission, after the room
+  check, every block of the chain gets its per-instance decayed use count bumped
+  (``c = c·0.5^(Δt/T) + 1``, T = budget / (prompt tokens this instance admitted so far per
+  second since its first admission), infinite at the first instant); blocks not resident
+  with ``c ≥ 1.5`` are kept. With h replica-hit tokens and ph prefill-hit tokens, if ph > h
+  it compares transfer (land time of prompt − h tokens queued now) against recompute of
+  ph − h tokens (land of prompt − ph tokens vs. stall start = running stall's end or now,
+  plus the queued recomputes, plus this one; charged + stall × running batch size) and
+  recomputes only if strictly cheaper. Kept blocks of a recomputed request become ready
+  when both its KV has landed and its recompute was run.
 * ``max_token_gap``: the largest interval between two consecutive output tokens of a
   request (0 for a single token), from the token times themselves.
 
@@ -389,6 +399,10 @@ class DecodeInstance:
         self.waiting: list[Req] = []
         self.replicas: dict[int, Replica] = {}
         self.state = "idle"  # idle | wake (boundary scheduled now) | iter | stall
+        self.stall_end = NAN
+        self.uses: dict[int, list[float]] = {}  # cost_aware: hash -> [decayed count, last t]
+        self.first_admit = NAN
+        self.admitted_tokens = 0
 
 
 class ReferenceSim:
@@ -431,11 +445,13 @@ class ReferenceSim:
         heapq.heappush(self.events, (t, kind, self.seq, payload))
 
     def uses_replicas(self) -> bool:
-        return self.cfg.policy in ("replicate_hotset", "replicate_all_lru")
+        return self.cfg.policy in ("replicate_hotset", "replicate_all_lru", "cost_aware")
 
-    def keeps(self, h: int) -> bool:
+    def keeps(self, h: int, dec: DecodeInstance) -> bool:
         if self.cfg.policy == "replicate_all_lru":
             return True
+        if self.cfg.policy == "cost_aware":
+            return dec.uses[h][0] >= 1.5
         if self.cfg.policy == "replicate_hotset":
             return h in self.hot
         return False
@@ -620,8 +636,10 @@ class ReferenceSim:
             free += dec.replicas.pop(victim).tokens
         persisted = 0
         pinned = list(hit_blocks)
+        if cfg.policy == "cost_aware":
+            self.count_uses(r, dec, t)
         for h, tok in r.chain[len(hit_blocks) :]:
-            if h not in dec.replicas and self.keeps(h):
+            if h not in dec.replicas and self.keeps(h, dec):
                 dec.replicas[h] = Replica(tok, 1, False)
                 pinned.append(h)
                 persisted += tok
@@ -637,6 +655,8 @@ class ReferenceSim:
             xfer, rc = r.prompt, 0
         elif cfg.policy == "recompute_on_decode":
             xfer, rc = r.prompt - r.prefill_hit_tokens, r.prefill_hit_tokens
+        elif cfg.policy == "cost_aware":
+            xfer, rc = self.cost_aware_choice(r, d, t, hit)
         else:
             xfer, rc = r.prompt - hit, 0
         r.transfer_tokens, r.recompute_tokens = xfer, rc
@@ -667,14 +687,57 @@ class ReferenceSim:
             self.wake(d, t)
         return True
 
+    def count_uses(self, r: Req, dec: DecodeInstance, t: float) -> None:
+        if math.isnan(dec.first_admit):
+            dec.first_admit = t
+        dec.admitted_tokens += r.prompt
+        half = math.inf
+        if t > dec.first_admit:
+            half = self.cfg.budget_tokens / (dec.admitted_tokens / (t - dec.first_admit))
+        for h, _ in r.chain:
+            c, last = dec.uses.get(h, [0.0, 0.0])
+            if t > last:
+                c *= 0.0 if half <= 0 else 0.5 ** ((t - last) / half)
+            dec.uses[h] = [c + 1.0, t]
+
+    def land_time(self, r: Req, d: int, t: float, tokens: int) -> float:
+        """When ``tokens`` of KV sent now would land (the queues as they are, nothing sent)."""
+        cfg = self.cfg
+        nbytes = tokens * cfg.decode.kv
+        if nbytes <= 0:
+            return t
+        if cfg.link_topology == "shared_nics":
+            start = max(t, self.egress_free[r.prefill_instance], self.ingress_free[d])
+            rate = min(cfg.nics_prefill, cfg.nics_decode) * cfg.link_bytes_per_s
+        else:
+            start = max(t, min(self.channels[(r.prefill_instance, d)]))
+            rate = cfg.link_bytes_per_s
+        return start + nbytes / rate + cfg.link_latency_s
+
+    def cost_aware_choice(self, r: Req, d: int, t: float, hit: int) -> tuple[int, int]:
+        dec, roof = self.dc[d], self.cfg.decode
+        ph = r.prefill_hit_tokens
+        if ph <= hit:
+            return r.prompt - hit, 0
+        m = ph - hit
+        start = dec.stall_end if dec.state == "stall" and dec.stall_end > t else t
+        for q in dec.recompute:
+            start += roof.recompute(q.recompute_tokens, q.replica_hit_tokens)
+        stall = roof.recompute(m, hit)
+        ready_rc = max(self.land_time(r, d, t, r.prompt - ph), start + stall)
+        cost_rc = ready_rc - t + len(dec.running) * stall
+        cost_xfer = self.land_time(r, d, t, r.prompt - hit) - t
+        return (r.prompt - ph, m) if cost_rc < cost_xfer else (r.prompt - hit, 0)
+
     # ------------------------------------------------------------------ link
 
     def on_landed(self, r: Req, t: float) -> None:
         r.t_transfer_end = t
         r.landed = True
         dec = self.dc[r.decode_instance]
-        for h in r.pinned:
-            dec.replicas[h].ready = True
+        if r.recompute_tokens == 0 or not math.isnan(r.t_recompute_start):
+            for h in r.pinned:  # a recomputed request's blocks: once rebuilt
+                dec.replicas[h].ready = True
         if r.recompute_tokens == 0 or not math.isnan(r.t_recompute_start):
             # no recompute, or it is already scheduled in a stall that ends at a boundary
             dec.ready.append(r)
@@ -711,12 +774,15 @@ class ReferenceSim:
             end = t
             for r in dec.recompute:
                 r.t_recompute_start = end
-                end += cfg.decode.recompute(r.recompute_tokens)
+                end += cfg.decode.recompute(r.recompute_tokens, r.replica_hit_tokens)
                 r.t_recompute_end = end
                 if r.landed:  # queued to join now, in recompute order; joins at the stall end
                     dec.ready.append(r)
+                    for h in r.pinned:
+                        dec.replicas[h].ready = True
             dec.recompute = []
             dec.state = "stall"
+            dec.stall_end = end
             self.schedule(end, DECODE, d)
             return
         while dec.ready and len(dec.running) < cfg.max_batch:

@@ -56,7 +56,13 @@ if os.environ.get("REFSIM_MUTATION"):  # tests/mutate_costmodel.py: find, don't 
     settings.register_profile("refsim-mutation", phases=[Phase.explicit, Phase.generate])
     settings.load_profile("refsim-mutation")
 
-POLICIES = ("transfer_per_request", "recompute_on_decode", "replicate_hotset", "replicate_all_lru")
+POLICIES = (
+    "transfer_per_request",
+    "recompute_on_decode",
+    "replicate_hotset",
+    "replicate_all_lru",
+    "cost_aware",
+)
 RTOL, ATOL = 1e-9, 1e-12
 
 # A DeepSeek-V3-style shape (MLA with a compressed query, MoE with a shared expert and dense

@@ -69,6 +69,7 @@ class Policy(str, Enum):
     recompute_on_decode = "recompute_on_decode"
     replicate_hotset = "replicate_hotset"
     replicate_all_lru = "replicate_all_lru"
+    cost_aware = "cost_aware"
 
 
 POLICIES: tuple[str, ...] = tuple(p.value for p in Policy)

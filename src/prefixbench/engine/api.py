@@ -20,6 +20,7 @@ from .config import (
     check_colocated_config,
     check_engine_config,
 )
+from .costaware import tail_init
 from .loop import DONE, NEED_HEAP, close_run, heap_room, log_room
 from .loop import run_colocated as _run_colocated
 from .loop import run_disaggregated as _run_disaggregated
@@ -218,6 +219,7 @@ def simulate(
     hot_h = np.array([h for h, _ in cfg.hot_blocks], dtype=np.int64)
     hot_t = np.array([t for _, t in cfg.hot_blocks], dtype=np.int64)
     r = _Run(req, ip, fp, hot_h)
+    r.F = np.concatenate((r.F, tail_init(cfg.n_decode, int(r.IS[L.IP_U]))))  # costaware.tail
     IS, F = r.IS, r.F
     F[L.G_ITL_NW] = cfg.warmup_requests
     IS[L.IP_SHARED] = shared

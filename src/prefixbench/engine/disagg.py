@@ -22,6 +22,7 @@ import math
 
 import numpy as np
 
+from . import costaware as ca
 from . import layout as L
 from .batch import add_work, interrupt, record_gaps, run_to_next_finish, schedule, segment_work
 from .blocks import (
@@ -47,10 +48,8 @@ from .queues import (
 )
 from .series import (
     coeffs,
-    comm,
     prefill_step_time,
     prompt_flops,
-    roofline,
     series_time,
     weights_read,
 )
@@ -257,17 +256,22 @@ def wait_for_room(IS, F, R, EHT, EHI, rid, d, t):
 
 
 @jit
-def persist_new_blocks(IS, R, B32, B8, bid, bt, rid, d, i0, i1):
+def persist_new_blocks(IS, F, R, B32, B8, bid, bt, rid, d, i0, i1):
     """Blocks the policy keeps as replicas once they land (marked in the request's
     "persisted" flags); returns their tokens."""
     U = IS[L.IP_U]
     st = d * U
     pflag, hot = IS[L.H_PFLAG], IS[L.H_HOT]
     all_lru = IS[L.IP_POLICY] == L.POL_ALL_LRU
+    cost_aware = IS[L.IP_POLICY] == L.POL_COST_AWARE
     ptoks = 0
     for j in range(i0, i1):
         h = bid[j]
-        if B8[st + h] & L.ST_IN == 0 and (all_lru or B8[hot + h] != 0):
+        if cost_aware:
+            keep = ca.keeps(IS, F, d, h)
+        else:
+            keep = all_lru or B8[hot + h] != 0
+        if B8[st + h] & L.ST_IN == 0 and keep:
             rs_add_pending(IS, B32, B8, d, h, bt[j])
             B8[pflag + j] = 1
             ptoks += bt[j]
@@ -360,8 +364,11 @@ def admit(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t):
     if free < need:
         rs_trim(IS, B32, B8, d, need - free)
     ptoks = 0
+    cost_aware = IS[L.IP_POLICY] == L.POL_COST_AWARE
+    if cost_aware:
+        ca.touch(IS, F, bid, i0, i1, d, t, prompt)
     if uses_replicas:
-        ptoks = persist_new_blocks(IS, R, B32, B8, bid, bt, rid, d, i0 + nhit, i1)
+        ptoks = persist_new_blocks(IS, F, R, B32, B8, bid, bt, rid, d, i0 + nhit, i1)
     private = need - ptoks
     IS[b + L.D_PRIV] += private
     R[rr + L.R_PRIV] = private
@@ -372,7 +379,10 @@ def admit(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t):
     F[ft + L.T_AD * n + rid] = t
     mem_changed(IS, F, TLF, TLI, d, t)
 
-    xfer, rc = handoff(IS, rid, prompt, hit_tok)
+    if cost_aware:
+        xfer, rc = ca.choose(IS, F, R, rid, d, t, prompt, hit_tok)
+    else:
+        xfer, rc = handoff(IS, rid, prompt, hit_tok)
     IS[io + L.O_XT * n + rid] = xfer
     IS[io + L.O_RC * n + rid] = rc
     land = t
@@ -424,19 +434,25 @@ def timeout(IS, F, R, rid, t):
 
 
 @jit
+def mark_ready(IS, R, B8, bid, rid, d):
+    """The request's persisted blocks hold their KV: they give hits from now on."""
+    ptr, pflag = IS[L.H_PTR], IS[L.H_PFLAG]
+    st = d * IS[L.IP_U]
+    for j in range(IS[ptr + rid] + R[rid * L.NR + L.R_NHIT], IS[ptr + rid + 1]):
+        if B8[pflag + j]:
+            B8[st + bid[j]] |= L.ST_READY
+
+
+@jit
 def landed(IS, F, R, B8, EHT, EHI, bid, rid, t):
     """The request's KV is on its decode instance: persisted blocks become ready replicas;
     the request joins the batch unless its prefix recompute is still pending."""
-    n, ptr = IS[L.IP_N], IS[L.H_PTR]
+    n = IS[L.IP_N]
     F[IS[L.H_FT] + L.T_XE * n + rid] = t
     d = IS[IS[L.H_O] + L.O_DI * n + rid]
     fl = rid * L.NR + L.R_FLAGS
-    if R[fl] & L.F_PERS:
-        pflag = IS[L.H_PFLAG]
-        st = d * IS[L.IP_U]
-        for j in range(IS[ptr + rid] + R[rid * L.NR + L.R_NHIT], IS[ptr + rid + 1]):
-            if B8[pflag + j]:
-                B8[st + bid[j]] |= L.ST_READY
+    if R[fl] & L.F_PERS and not R[fl] & L.F_RC:  # recomputed blocks: when rebuilt
+        mark_ready(IS, R, B8, bid, rid, d)
     R[fl] |= L.F_XD
     if not R[fl] & L.F_RC:
         q_append(IS, R, L.DI0 + d * L.NDI + L.D_JQH, L.R_JQN, rid)
@@ -444,27 +460,26 @@ def landed(IS, F, R, B8, EHT, EHI, bid, rid, t):
 
 
 @jit
-def run_recompute(IS, F, R, EHT, EHI, TLF, TLI, d, t):
+def run_recompute(IS, F, R, B8, EHT, EHI, TLF, TLI, bid, d, t):
     """Run every queued prefix recompute back to back; the batch stalls meanwhile."""
     n, io, ft = IS[L.IP_N], IS[L.H_O], IS[L.H_FT]
     b = L.DI0 + d * L.NDI
     f = L.DF0 + d * L.NDF
-    c0 = L.FP_DC
-    lf, att, kv = F[c0 + L.C_LF], F[c0 + L.C_ATT], F[c0 + L.C_KV]
     end = t
     while IS[b + L.D_RQH] != -1:
         rid = q_popleft(IS, R, b + L.D_RQH, L.R_RQN)
         m = IS[io + L.O_RC * n + rid]
-        flops = m * lf + att * m * (m + 1) / 2.0
-        bytes_ = weights_read(F, c0, m) + kv * m
+        h = IS[io + L.O_RH * n + rid]  # resident tokens it attends to (cost_aware only)
+        flops, bytes_ = ca.recompute_work(F, m, h)
         F[ft + L.T_RS * n + rid] = end
         if t >= F[L.FP_TWARM]:  # the stall is busy time when it starts in the window
             add_work(F, f + L.DF_FLOPS, flops, bytes_)
-        step = roofline(flops, bytes_, F[c0 + L.C_FRP], F[c0 + L.C_BR], F[c0 + L.C_POV])
-        end += step + comm(F, c0, float(m))
+        end += ca.recompute_time(F, m, h)
         F[ft + L.T_RE * n + rid] = end
         R[rid * L.NR + L.R_FLAGS] &= ~L.F_RC
         if R[rid * L.NR + L.R_FLAGS] & L.F_XD:
+            if R[rid * L.NR + L.R_FLAGS] & L.F_PERS:
+                mark_ready(IS, R, B8, bid, rid, d)
             q_append(IS, R, b + L.D_JQH, L.R_JQN, rid)
     IS[b + L.D_STALL] = 1
     F[f + L.DF_STALL_END] = end
@@ -570,7 +585,7 @@ def decode_boundary(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, d, version, 
         mem_changed(IS, F, TLF, TLI, d, t)
         drain_waiting(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, d, t)
     if IS[b + L.D_RQH] != -1:
-        run_recompute(IS, F, R, EHT, EHI, TLF, TLI, d, t)
+        run_recompute(IS, F, R, B8, EHT, EHI, TLF, TLI, bid, d, t)
         return True
     join_batch(IS, F, R, d, t)
     if IS[b + L.D_B] > 0:

@@ -82,6 +82,8 @@ REC_PREFILL, REC_LINK, REC_DECODE, REC_STALL, REC_KV, REC_QUEUE = 0, 1, 2, 3, 4,
 REC_CO_PREFILL, REC_CO_MIXED = 6, 7
 KIND_SHIFT = 56  # an event's heap key is kind << KIND_SHIFT | insertion number
 POL_TRANSFER, POL_RECOMPUTE, POL_HOTSET, POL_ALL_LRU = 0, 1, 2, 3
+# --- policy (issue 19)
+POL_COST_AWARE = 4  # uses replicas (codes >= POL_HOTSET do); engine/costaware.py
 NTL_F, NTL_I = 2, 5  # timeline record: floats (t0, t1), ints (kind, track, a, b, c)
 
 # ---------------------------------------------------------------- IS (int64)

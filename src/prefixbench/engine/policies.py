@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .layout import POL_ALL_LRU, POL_HOTSET, POL_RECOMPUTE, POL_TRANSFER
+from .layout import POL_ALL_LRU, POL_COST_AWARE, POL_HOTSET, POL_RECOMPUTE, POL_TRANSFER
 
 
 class Entry(NamedTuple):
@@ -34,5 +34,10 @@ POLICIES: dict[str, Entry] = {
     "replicate_all_lru": Entry(
         POL_ALL_LRU,
         "every transferred block becomes a resident replica, trimmed LRU when memory is short",
+    ),
+    "cost_aware": Entry(
+        POL_COST_AWARE,
+        "per request, the cheaper of transfer and recompute now (queues, batch stall); "
+        "keeps blocks used before (decayed count)",
     ),
 }
