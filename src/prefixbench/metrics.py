@@ -213,4 +213,9 @@ def summarize(prep: Prepared, policy: str, df: pl.DataFrame, res: SimResult) -> 
         n_p = n_d = prep.scenario.cluster.prefill_instances + prep.scenario.cluster.decode_instances
     row.update(instance_busy(df, st, n_p, n_d))
     row.update(instance_figures(s, st))
+    # the gap to the hindsight bound on the unloaded hand-off time (study/bound.py)
+    from .study.bound import gap_columns
+
+    measured = (np.arange(len(df)) >= s.run.warmup_requests) & ~np.isnan(res.columns["t_admit"])
+    row.update(gap_columns(prep, res.columns, measured))
     return row
