@@ -73,6 +73,7 @@ def test_run_json_and_files(tmp_path):
         "recompute_on_decode",
         "replicate_hotset",
         "replicate_all_lru",
+        "cost_aware",
     ]
     assert (tmp_path / "requests.parquet").is_file() and (tmp_path / "summary.parquet").is_file()
 

@@ -73,6 +73,9 @@ class Policy(str, Enum):
 
 
 POLICIES: tuple[str, ...] = tuple(p.value for p in Policy)
+# the reference study's four (BRIEF §1: 384 runs); a study grid compares these unless its
+# `policies` names others (cost_aware is opt-in there, so the reference study stays as is)
+REFERENCE_POLICIES: tuple[str, ...] = POLICIES[:4]
 
 
 # ------------------------------------------------------------------ distributions

@@ -137,6 +137,7 @@ class PolicyName(str, Enum):
     recompute_on_decode = "recompute_on_decode"
     replicate_hotset = "replicate_hotset"
     replicate_all_lru = "replicate_all_lru"
+    cost_aware = "cost_aware"
 
 
 class PolicyChoice(str, Enum):
@@ -145,6 +146,7 @@ class PolicyChoice(str, Enum):
     recompute_on_decode = "recompute_on_decode"
     replicate_hotset = "replicate_hotset"
     replicate_all_lru = "replicate_all_lru"
+    cost_aware = "cost_aware"
 
 
 class _Study(str, Enum):
