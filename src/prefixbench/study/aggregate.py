@@ -5,6 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from ..artifacts import register
+from .bound import COLUMNS as GAP_METRICS
 from .margins import t975
 
 GROUP = ["model", "workload", "budget_factor", "policy"]
@@ -37,6 +38,8 @@ AGG_METRICS = [
     "offered_rps",
     "capacity_rps",
     "rho_bottleneck",
+    # the gap to the hindsight bound (study/bound.py); absent from older runs files
+    *GAP_METRICS,
 ]
 
 
@@ -66,6 +69,10 @@ def aggregate(runs: pl.DataFrame) -> pl.DataFrame:
             pl.lit(None, pl.Utf8).alias("saturated_stage"),
             pl.lit(None, pl.Utf8).alias("bottleneck_stage"),
         )
+    runs = runs.with_columns(
+        [pl.col(m).cast(pl.Float64) for m in GAP_METRICS if m in runs.columns]
+        + [pl.lit(None, pl.Float64).alias(m) for m in GAP_METRICS if m not in runs.columns]
+    )
     g = runs.group_by(GROUP).agg(
         pl.len().cast(pl.Int64).alias("n_seeds"),
         # a point is unstable if any seed is (docs/model.md, "Stability")
