@@ -61,6 +61,11 @@ Semantics implemented, disaggregated mode (times in seconds):
   plus the queued recomputes, plus this one; charged + stall × running batch size) and
   recomputes only if strictly cheaper. Kept blocks of a recomputed request become ready
   when both its KV has landed and its recompute was run.
+* Warm-up traffic (``prewarm: link``, replicate_hotset with a hot set): the hot blocks
+  hold memory from the start but are not ready; at the first arrival, decode instance d
+  (in order) receives all of them from prefill instance d mod P as one transfer queued
+  like a request's (same NIC groups or earliest-free channel, same latency); when it lands
+  the hot blocks that are idle and still not ready become ready.
 * ``max_token_gap``: the largest interval between two consecutive output tokens of a
   request (0 for a single token), from the token times themselves.
 
@@ -249,6 +254,7 @@ class RefConfig:
     wait_timeout_s: float = 2.0
     prefill_router: str = "least_tokens"
     decode_router: str = "least_load"
+    prewarm: str = "free"  # replicate_hotset: free (ready at 0) or link (sent at the start)
     # colocated mode
     instances: int = 1
     scheduler: str = "prefill_priority"
@@ -274,6 +280,7 @@ DATA_FIELDS = (
     "wait_timeout_s",
     "prefill_router",
     "decode_router",
+    "prewarm",
 )
 
 
@@ -356,6 +363,7 @@ def scenario_config(prep) -> RefConfig:
         wait_timeout_s=m.wait_timeout_s,
         prefill_router=c.prefill_router,
         decode_router=c.decode_router,
+        prewarm=c.link.prewarm,
         instances=n,
         scheduler=c.colocated_scheduler,
         step_token_budget=c.prefill_token_budget
@@ -433,6 +441,34 @@ class ReferenceSim:
                     if h not in dec.replicas:
                         dec.replicas[h] = Replica(t, 0, True, self.tick())
         self.peak_used = max((self.used(d) for d in range(cfg.n_decode)), default=0)  # KV tokens
+        if cfg.policy == "replicate_hotset" and cfg.prewarm == "link" and self.reqs:
+            self.send_hot_sets(self.reqs[0].arrival)
+
+    def send_hot_sets(self, t0: float) -> None:
+        cfg = self.cfg
+        for d, dec in enumerate(self.dc):
+            if not dec.replicas:
+                continue
+            for rep in dec.replicas.values():
+                rep.ready = False
+            nbytes = sum(rep.tokens for rep in dec.replicas.values()) * cfg.decode.kv
+            p = d % cfg.n_prefill
+            if cfg.link_topology == "shared_nics":
+                start = max(t0, self.egress_free[p], self.ingress_free[d])
+                busy = nbytes / (min(cfg.nics_prefill, cfg.nics_decode) * cfg.link_bytes_per_s)
+                self.egress_free[p] = self.ingress_free[d] = start + busy
+            else:
+                chans = self.channels[(p, d)]
+                c = chans.index(min(chans))
+                start = max(t0, chans[c])
+                busy = nbytes / cfg.link_bytes_per_s
+                chans[c] = start + busy
+            self.schedule(start + busy + cfg.link_latency_s, TRANSFER, ("prewarm", d))
+
+    def on_prewarm_landed(self, d: int) -> None:
+        for rep in self.dc[d].replicas.values():
+            if rep.refs == 0 and not rep.ready:
+                rep.ready = True
 
     # ------------------------------------------------------------------ helpers
 
@@ -472,6 +508,8 @@ class ReferenceSim:
                 self.on_arrival(payload, t)
             elif kind == PREFILL:
                 self.on_prefill_end(payload, t)
+            elif kind == TRANSFER and isinstance(payload, tuple):
+                self.on_prewarm_landed(payload[1])
             elif kind == TRANSFER:
                 self.on_landed(payload, t)
             elif kind == TIMEOUT:
@@ -808,7 +846,8 @@ class ReferenceSim:
                     holders[h] = holders.get(h, 0) + 1
         for h, rep in dec.replicas.items():
             assert rep.refs == holders.get(h, 0), "replica refcount out of step"
-            assert rep.refs > 0 or rep.ready, "an idle replica that never landed"
+            warming = self.cfg.prewarm == "link" and h in self.hot  # its prewarm in flight
+            assert rep.refs > 0 or rep.ready or warming, "an idle replica that never landed"
         assert set(holders) <= set(dec.replicas)
         assert 0 <= self.used(d) <= self.cfg.budget_tokens, "decode KV over budget"
 

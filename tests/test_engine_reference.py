@@ -231,6 +231,7 @@ def disagg_cases(draw):
         prefill_cache_tokens=draw(st.sampled_from([0, 300, 1500, 10**9])),
         budget_tokens=budget,
         hot_blocks=hot,
+        prewarm=draw(st.sampled_from(["free", "link"])),
         on_full=draw(st.sampled_from(["reject", "wait"])),
         wait_timeout_s=draw(st.sampled_from([0.005, 0.1, 1.0])),
         prefill_router=draw(st.sampled_from(["least_tokens", "round_robin"])),

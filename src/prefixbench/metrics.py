@@ -189,6 +189,9 @@ def summarize(prep: Prepared, policy: str, df: pl.DataFrame, res: SimResult) -> 
         "link_util_egress": st.get("link_util_egress", st["link_util"]),
         "link_util_ingress": st.get("link_util_ingress", st["link_util"]),
         "mean_decode_batch": st["mean_decode_batch"],
+        # the hot set's warm-up traffic (engine/warmup.py): bytes it moves, time to land
+        "prewarm_gb": st.get("prewarm_gb", 0.0),
+        "prewarm_s": st.get("prewarm_s", 0.0),
     }
     row = {
         k: (

@@ -228,6 +228,7 @@ def prepare(s: Scenario) -> Prepared:
         / 1e6,
         link_channels=c.link.channels,
         link_topology=c.link.topology,
+        prewarm=c.link.prewarm,
         nics_prefill=c.link.nics_per_instance or c.prefill.devices,
         nics_decode=c.link.nics_per_instance or c.decode.devices,
         max_batch=c.max_decode_batch,

@@ -447,6 +447,12 @@ class LinkConfig(_M):
     latency_us: float | None = Field(
         None, ge=0, le=1e6, description="Override one-way latency, µs (0 to 10⁶, one second)."
     )
+    prewarm: Literal["free", "link"] = Field(
+        "free",
+        description="replicate_hotset's hot set: free (resident and ready at time zero, the "
+        "seed's model) or link (sent from the prefill at the first arrival over the same "
+        "NICs as the requests' KV, usable once it lands).",
+    )
 
     @field_validator("name")
     @classmethod

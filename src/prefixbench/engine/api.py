@@ -11,6 +11,7 @@ import numpy as np
 from ..errors import SimulationError
 from ..workload.requests import Requests
 from . import layout as L
+from . import warmup as wu
 from .blocks import dense_block_ids, prewarm
 from .config import (
     TIME_COLUMNS,
@@ -181,6 +182,29 @@ def _link_utils(cfg: EngineConfig, F: np.ndarray, fn: int, window: float) -> dic
     }
 
 
+def _send_prewarm(r: _Run, cfg: EngineConfig, t0: float) -> float:
+    """Queue every decode instance's hot set on the link at ``t0`` (engine/warmup.py);
+    returns how long the last one takes to land."""
+    last = t0
+    for d in range(cfg.n_decode):
+        used = int(r.IS[L.DI0 + d * L.NDI + L.D_USED])
+        land = wu.send(r.IS, r.F, r.B8, d, t0, used * cfg.decode_cost.kv_bpt)
+        if int(r.IS[L.GI_HSZ]) + 1 > r.EHT.shape[0]:
+            r.grow(NEED_HEAP)
+        push(r.EHT, r.EHI, r.IS, land, L.EV_TRANSFER, wu.payload(d), 0)
+        last = max(last, land)
+    return last - t0
+
+
+def _prewarm_stats(IS, cfg: EngineConfig, prewarm_s: float) -> dict:
+    """What warming the hot set moves (GB over all decode instances) and, with prewarm over
+    the link, how long until the last instance's hot set has landed."""
+    hot = 0
+    if cfg.policy == "replicate_hotset":
+        hot = sum(int(t) for _, t in cfg.hot_blocks) * cfg.n_decode
+    return {"prewarm_gb": hot * cfg.decode_cost.kv_bpt / 1e9, "prewarm_s": prewarm_s}
+
+
 def simulate(
     req: Requests, cfg: EngineConfig, recorder=None, keep_state: bool = False
 ) -> SimResult:
@@ -223,9 +247,12 @@ def simulate(
     IS, F = r.IS, r.F
     F[L.G_ITL_NW] = cfg.warmup_requests
     IS[L.IP_SHARED] = shared
+    prewarm_s = 0.0
     if cfg.policy == "replicate_hotset" and hot_h.shape[0] > 0:
         prewarm(IS, r.B32, r.B8, _c64(r.hot_ids), hot_t)
         IS[L.GI_PEAK_REP] = IS[L.GI_PEAK_USED] = IS[L.DI0 + L.D_USED]
+        if cfg.prewarm == "link" and n:
+            prewarm_s = _send_prewarm(r, cfg, float(req.arrival[0]))
     dI = IS[L.DI0 : L.DI0 + cfg.n_decode * L.NDI].reshape(cfg.n_decode, L.NDI)
     dI[:, L.D_LREP] = dI[:, L.D_USED]
     dI[:, L.D_LUSED] = dI[:, L.D_USED]
@@ -257,6 +284,7 @@ def simulate(
         "decode_busy_s": d_busy,
         **_work(IS, F, cfg.n_prefill, n_dec),
         **_itl_stats(F),
+        **_prewarm_stats(IS, cfg, prewarm_s),
     }
     del n
     return SimResult(r.columns(bool(cfg.track_gaps)), stats, r if keep_state else None)

@@ -24,6 +24,7 @@ SCHEDULERS = {
 }
 ON_FULL = ("reject", "wait")
 LINK_TOPOLOGIES = ("shared_nics", "private_paths")
+PREWARM = ("free", "link")
 
 # The per-request timestamp columns every run returns (SimResult.columns), in order.
 TIME_COLUMNS = (
@@ -72,6 +73,8 @@ class EngineConfig:
     link_topology: str = "shared_nics"
     nics_prefill: int = 1
     nics_decode: int = 1
+    # --- policy (issue 19): the hot set's warm-up traffic (engine/warmup.py)
+    prewarm: str = "free"  # free: resident and ready at time zero; link: sent at the start
 
 
 @dataclass
@@ -153,6 +156,8 @@ def check_engine_config(cfg: EngineConfig) -> None:
             "cluster.link.topology",
             "use " + " or ".join(LINK_TOPOLOGIES),
         )
+    if cfg.prewarm not in PREWARM:
+        _refuse(f"unknown prewarm '{cfg.prewarm}'", "cluster.link.prewarm", "use free or link")
     if cfg.link_topology == "shared_nics" and cfg.link_channels != 1:
         _refuse(
             f"link.channels={cfg.link_channels} applies to topology private_paths only",
