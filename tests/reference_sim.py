@@ -66,6 +66,15 @@ Semantics implemented, disaggregated mode (times in seconds):
   (in order) receives all of them from prefill instance d mod P as one transfer queued
   like a request's (same NIC groups or earliest-free channel, same latency); when it lands
   the hot blocks that are idle and still not ready become ready.
+* Hot-set refresh (``hot_refresh_s`` > 0, replicate_hotset with a hot set): every admitted
+  request adds one use to each block of its chain (pooled over decode instances). Every
+  period from the first arrival, while a request is in the system or still to arrive: the
+  new hot set is the used blocks, most uses first (ties: smaller hash), taken while their
+  tokens fit ``hot_cap_tokens`` (stop at the first that does not); uses reset; it replaces
+  the set requests persist; each decode instance, in order, adds the blocks it lacks in
+  that order as idle replicas (most recently used), trimming idle replicas LRU when the
+  free memory is short, and stops at the first block that cannot fit; with prewarm=link
+  the added blocks are not ready and travel as one transfer as at the start.
 * ``max_token_gap``: the largest interval between two consecutive output tokens of a
   request (0 for a single token), from the token times themselves.
 
@@ -255,6 +264,8 @@ class RefConfig:
     prefill_router: str = "least_tokens"
     decode_router: str = "least_load"
     prewarm: str = "free"  # replicate_hotset: free (ready at 0) or link (sent at the start)
+    hot_refresh_s: float = 0.0  # replicate_hotset: re-rank and re-warm this often (0: never)
+    hot_cap_tokens: int = 0  # the hot set's capacity in tokens
     # colocated mode
     instances: int = 1
     scheduler: str = "prefill_priority"
@@ -281,6 +292,8 @@ DATA_FIELDS = (
     "prefill_router",
     "decode_router",
     "prewarm",
+    "hot_refresh_s",
+    "hot_cap_tokens",
 )
 
 
@@ -364,6 +377,8 @@ def scenario_config(prep) -> RefConfig:
         prefill_router=c.prefill_router,
         decode_router=c.decode_router,
         prewarm=c.link.prewarm,
+        hot_refresh_s=m.hotset_refresh_s or 0.0,
+        hot_cap_tokens=int(min(m.hotset_share * budget, 2**62)),
         instances=n,
         scheduler=c.colocated_scheduler,
         step_token_budget=c.prefill_token_budget
@@ -443,6 +458,65 @@ class ReferenceSim:
         self.peak_used = max((self.used(d) for d in range(cfg.n_decode)), default=0)  # KV tokens
         if cfg.policy == "replicate_hotset" and cfg.prewarm == "link" and self.reqs:
             self.send_hot_sets(self.reqs[0].arrival)
+        self.refreshing = (
+            cfg.policy == "replicate_hotset" and cfg.hot_blocks and cfg.hot_refresh_s > 0
+        )
+        self.uses: dict[int, int] = {}  # block uses since the last refresh
+        self.block_tokens: dict[int, int] = {}
+        if self.refreshing and self.reqs:
+            self.schedule(self.reqs[0].arrival + cfg.hot_refresh_s, TIMEOUT, ("refresh",))
+
+    def on_refresh(self, t: float) -> None:
+        cfg = self.cfg
+        ranked = sorted((-c, h) for h, c in self.uses.items() if c > 0)
+        new, total = [], 0
+        for _, h in ranked:
+            if total + self.block_tokens[h] > cfg.hot_cap_tokens:
+                break
+            total += self.block_tokens[h]
+            new.append(h)
+        self.uses = {}
+        self.hot = new
+        link = cfg.prewarm == "link"
+        for d, dec in enumerate(self.dc):
+            added = 0
+            for h in new:
+                if h in dec.replicas:
+                    continue
+                tok = self.block_tokens[h]
+                free = cfg.budget_tokens - self.used(d)
+                idle = sum(rep.tokens for rep in dec.replicas.values() if rep.refs == 0)
+                if free < tok and free + idle < tok:
+                    break
+                while free < tok:
+                    cands = [k for k, rep in dec.replicas.items() if rep.refs == 0]
+                    victim = min(cands, key=lambda k: dec.replicas[k].idle_since)
+                    free += dec.replicas.pop(victim).tokens
+                dec.replicas[h] = Replica(tok, 0, not link, self.tick())
+                added += tok
+            if added:
+                self.peak_used = max(self.peak_used, self.used(d))
+                if link:
+                    self.send_to(d, t, added * cfg.decode.kv)
+        live = any(r.prefill_instance != -1 and r.outcome == PENDING for r in self.reqs)
+        if live or self.reqs[-1].arrival > t:
+            self.schedule(t + cfg.hot_refresh_s, TIMEOUT, ("refresh",))
+
+    def send_to(self, d: int, t0: float, nbytes: float) -> None:
+        """Warm-up bytes from prefill instance d mod P to decode instance d, queued FCFS."""
+        cfg = self.cfg
+        p = d % cfg.n_prefill
+        if cfg.link_topology == "shared_nics":
+            start = max(t0, self.egress_free[p], self.ingress_free[d])
+            busy = nbytes / (min(cfg.nics_prefill, cfg.nics_decode) * cfg.link_bytes_per_s)
+            self.egress_free[p] = self.ingress_free[d] = start + busy
+        else:
+            chans = self.channels[(p, d)]
+            c = chans.index(min(chans))
+            start = max(t0, chans[c])
+            busy = nbytes / cfg.link_bytes_per_s
+            chans[c] = start + busy
+        self.schedule(start + busy + cfg.link_latency_s, TRANSFER, ("prewarm", d))
 
     def send_hot_sets(self, t0: float) -> None:
         cfg = self.cfg
@@ -451,19 +525,7 @@ class ReferenceSim:
                 continue
             for rep in dec.replicas.values():
                 rep.ready = False
-            nbytes = sum(rep.tokens for rep in dec.replicas.values()) * cfg.decode.kv
-            p = d % cfg.n_prefill
-            if cfg.link_topology == "shared_nics":
-                start = max(t0, self.egress_free[p], self.ingress_free[d])
-                busy = nbytes / (min(cfg.nics_prefill, cfg.nics_decode) * cfg.link_bytes_per_s)
-                self.egress_free[p] = self.ingress_free[d] = start + busy
-            else:
-                chans = self.channels[(p, d)]
-                c = chans.index(min(chans))
-                start = max(t0, chans[c])
-                busy = nbytes / cfg.link_bytes_per_s
-                chans[c] = start + busy
-            self.schedule(start + busy + cfg.link_latency_s, TRANSFER, ("prewarm", d))
+            self.send_to(d, t0, sum(rep.tokens for rep in dec.replicas.values()) * cfg.decode.kv)
 
     def on_prewarm_landed(self, d: int) -> None:
         for rep in self.dc[d].replicas.values():
@@ -512,6 +574,8 @@ class ReferenceSim:
                 self.on_prewarm_landed(payload[1])
             elif kind == TRANSFER:
                 self.on_landed(payload, t)
+            elif kind == TIMEOUT and isinstance(payload, tuple):
+                self.on_refresh(t)
             elif kind == TIMEOUT:
                 self.on_timeout(payload, t)
             else:
@@ -676,6 +740,10 @@ class ReferenceSim:
         pinned = list(hit_blocks)
         if cfg.policy == "cost_aware":
             self.count_uses(r, dec, t)
+        elif self.refreshing:
+            for h, tok in r.chain:
+                self.uses[h] = self.uses.get(h, 0) + 1
+                self.block_tokens[h] = tok
         for h, tok in r.chain[len(hit_blocks) :]:
             if h not in dec.replicas and self.keeps(h, dec):
                 dec.replicas[h] = Replica(tok, 1, False)
@@ -846,7 +914,8 @@ class ReferenceSim:
                     holders[h] = holders.get(h, 0) + 1
         for h, rep in dec.replicas.items():
             assert rep.refs == holders.get(h, 0), "replica refcount out of step"
-            warming = self.cfg.prewarm == "link" and h in self.hot  # its prewarm in flight
+            # a warm-up block whose transfer is in flight
+            warming = self.cfg.prewarm == "link" and self.cfg.policy == "replicate_hotset"
             assert rep.refs > 0 or rep.ready or warming, "an idle replica that never landed"
         assert set(holders) <= set(dec.replicas)
         assert 0 <= self.used(d) <= self.cfg.budget_tokens, "decode KV over budget"

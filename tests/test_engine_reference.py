@@ -205,6 +205,7 @@ def disagg_cases(draw):
     largest = int((req.prompt_len + req.output_len).max())
     budget = max(1, int(largest * draw(st.sampled_from([0.8, 1.0, 1.5, 3.0, 8.0, 1000.0]))))
     hot: list[tuple[int, int]] = []
+    share_cap = 0.0
     if policy == "replicate_hotset" and draw(st.booleans()):
         order = draw(st.permutations(range(n_blocks)))
         share_cap = budget * draw(st.sampled_from([0.2, 0.5, 1.0]))
@@ -232,6 +233,8 @@ def disagg_cases(draw):
         budget_tokens=budget,
         hot_blocks=hot,
         prewarm=draw(st.sampled_from(["free", "link"])),
+        hot_refresh_s=draw(st.sampled_from([0.0, 0.0, 0.02, 0.2])),
+        hot_cap_tokens=int(share_cap),
         on_full=draw(st.sampled_from(["reject", "wait"])),
         wait_timeout_s=draw(st.sampled_from([0.005, 0.1, 1.0])),
         prefill_router=draw(st.sampled_from(["least_tokens", "round_robin"])),

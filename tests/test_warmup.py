@@ -66,3 +66,18 @@ def test_free_prewarm_is_todays_result_bit_for_bit(preset):
     rate = prep.base.link_bytes_per_s * min(prep.base.nics_prefill, prep.base.nics_decode)
     want = a.stats["prewarm_gb"] * 1e9 / prep.base.n_decode / rate + prep.base.link_latency_s
     assert c.stats["prewarm_s"] == pytest.approx(want, rel=1e-9)
+
+
+def test_a_refresh_warms_what_became_hot():
+    """The first hot set is A; requests 0-2 use B only; the refresh at 0.05 s ranks B first
+    (3 uses; A: 0) and warms it, so request 3 (chain B, at 0.1 s) hits B. Without a refresh
+    B is never kept (only hot blocks are), and with warm-up over a slow link (1.26 s for B)
+    request 3 comes before B lands."""
+    req = make_requests([0.0, 0.01, 0.02, 0.1], [600] * 4, [2] * 4, [[B], [B], [B], [B]])
+    kw = dict(policy="replicate_hotset", hot_blocks=[A], hot_cap_tokens=600)
+    fixed, _ = _compare(req, **kw)
+    fresh, _ = _compare(req, **kw, hot_refresh_s=0.05)
+    slow, _ = _compare(req, **kw, hot_refresh_s=0.05, prewarm="link", link_bytes_per_s=5e6)
+    assert fixed["replica_hit_tokens"].tolist() == [0, 0, 0, 0]
+    assert fresh["replica_hit_tokens"].tolist() == [0, 0, 0, 512]
+    assert slow["replica_hit_tokens"][3] == 0

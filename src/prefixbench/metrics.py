@@ -191,6 +191,7 @@ def summarize(prep: Prepared, policy: str, df: pl.DataFrame, res: SimResult) -> 
         "mean_decode_batch": st["mean_decode_batch"],
         # the hot set's warm-up traffic (engine/warmup.py): bytes it moves, time to land
         "prewarm_gb": st.get("prewarm_gb", 0.0),
+        "refresh_gb": st.get("refresh_gb", 0.0),
         "prewarm_s": st.get("prewarm_s", 0.0),
     }
     row = {

@@ -240,6 +240,8 @@ def prepare(s: Scenario) -> Prepared:
         hot_blocks=hot_blocks(
             req, s.run.warmup_requests or max(1, len(req) // 10), m.hotset_share * budget
         ),
+        hot_refresh_s=m.hotset_refresh_s or 0.0,
+        hot_cap_tokens=int(min(m.hotset_share * budget, 2**62)),
         on_full=m.on_full,
         wait_timeout_s=m.wait_timeout_s,
         prefill_router=c.prefill_router,

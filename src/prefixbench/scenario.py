@@ -555,6 +555,14 @@ class MemorySpec(_M):
         le=1,
         description="replicate_hotset: share of the budget prewarmed with hot prefixes.",
     )
+    hotset_refresh_s: float | None = Field(
+        None,
+        gt=0,
+        le=1e9,
+        description="replicate_hotset: every this many seconds, re-rank the hot set from the "
+        "blocks used since the last refresh and warm the decode instances with what they "
+        "lack (over the link with cluster.link.prewarm: link); None: the set is fixed.",
+    )
     on_full: Literal["reject", "wait"] = Field(
         "reject",
         description="When admission finds no room after trimming replicas: reject or wait.",

@@ -11,6 +11,7 @@ import numpy as np
 from ..errors import SimulationError
 from ..workload.requests import Requests
 from . import layout as L
+from . import refresh as rf
 from . import warmup as wu
 from .blocks import dense_block_ids, prewarm
 from .config import (
@@ -196,13 +197,19 @@ def _send_prewarm(r: _Run, cfg: EngineConfig, t0: float) -> float:
     return last - t0
 
 
-def _prewarm_stats(IS, cfg: EngineConfig, prewarm_s: float) -> dict:
-    """What warming the hot set moves (GB over all decode instances) and, with prewarm over
-    the link, how long until the last instance's hot set has landed."""
+def _prewarm_stats(r: _Run, cfg: EngineConfig, prewarm_s: float) -> dict:
+    """What warming the hot set moves (GB over all decode instances: the first set and
+    every refresh) and, with prewarm over the link, how long until the last instance's first
+    hot set has landed."""
     hot = 0
     if cfg.policy == "replicate_hotset":
         hot = sum(int(t) for _, t in cfg.hot_blocks) * cfg.n_decode
-    return {"prewarm_gb": hot * cfg.decode_cost.kv_bpt / 1e9, "prewarm_s": prewarm_s}
+    refreshed = float(r.F[int(rf.section(r.IS)) + rf.S_BYTES])
+    return {
+        "prewarm_gb": (hot * cfg.decode_cost.kv_bpt + refreshed) / 1e9,
+        "refresh_gb": refreshed / 1e9,
+        "prewarm_s": prewarm_s,
+    }
 
 
 def simulate(
@@ -243,7 +250,15 @@ def simulate(
     hot_h = np.array([h for h, _ in cfg.hot_blocks], dtype=np.int64)
     hot_t = np.array([t for _, t in cfg.hot_blocks], dtype=np.int64)
     r = _Run(req, ip, fp, hot_h)
-    r.F = np.concatenate((r.F, tail_init(cfg.n_decode, int(r.IS[L.IP_U]))))  # costaware.tail
+    u = int(r.IS[L.IP_U])
+    refresh = cfg.hot_refresh_s if cfg.policy == "replicate_hotset" and cfg.hot_blocks else 0.0
+    r.F = np.concatenate(
+        (
+            r.F,
+            tail_init(cfg.n_decode, u),  # costaware.tail
+            rf.init(u, refresh, cfg.hot_cap_tokens, cfg.prewarm == "link"),  # refresh.section
+        )
+    )
     IS, F = r.IS, r.F
     F[L.G_ITL_NW] = cfg.warmup_requests
     IS[L.IP_SHARED] = shared
@@ -253,6 +268,8 @@ def simulate(
         IS[L.GI_PEAK_REP] = IS[L.GI_PEAK_USED] = IS[L.DI0 + L.D_USED]
         if cfg.prewarm == "link" and n:
             prewarm_s = _send_prewarm(r, cfg, float(req.arrival[0]))
+    if refresh > 0 and n:
+        push(r.EHT, r.EHI, IS, float(req.arrival[0]) + refresh, L.EV_TIMEOUT, -1, 0)
     dI = IS[L.DI0 : L.DI0 + cfg.n_decode * L.NDI].reshape(cfg.n_decode, L.NDI)
     dI[:, L.D_LREP] = dI[:, L.D_USED]
     dI[:, L.D_LUSED] = dI[:, L.D_USED]
@@ -284,7 +301,7 @@ def simulate(
         "decode_busy_s": d_busy,
         **_work(IS, F, cfg.n_prefill, n_dec),
         **_itl_stats(F),
-        **_prewarm_stats(IS, cfg, prewarm_s),
+        **_prewarm_stats(r, cfg, prewarm_s),
     }
     del n
     return SimResult(r.columns(bool(cfg.track_gaps)), stats, r if keep_state else None)

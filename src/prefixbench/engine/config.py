@@ -75,6 +75,8 @@ class EngineConfig:
     nics_decode: int = 1
     # --- policy (issue 19): the hot set's warm-up traffic (engine/warmup.py)
     prewarm: str = "free"  # free: resident and ready at time zero; link: sent at the start
+    hot_refresh_s: float = 0.0  # re-rank and re-warm the hot set this often (0: never)
+    hot_cap_tokens: int = 0  # the hot set's capacity (memory.hotset_share × budget)
 
 
 @dataclass
@@ -158,6 +160,10 @@ def check_engine_config(cfg: EngineConfig) -> None:
         )
     if cfg.prewarm not in PREWARM:
         _refuse(f"unknown prewarm '{cfg.prewarm}'", "cluster.link.prewarm", "use free or link")
+    if not (0.0 <= cfg.hot_refresh_s < float("inf")):
+        _refuse(
+            f"refresh period {cfg.hot_refresh_s!r} s", "memory.hotset_refresh_s", "give seconds > 0"
+        )
     if cfg.link_topology == "shared_nics" and cfg.link_channels != 1:
         _refuse(
             f"link.channels={cfg.link_channels} applies to topology private_paths only",

@@ -46,7 +46,7 @@ import math
 import numpy as np
 
 from . import layout as L
-from .jit import jit
+from .jit import entry, jit
 from .series import comm, roofline, weights_read
 
 KEEP_MIN = 1.5  # decayed uses (this one included) to keep a block: a reuse within one half-life
@@ -60,7 +60,7 @@ def tail_init(n_decode: int, n_ids: int) -> np.ndarray:
     return out
 
 
-@jit
+@entry  # also called from Python (through refresh.section)
 def tail(IS):
     """Offset of the tail section: right after the per-request time rows."""
     rows = L.T_LAST + 1 if IS[L.IP_GAPS] else L.T_ARR + 1

@@ -24,6 +24,7 @@ import numpy as np
 
 from . import costaware as ca
 from . import layout as L
+from . import refresh as rf
 from .batch import add_work, interrupt, record_gaps, run_to_next_finish, schedule, segment_work
 from .blocks import (
     pc_insert,
@@ -367,6 +368,8 @@ def admit(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t):
     cost_aware = IS[L.IP_POLICY] == L.POL_COST_AWARE
     if cost_aware:
         ca.touch(IS, F, bid, i0, i1, d, t, prompt)
+    elif IS[L.IP_POLICY] == L.POL_HOTSET:
+        rf.count(IS, F, bid, bt, i0, i1)
     if uses_replicas:
         ptoks = persist_new_blocks(IS, F, R, B32, B8, bid, bt, rid, d, i0 + nhit, i1)
     private = need - ptoks

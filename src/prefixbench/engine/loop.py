@@ -68,13 +68,16 @@ def run_disaggregated(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt):
         if kind == EV_DECODE:
             dis.decode_boundary(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, a, b, t)
         elif kind == EV_TRANSFER:
-            if a < 0:  # a decode instance's prewarm (warmup.py)
+            if a < 0:  # a decode instance's prewarm (warmup.py): not request activity
                 wu.landed(IS, B32, B8, -a - 1)
-            else:
-                dis.landed(IS, F, R, B8, EHT, EHI, bid, a, t)
+                continue
+            dis.landed(IS, F, R, B8, EHT, EHI, bid, a, t)
         elif kind == EV_PREFILL:
             dis.prefill_done(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, a, t)
         elif kind == EV_TIMEOUT:
+            if a < 0:  # the hot set's refresh (warmup.refresh): not request activity
+                wu.refresh(IS, F, B32, B8, EHT, EHI, TLF, TLI, t)
+                continue
             if not dis.timeout(IS, F, R, a, t):
                 continue
         else:
