@@ -8,6 +8,8 @@ from ..artifacts import register
 from .bound import COLUMNS as GAP_METRICS
 from .margins import t975
 
+WARMUP_METRICS = ["prewarm_gb", "refresh_gb", "prewarm_s"]
+
 GROUP = ["model", "workload", "budget_factor", "policy"]
 AGG_METRICS = [
     "ttft_mean_ms",
@@ -38,8 +40,10 @@ AGG_METRICS = [
     "offered_rps",
     "capacity_rps",
     "rho_bottleneck",
-    # the gap to the hindsight bound (study/bound.py); absent from older runs files
+    # the gap to the hindsight bound (study/bound.py) and the hot set's warm-up traffic;
+    # absent from older runs files
     *GAP_METRICS,
+    *WARMUP_METRICS,
 ]
 
 
@@ -70,8 +74,12 @@ def aggregate(runs: pl.DataFrame) -> pl.DataFrame:
             pl.lit(None, pl.Utf8).alias("bottleneck_stage"),
         )
     runs = runs.with_columns(
-        [pl.col(m).cast(pl.Float64) for m in GAP_METRICS if m in runs.columns]
-        + [pl.lit(None, pl.Float64).alias(m) for m in GAP_METRICS if m not in runs.columns]
+        [pl.col(m).cast(pl.Float64) for m in (*GAP_METRICS, *WARMUP_METRICS) if m in runs.columns]
+        + [
+            pl.lit(None, pl.Float64).alias(m)
+            for m in (*GAP_METRICS, *WARMUP_METRICS)
+            if m not in runs.columns
+        ]
     )
     g = runs.group_by(GROUP).agg(
         pl.len().cast(pl.Int64).alias("n_seeds"),

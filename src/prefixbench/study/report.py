@@ -482,7 +482,39 @@ def _results_md(agg: pl.DataFrame, crossover: pl.DataFrame) -> list[str]:
         *_cliff_md(cliff_case(agg)),
         *_by_workload_md(agg),
         *_bound_section(agg),
+        *_warmup_section(agg),
         *_crossover_md(crossover, agg),
+    ]
+
+
+def _warmup_section(agg: pl.DataFrame) -> list[str]:
+    """What loading (and refreshing) replicate_hotset's hot set moves over the link."""
+    if "prewarm_gb" not in agg.columns:
+        return []
+    hot = agg.filter((pl.col("policy") == "replicate_hotset") & pl.col("prewarm_gb").is_not_null())
+    if hot.height == 0:
+        return []
+    rows = [
+        [
+            f"`{r['model']}`",
+            f"`{r['workload']}`",
+            f"{r['budget_factor']:g}",
+            f"{r['prewarm_gb']:.3f}",
+            f"{r['refresh_gb']:.3f}" if r["refresh_gb"] is not None else "—",
+            f"{r['prewarm_s'] * 1e3:.1f}" if r["prewarm_s"] else "free",
+        ]
+        for r in hot.sort(SCENARIO).iter_rows(named=True)
+    ]
+    return [
+        "### What the hot set's warm-up costs",
+        "",
+        "KV that `replicate_hotset` moves to warm its hot set, over all decode instances (the "
+        "first set and every refresh, `memory.hotset_refresh_s`), and how long the first set "
+        "takes to land when it crosses the link (`cluster.link.prewarm: link`; `free`: ready "
+        "at time 0, the bytes are what a deployment would have to move; docs/model.md §1.14).",
+        "",
+        md_table(["Model", "Workload", "Budget", "Warm-up GB", "of which refresh", "Lands in (ms)"], rows),
+        "",
     ]
 
 
