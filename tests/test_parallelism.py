@@ -210,9 +210,10 @@ def test_zero_cost_fabric_is_bit_identical_to_ideal_tensor_parallelism(name):
     communication was modelled, exactly (== on every float)."""
     want = json.loads((GOLDEN / f"{name}_ideal_fabric.json").read_text())
     got = _summary(name, ["cluster.prefill.fabric=ideal", "cluster.decode.fabric=ideal"])
-    assert json.loads(json.dumps(got)) == want
+    # the policies of that time (cost_aware came later)
+    assert json.loads(json.dumps({p: got[p] for p in want})) == want
     moved = _summary(name, [])  # default NVLink: every latency grows
-    for policy, m in moved.items():
+    for policy, m in ((p, moved[p]) for p in want):
         assert m["ttft_mean_ms"] > want[policy]["ttft_mean_ms"], policy
         assert m["tpot_mean_ms"] > want[policy]["tpot_mean_ms"], policy
 
