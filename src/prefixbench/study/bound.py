@@ -30,11 +30,11 @@ A policy's share of the achievable reduction is (base − policy) / (base − bo
 
 from __future__ import annotations
 
-import heapq
 import math
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 INF = math.inf
 
@@ -82,15 +82,18 @@ class Prices:
 
 def max_resident(ptr, tokens, capacity: float) -> np.ndarray:
     """Per request: tokens of its longest leading run of blocks that fits in ``capacity``."""
+    ptr = np.asarray(ptr, dtype=np.int64)
+    tokens = np.asarray(tokens, dtype=np.int64)
     n = len(ptr) - 1
     out = np.zeros(n, dtype=np.int64)
-    for i in range(n):
-        acc = 0
-        for j in range(ptr[i], ptr[i + 1]):
-            if acc + tokens[j] > capacity:
-                break
-            acc += tokens[j]
-        out[i] = acc
+    if tokens.size == 0:
+        return out
+    req = np.repeat(np.arange(n), np.diff(ptr))
+    csum = np.cumsum(tokens)
+    before = np.concatenate(([0], csum))[ptr[:-1]]
+    cum = csum - before[req]  # tokens of the chain up to and including each block
+    fit = np.where(cum <= capacity, cum, 0)  # cum grows along a chain: the fits lead
+    np.maximum.at(out, req, fit)
     return out
 
 
@@ -101,58 +104,102 @@ def belady_resident(ptr, blocks, tokens, capacity: float) -> np.ndarray:
     any of its own blocks and the request's chain (all on the decode instance now), and it
     keeps those whose next use is soonest (a deeper block first out on a tie), up to the
     capacity in tokens. Blocks never used again are dropped."""
+    ptr = np.asarray(ptr, dtype=np.int64)
     n = len(ptr) - 1
-    ptr = [int(x) for x in ptr]
-    blocks = [int(x) for x in blocks]
-    tokens = [int(x) for x in tokens]
-    # next use of each block after request i, by scanning backwards
-    nxt_after = [None] * n
-    last: dict[int, int] = {}
-    for i in range(n - 1, -1, -1):
-        nxt_after[i] = [last.get(blocks[j], n) for j in range(ptr[i], ptr[i + 1])]
-        for j in range(ptr[i], ptr[i + 1]):
-            last[blocks[j]] = i
-    size = {blocks[j]: tokens[j] for j in range(len(blocks))}
-    depth = {}
-    for i in range(n):
-        for k, j in enumerate(range(ptr[i], ptr[i + 1])):
-            depth[blocks[j]] = k
-    cache: dict[int, int] = {}  # block -> next use
-    used = 0
-    heap: list[tuple[int, int, int]] = []  # (-next use, -depth, block), stale entries skipped
-
-    def admit(b: int, when: int) -> None:
-        nonlocal used
-        if b in cache:
-            cache[b] = when
-        else:
-            cache[b] = when
-            used += size[b]
-        heapq.heappush(heap, (-when, -depth[b], b))
-
-    def shrink() -> None:
-        nonlocal used
-        while heap and (used > capacity or -heap[0][0] >= n):
-            w, _, b = heapq.heappop(heap)
-            if cache.get(b) == -w:
-                del cache[b]
-                used -= size[b]
-
-    for b, first in sorted(last.items(), key=lambda kv: (kv[1], depth[kv[0]])):
-        admit(b, first)  # free prewarm: the blocks used soonest
-    shrink()
+    blocks = np.asarray(blocks, dtype=np.int64)
+    tokens = np.asarray(tokens, dtype=np.int64)
+    if blocks.size == 0:
+        return np.zeros(n, dtype=np.int64)
+    _, ids = np.unique(blocks, return_inverse=True)
+    ids = ids.astype(np.int64).reshape(-1)
+    m, u = blocks.size, int(ids.max()) + 1
+    req = np.repeat(np.arange(n, dtype=np.int64), np.diff(ptr))
+    depth = np.arange(m, dtype=np.int64) - ptr[:-1][req]
+    # the next request using the same block, for each reference (n: never again)
+    order = np.lexsort((np.arange(m), ids))
+    nxt = np.full(m, n, dtype=np.int64)
+    same = ids[order[1:]] == ids[order[:-1]]
+    nxt[order[:-1][same]] = req[order[1:][same]]
+    first = np.full(u, n, dtype=np.int64)
+    np.minimum.at(first, ids, req)
+    size = np.zeros(u, dtype=np.int64)
+    size[ids] = tokens
+    bdepth = np.zeros(u, dtype=np.int64)
+    bdepth[ids[::-1]] = depth[::-1]  # depth at a block's first reference
+    pre = np.lexsort((bdepth, first))  # free prewarm: the blocks used soonest first
     out = np.zeros(n, dtype=np.int64)
-    for i in range(n):
-        h = 0
-        for j in range(ptr[i], ptr[i + 1]):
-            if blocks[j] not in cache:
-                break
-            h += tokens[j]
-        out[i] = h
-        for k, j in enumerate(range(ptr[i], ptr[i + 1])):
-            admit(blocks[j], nxt_after[i][k])
-        shrink()
+    heap = np.zeros((m + u + 1, 3), dtype=np.int64)
+    _belady(ptr, ids, tokens, depth, nxt, first, size, bdepth, pre, float(capacity), n, heap, out)
     return out
+
+
+@njit(cache=True)
+def _push(heap, hn, when, depth, b):
+    """Max-heap on (next use, depth): the farthest next use (deeper on a tie) on top."""
+    i = hn
+    heap[i, 0], heap[i, 1], heap[i, 2] = when, depth, b
+    while i > 0:
+        p = (i - 1) // 2
+        if heap[p, 0] > heap[i, 0] or (heap[p, 0] == heap[i, 0] and heap[p, 1] >= heap[i, 1]):
+            break
+        for c in range(3):
+            heap[p, c], heap[i, c] = heap[i, c], heap[p, c]
+        i = p
+    return hn + 1
+
+
+@njit(cache=True)
+def _pop(heap, hn):
+    hn -= 1
+    for c in range(3):
+        heap[0, c] = heap[hn, c]
+    i = 0
+    while True:
+        a, z, best = 2 * i + 1, 2 * i + 2, i
+        for k in (a, z):
+            if k < hn and (
+                heap[k, 0] > heap[best, 0]
+                or (heap[k, 0] == heap[best, 0] and heap[k, 1] > heap[best, 1])
+            ):
+                best = k
+        if best == i:
+            return hn
+        for c in range(3):
+            heap[best, c], heap[i, c] = heap[i, c], heap[best, c]
+        i = best
+
+
+@njit(cache=True)
+def _belady(ptr, ids, tokens, depth, nxt, first, size, bdepth, pre, cap, n, heap, out):
+    u = size.shape[0]
+    when = np.full(u, -1, dtype=np.int64)  # next use of a cached block, -1: not cached
+    used = 0
+    hn = 0
+    for k in range(pre.shape[0]):
+        b = pre[k]
+        when[b] = first[b]
+        used += size[b]
+        hn = _push(heap, hn, first[b], bdepth[b], b)
+    for i in range(-1, n):
+        if i >= 0:
+            h = 0
+            for j in range(ptr[i], ptr[i + 1]):
+                if when[ids[j]] < 0:
+                    break
+                h += tokens[j]
+            out[i] = h
+            for j in range(ptr[i], ptr[i + 1]):
+                b = ids[j]
+                if when[b] < 0:
+                    used += size[b]
+                when[b] = nxt[j]
+                hn = _push(heap, hn, nxt[j], depth[j], b)
+        while hn > 0 and (used > cap or heap[0, 0] >= n):
+            w, b = heap[0, 0], heap[0, 2]
+            hn = _pop(heap, hn)
+            if when[b] == w:
+                when[b] = -1
+                used -= size[b]
 
 
 # ---------------------------------------------------------------- per run
