@@ -218,10 +218,11 @@ class Roofline:
         e = self.eff
         return self._time(flops, nbytes, e.mfu_prefill, e.prefill_overhead_ms) + self.comm(new)
 
-    def recompute(self, n: int) -> float:
-        """Rebuild n prefix tokens on this instance: a prefill without logits."""
-        flops = self.f_lin * n + self.attn * (n * (n + 1) / 2)
-        nbytes = self.weights_read(n) + self.kv * n
+    def recompute(self, n: int, after: int = 0) -> float:
+        """Rebuild n prefix tokens on this instance, attending to ``after`` tokens already
+        resident before them: a prefill without logits."""
+        flops = self.f_lin * n + self.attn * (n * (n + 1) / 2 + n * after)
+        nbytes = self.weights_read(n) + self.kv * (n + after)
         e = self.eff
         return self._time(flops, nbytes, e.mfu_prefill, e.prefill_overhead_ms) + self.comm(n)
 

@@ -73,6 +73,30 @@ Semantics implemented, disaggregated mode (times in seconds):
   step that finishes its job.
 * Requests finishing at the same boundary leave in request (arrival) order, which fixes
   the LRU order of the replica blocks they release (each request's chain tail first).
+* ``cost_aware`` (docs/model.md "The cost-aware policy"): at admission, after the room
+  check, every block of the chain gets its per-instance decayed use count bumped
+  (``c = c·0.5^(Δt/T) + 1``, T = budget / (prompt tokens this instance admitted so far per
+  second since its first admission), infinite at the first instant); blocks not resident
+  with ``c ≥ 1.5`` are kept. With h replica-hit tokens and ph prefill-hit tokens, if ph > h
+  it compares transfer (land time of prompt − h tokens queued now) against recompute of
+  ph − h tokens (land of prompt − ph tokens vs. stall start = running stall's end or now,
+  plus the queued recomputes, plus this one; charged + stall × running batch size) and
+  recomputes only if strictly cheaper. Kept blocks of a recomputed request become ready
+  when both its KV has landed and its recompute was run.
+* Warm-up traffic (``prewarm: link``, replicate_hotset with a hot set): the hot blocks
+  hold memory from the start but are not ready; at the first arrival, decode instance d
+  (in order) receives all of them from prefill instance d mod P as one transfer queued
+  like a request's (same NIC groups or earliest-free channel, same latency); when it lands
+  the hot blocks that are idle and still not ready become ready.
+* Hot-set refresh (``hot_refresh_s`` > 0, replicate_hotset with a hot set): every admitted
+  request adds one use to each block of its chain (pooled over decode instances). Every
+  period from the first arrival, while a request is in the system or still to arrive: the
+  new hot set is the used blocks, most uses first (ties: smaller hash), taken while their
+  tokens fit ``hot_cap_tokens`` (stop at the first that does not); uses reset; it replaces
+  the set requests persist; each decode instance, in order, adds the blocks it lacks in
+  that order as idle replicas (most recently used), trimming idle replicas LRU when the
+  free memory is short, and stops at the first block that cannot fit; with prewarm=link
+  the added blocks are not ready and travel as one transfer as at the start.
 * ``max_token_gap``: the largest interval between two consecutive output tokens of a
   request (0 for a single token), from the token times themselves.
 
@@ -286,6 +310,9 @@ class RefConfig:
     host_kv_tokens: int = 0
     host_path_bytes_per_s: float = 63.0e9
     host_path_latency_s: float = 1e-6
+    prewarm: str = "free"  # replicate_hotset: free (ready at 0) or link (sent at the start)
+    hot_refresh_s: float = 0.0  # replicate_hotset: re-rank and re-warm this often (0: never)
+    hot_cap_tokens: int = 0  # the hot set's capacity in tokens
     # colocated mode
     instances: int = 1
     scheduler: str = "prefill_priority"
@@ -317,6 +344,9 @@ DATA_FIELDS = (
     "host_kv_tokens",
     "host_path_bytes_per_s",
     "host_path_latency_s",
+    "prewarm",
+    "hot_refresh_s",
+    "hot_cap_tokens",
 )
 
 
@@ -412,6 +442,9 @@ def scenario_config(prep) -> RefConfig:
         wait_timeout_s=m.wait_timeout_s,
         prefill_router=c.prefill_router,
         decode_router=c.decode_router,
+        prewarm=c.link.prewarm,
+        hot_refresh_s=m.hotset_refresh_s or 0.0,
+        hot_cap_tokens=int(min(m.hotset_share * budget, 2**62)),
         instances=n,
         scheduler=c.colocated_scheduler,
         step_token_budget=c.prefill_token_budget
@@ -457,6 +490,10 @@ class DecodeInstance:
         self.host: dict[int, list[int]] = {}  # replicate_tiered: hash -> [tokens, last use]
         self.host_free = 0.0  # when the host path is next free
         self.state = "idle"  # idle | wake (boundary scheduled now) | iter | stall
+        self.stall_end = NAN
+        self.uses: dict[int, list[float]] = {}  # cost_aware: hash -> [decayed count, last t]
+        self.first_admit = NAN
+        self.admitted_tokens = 0
 
 
 class ReferenceSim:
@@ -489,6 +526,81 @@ class ReferenceSim:
                     if h not in dec.replicas:
                         dec.replicas[h] = Replica(t, 0, True, self.tick())
         self.peak_used = max((self.used(d) for d in range(cfg.n_decode)), default=0)  # KV tokens
+        if cfg.policy == "replicate_hotset" and cfg.prewarm == "link" and self.reqs:
+            self.send_hot_sets(self.reqs[0].arrival)
+        self.refreshing = (
+            cfg.policy == "replicate_hotset" and cfg.hot_blocks and cfg.hot_refresh_s > 0
+        )
+        self.uses: dict[int, int] = {}  # block uses since the last refresh
+        self.block_tokens: dict[int, int] = {}
+        if self.refreshing and self.reqs:
+            self.schedule(self.reqs[0].arrival + cfg.hot_refresh_s, TIMEOUT, ("refresh",))
+
+    def on_refresh(self, t: float) -> None:
+        cfg = self.cfg
+        ranked = sorted((-c, h) for h, c in self.uses.items() if c > 0)
+        new, total = [], 0
+        for _, h in ranked:
+            if total + self.block_tokens[h] > cfg.hot_cap_tokens:
+                break
+            total += self.block_tokens[h]
+            new.append(h)
+        self.uses = {}
+        self.hot = new
+        link = cfg.prewarm == "link"
+        for d, dec in enumerate(self.dc):
+            added = 0
+            for h in new:
+                if h in dec.replicas:
+                    continue
+                tok = self.block_tokens[h]
+                free = cfg.budget_tokens - self.used(d)
+                idle = sum(rep.tokens for rep in dec.replicas.values() if rep.refs == 0)
+                if free < tok and free + idle < tok:
+                    break
+                while free < tok:
+                    cands = [k for k, rep in dec.replicas.items() if rep.refs == 0]
+                    victim = min(cands, key=lambda k: dec.replicas[k].idle_since)
+                    free += dec.replicas.pop(victim).tokens
+                dec.replicas[h] = Replica(tok, 0, not link, self.tick())
+                added += tok
+            if added:
+                self.peak_used = max(self.peak_used, self.used(d))
+                if link:
+                    self.send_to(d, t, added * cfg.decode.kv)
+        live = any(r.prefill_instance != -1 and r.outcome == PENDING for r in self.reqs)
+        if live or self.reqs[-1].arrival > t:
+            self.schedule(t + cfg.hot_refresh_s, TIMEOUT, ("refresh",))
+
+    def send_to(self, d: int, t0: float, nbytes: float) -> None:
+        """Warm-up bytes from prefill instance d mod P to decode instance d, queued FCFS."""
+        cfg = self.cfg
+        p = d % cfg.n_prefill
+        if cfg.link_topology == "shared_nics":
+            start = max(t0, self.egress_free[p], self.ingress_free[d])
+            busy = nbytes / (min(cfg.nics_prefill, cfg.nics_decode) * cfg.link_bytes_per_s)
+            self.egress_free[p] = self.ingress_free[d] = start + busy
+        else:
+            chans = self.channels[(p, d)]
+            c = chans.index(min(chans))
+            start = max(t0, chans[c])
+            busy = nbytes / cfg.link_bytes_per_s
+            chans[c] = start + busy
+        self.schedule(start + busy + cfg.link_latency_s, TRANSFER, ("prewarm", d))
+
+    def send_hot_sets(self, t0: float) -> None:
+        cfg = self.cfg
+        for d, dec in enumerate(self.dc):
+            if not dec.replicas:
+                continue
+            for rep in dec.replicas.values():
+                rep.ready = False
+            self.send_to(d, t0, sum(rep.tokens for rep in dec.replicas.values()) * cfg.decode.kv)
+
+    def on_prewarm_landed(self, d: int) -> None:
+        for rep in self.dc[d].replicas.values():
+            if rep.refs == 0 and not rep.ready:
+                rep.ready = True
 
     # ------------------------------------------------------------------ helpers
 
@@ -501,11 +613,18 @@ class ReferenceSim:
         heapq.heappush(self.events, (t, kind, self.seq, payload))
 
     def uses_replicas(self) -> bool:
-        return self.cfg.policy in ("replicate_hotset", "replicate_all_lru", "replicate_tiered")
+        return self.cfg.policy in (
+            "replicate_hotset",
+            "replicate_all_lru",
+            "replicate_tiered",
+            "cost_aware",
+        )
 
-    def keeps(self, h: int) -> bool:
+    def keeps(self, h: int, dec: DecodeInstance) -> bool:
         if self.cfg.policy in ("replicate_all_lru", "replicate_tiered"):
             return True
+        if self.cfg.policy == "cost_aware":
+            return dec.uses[h][0] >= 1.5
         if self.cfg.policy == "replicate_hotset":
             return h in self.hot
         return False
@@ -526,8 +645,12 @@ class ReferenceSim:
                 self.on_arrival(payload, t)
             elif kind == PREFILL:
                 self.on_prefill_end(payload, t)
+            elif kind == TRANSFER and isinstance(payload, tuple):
+                self.on_prewarm_landed(payload[1])
             elif kind == TRANSFER:
                 self.on_landed(payload, t)
+            elif kind == TIMEOUT and isinstance(payload, tuple):
+                self.on_refresh(t)
             elif kind == TIMEOUT:
                 self.on_timeout(payload, t)
             else:
@@ -718,8 +841,14 @@ class ReferenceSim:
                 dec.host.pop(h, None)
         persisted = 0
         pinned = list(hit_blocks)
+        if cfg.policy == "cost_aware":
+            self.count_uses(r, dec, t)
+        elif self.refreshing:
+            for h, tok in r.chain:
+                self.uses[h] = self.uses.get(h, 0) + 1
+                self.block_tokens[h] = tok
         for h, tok in r.chain[len(hit_blocks) :]:
-            if h not in dec.replicas and self.keeps(h):
+            if h not in dec.replicas and self.keeps(h, dec):
                 dec.replicas[h] = Replica(tok, 1, False)
                 pinned.append(h)
                 persisted += tok
@@ -735,6 +864,8 @@ class ReferenceSim:
             xfer, rc = r.prompt, 0
         elif cfg.policy == "recompute_on_decode":
             xfer, rc = r.prompt - r.prefill_hit_tokens, r.prefill_hit_tokens
+        elif cfg.policy == "cost_aware":
+            xfer, rc = self.cost_aware_choice(r, d, t, hit)
         else:
             xfer, rc = r.prompt - hit, 0
         promo_land = None
@@ -778,7 +909,7 @@ class ReferenceSim:
             else:
                 self.stream_alone(r, t)
             if rc > 0:
-                self.queue_job(dec, r, rc)
+                self.queue_job(dec, r, rc, hit if cfg.policy == "cost_aware" else 0)
                 self.wake(d, t)
             return True
         if nbytes > 0 and cfg.link_topology == "shared_nics":
@@ -805,7 +936,7 @@ class ReferenceSim:
             land = max(land, promo_land)
         self.schedule(land, TRANSFER, r)
         if rc > 0:
-            self.queue_job(dec, r, rc)
+            self.queue_job(dec, r, rc, hit if cfg.policy == "cost_aware" else 0)
             self.wake(d, t)
         return True
 
@@ -859,7 +990,9 @@ class ReferenceSim:
 
     # ------------------------------------------------------------------ recompute jobs
 
-    def queue_job(self, dec: DecodeInstance, r: Req, m: int) -> None:
+    def queue_job(self, dec: DecodeInstance, r: Req, m: int, h: int = 0) -> None:
+        """A job rebuilding prefix tokens [h, h + m) (h resident: cost_aware)."""
+        m += h
         best, best_s = None, 0
         for a in dec.recompute:
             s = 0
@@ -870,9 +1003,11 @@ class ReferenceSim:
             s = min(s, m, a.rc_total)
             if s > best_s:
                 best, best_s = a, s
-        r.rc_total, r.rc_done, r.rc_wait, r.rc_shared = m, 0, best, best_s
+        if best_s <= h:
+            best, best_s = None, 0
+        r.rc_total, r.rc_done, r.rc_wait, r.rc_shared = m, h, best, best_s
         r.rc_pending = True
-        r.recompute_tokens = m - best_s
+        r.recompute_tokens = m - max(best_s, h)
         dec.recompute.append(r)
 
     def job_done(self, dec: DecodeInstance, r: Req, t_end: float) -> None:
@@ -880,6 +1015,8 @@ class ReferenceSim:
         r.rc_pending = False
         dec.recompute.remove(r)
         if r.landed:
+            for h in r.pinned:  # cost_aware keeps what it rebuilt
+                dec.replicas[h].ready = True
             dec.ready.append(r)
 
     def resolve_waits(self, dec: DecodeInstance, t: float) -> None:
@@ -946,6 +1083,67 @@ class ReferenceSim:
         while sum(v[0] for v in dec.host.values()) > cap:
             del dec.host[min(dec.host, key=lambda k: dec.host[k][1])]
         self.host_move(dec, t, tok * self.cfg.decode.kv)
+    def count_uses(self, r: Req, dec: DecodeInstance, t: float) -> None:
+        if math.isnan(dec.first_admit):
+            dec.first_admit = t
+        dec.admitted_tokens += r.prompt
+        half = math.inf
+        if t > dec.first_admit:
+            half = self.cfg.budget_tokens / (dec.admitted_tokens / (t - dec.first_admit))
+        for h, _ in r.chain:
+            c, last = dec.uses.get(h, [0.0, 0.0])
+            if t > last:
+                c *= 0.0 if half <= 0 else 0.5 ** ((t - last) / half)
+            dec.uses[h] = [c + 1.0, t]
+
+    def land_time(self, r: Req, d: int, t: float, tokens: int) -> float:
+        """When ``tokens`` of KV sent now would land (the queues as they are, nothing sent)."""
+        cfg = self.cfg
+        nbytes = tokens * cfg.decode.kv
+        if nbytes <= 0:
+            return t
+        if cfg.link_topology == "shared_nics":
+            start = max(t, self.egress_free[r.prefill_instance], self.ingress_free[d])
+            rate = min(cfg.nics_prefill, cfg.nics_decode) * cfg.link_bytes_per_s
+        else:
+            start = max(t, min(self.channels[(r.prefill_instance, d)]))
+            rate = cfg.link_bytes_per_s
+        return start + nbytes / rate + cfg.link_latency_s
+
+    def recompute_price(self, d: int, m: int, h: int) -> tuple[float, float]:
+        """(Span, extra over plain decode iterations) of rebuilding [h, h + m) in chunks
+        beside the batch as it is now."""
+        dec, roof = self.dc[d], self.cfg.decode
+        nb = len(dec.running)
+        ctx = sum(x.prompt + x.generated for x in dec.running)
+        room = self.cfg.recompute_chunk_tokens - nb
+        span = extra = 0.0
+        done = h
+        while m > 0:
+            c = min(room, m)
+            step = roof.mixed_step(nb, ctx, [(c, done, False)])
+            span += step
+            extra += step - (roof.mixed_step(nb, ctx, []) if nb else 0.0)
+            done += c
+            m -= c
+            ctx += nb
+        return span, extra
+
+    def cost_aware_choice(self, r: Req, d: int, t: float, hit: int) -> tuple[int, int]:
+        dec = self.dc[d]
+        ph = r.prefill_hit_tokens
+        if ph <= hit:
+            return r.prompt - hit, 0
+        m = ph - hit
+        start = t
+        for q in dec.recompute:
+            if q.rc_wait is None and q.rc_total > q.rc_done:
+                start += self.recompute_price(d, q.rc_total - q.rc_done, q.rc_done)[0]
+        span, extra = self.recompute_price(d, m, hit)
+        ready_rc = max(self.land_time(r, d, t, r.prompt - ph), start + span)
+        cost_rc = ready_rc - t + len(dec.running) * extra
+        cost_xfer = self.land_time(r, d, t, r.prompt - hit) - t
+        return (r.prompt - ph, m) if cost_rc < cost_xfer else (r.prompt - hit, 0)
 
     # ------------------------------------------------------------------ link
 
@@ -953,9 +1151,9 @@ class ReferenceSim:
         r.t_transfer_end = t
         r.landed = True
         dec = self.dc[r.decode_instance]
-        for h in r.pinned:
-            dec.replicas[h].ready = True
         if not r.rc_pending:
+            for h in r.pinned:  # a recomputed request's blocks: once rebuilt (job_done)
+                dec.replicas[h].ready = True
             # no recompute, or its job is done by the end of the running step
             dec.ready.append(r)
             self.wake(r.decode_instance, t)
@@ -1014,7 +1212,9 @@ class ReferenceSim:
                     holders[h] = holders.get(h, 0) + 1
         for h, rep in dec.replicas.items():
             assert rep.refs == holders.get(h, 0), "replica refcount out of step"
-            assert rep.refs > 0 or rep.ready, "an idle replica that never landed"
+            # a warm-up block whose transfer is in flight
+            warming = self.cfg.prewarm == "link" and self.cfg.policy == "replicate_hotset"
+            assert rep.refs > 0 or rep.ready or warming, "an idle replica that never landed"
         assert set(holders) <= set(dec.replicas)
         assert not set(dec.host) & set(dec.replicas), "a block in both HBM and host tiers"
         assert sum(v[0] for v in dec.host.values()) <= self.cfg.host_kv_tokens, "host over pool"

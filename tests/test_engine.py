@@ -93,7 +93,8 @@ def test_interpreted_source_gives_the_compiled_results():
 @pytest.mark.parametrize(
     "change, where",
     [
-        ({"policy": "cost_aware"}, "policy"),
+        ({"policy": "oracle"}, "policy"),
+        ({"prewarm": "lazy"}, "cluster.link.prewarm"),
         ({"prefill_router": "random"}, "prefill_router"),
         ({"decode_router": "sticky"}, "decode_router"),
         ({"on_full": "drop"}, "memory.on_full"),

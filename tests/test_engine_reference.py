@@ -62,6 +62,7 @@ POLICIES = (
     "replicate_hotset",
     "replicate_all_lru",
     "replicate_tiered",
+    "cost_aware",
 )
 RTOL, ATOL = 1e-9, 1e-12
 
@@ -209,6 +210,7 @@ def disagg_cases(draw, policies=POLICIES, tight: bool = False):
     factors = [1.0, 1.2, 1.5, 2.0] if tight else [0.8, 1.0, 1.5, 3.0, 8.0, 1000.0]
     budget = max(1, int(largest * draw(st.sampled_from(factors))))
     hot: list[tuple[int, int]] = []
+    share_cap = 0.0
     if policy == "replicate_hotset" and draw(st.booleans()):
         order = draw(st.permutations(range(n_blocks)))
         share_cap = budget * draw(st.sampled_from([0.2, 0.5, 1.0]))
@@ -238,6 +240,9 @@ def disagg_cases(draw, policies=POLICIES, tight: bool = False):
         prefill_cache_tokens=draw(st.sampled_from([0, 300, 1500, 10**9])),
         budget_tokens=budget,
         hot_blocks=hot,
+        prewarm=draw(st.sampled_from(["free", "link"])),
+        hot_refresh_s=draw(st.sampled_from([0.0, 0.0, 0.02, 0.2])),
+        hot_cap_tokens=int(share_cap),
         on_full=draw(st.sampled_from(["reject", "wait"])),
         wait_timeout_s=draw(st.sampled_from([0.005, 0.1, 1.0])),
         prefill_router=draw(st.sampled_from(["least_tokens", "round_robin"])),

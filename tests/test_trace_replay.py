@@ -87,7 +87,7 @@ def test_cli_run_trace_compares_policies(tmp_path):
         ],
     )
     assert r.exit_code == 0, r.stderr
-    assert len(json.loads(r.stdout)["results"]) == 5  # every policy
+    assert len(json.loads(r.stdout)["results"]) == 6  # every registered policy
 
 
 def test_cli_bad_trace_is_one_line(tmp_path):

@@ -6,6 +6,7 @@ YAML goes through ``yaml.safe_load`` only: user files are data, never code.
 from __future__ import annotations
 
 import copy
+import functools
 import reprlib
 from importlib import resources
 from pathlib import Path
@@ -43,9 +44,20 @@ def read_yaml(path: Path) -> Any:
     return _parse(text, str(path))
 
 
+@functools.lru_cache(maxsize=256)
+def _yaml_cached(text: str) -> Any:
+    return yaml.safe_load(text)
+
+
+def safe_load(text: str) -> Any:
+    """``yaml.safe_load``, remembered per text (a map or sweep loads the same preset and
+    the same --set values hundreds of times); the caller gets its own copy."""
+    return copy.deepcopy(_yaml_cached(text))
+
+
 def _parse(text: str, where: str) -> Any:
     try:
-        return yaml.safe_load(text)
+        return safe_load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
         loc = f"{where}:{mark.line + 1}" if mark is not None else where
@@ -121,7 +133,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
             fix="write it as path.to.field=value, e.g. workload.arrivals.rate=8",
         )
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = safe_load(raw) if raw.strip() else ""
     except (yaml.YAMLError, RecursionError):
         value = raw
     except ValueError as e:  # an integer beyond Python's int-str limit

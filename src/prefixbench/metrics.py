@@ -223,6 +223,10 @@ def summarize(prep: Prepared, policy: str, df: pl.DataFrame, res: SimResult) -> 
         "link_util_ingress": st.get("link_util_ingress", st["link_util"]),
         "mean_decode_batch": st["mean_decode_batch"],
         **_host_tier(st, gb),
+        # the hot set's warm-up traffic (engine/warmup.py): bytes it moves, time to land
+        "prewarm_gb": st.get("prewarm_gb", 0.0),
+        "refresh_gb": st.get("refresh_gb", 0.0),
+        "prewarm_s": st.get("prewarm_s", 0.0),
     }
     row = {
         k: (
@@ -247,4 +251,9 @@ def summarize(prep: Prepared, policy: str, df: pl.DataFrame, res: SimResult) -> 
         n_p = n_d = prep.scenario.cluster.prefill_instances + prep.scenario.cluster.decode_instances
     row.update(instance_busy(df, st, n_p, n_d))
     row.update(instance_figures(s, st))
+    # the gap to the hindsight bound on the unloaded hand-off time (study/bound.py)
+    from .study.bound import gap_columns
+
+    measured = (np.arange(len(df)) >= s.run.warmup_requests) & ~np.isnan(res.columns["t_admit"])
+    row.update(gap_columns(prep, res.columns, measured))
     return row

@@ -229,6 +229,7 @@ def prepare(s: Scenario) -> Prepared:
         / 1e6,
         link_channels=c.link.channels,
         link_topology=c.link.topology,
+        prewarm=c.link.prewarm,
         nics_prefill=c.link.nics_per_instance or c.prefill.devices,
         nics_decode=c.link.nics_per_instance or c.decode.devices,
         streaming=c.link.streaming,
@@ -243,6 +244,8 @@ def prepare(s: Scenario) -> Prepared:
         hot_blocks=hot_blocks(
             req, s.run.warmup_requests or max(1, len(req) // 10), m.hotset_share * budget
         ),
+        hot_refresh_s=m.hotset_refresh_s or 0.0,
+        hot_cap_tokens=int(min(m.hotset_share * budget, 2**62)),
         on_full=m.on_full,
         wait_timeout_s=m.wait_timeout_s,
         prefill_router=c.prefill_router,

@@ -70,9 +70,13 @@ class Policy(str, Enum):
     replicate_hotset = "replicate_hotset"
     replicate_all_lru = "replicate_all_lru"
     replicate_tiered = "replicate_tiered"
+    cost_aware = "cost_aware"
 
 
 POLICIES: tuple[str, ...] = tuple(p.value for p in Policy)
+# the reference study's four (BRIEF §1: 384 runs); a study grid compares these unless its
+# `policies` names others (cost_aware is opt-in there, so the reference study stays as is)
+REFERENCE_POLICIES: tuple[str, ...] = POLICIES[:4]
 
 
 # ------------------------------------------------------------------ distributions
@@ -482,6 +486,12 @@ class LinkConfig(_M):
     latency_us: float | None = Field(
         None, ge=0, le=1e6, description="Override one-way latency, µs (0 to 10⁶, one second)."
     )
+    prewarm: Literal["free", "link"] = Field(
+        "free",
+        description="replicate_hotset's hot set: free (resident and ready at time zero, the "
+        "seed's model) or link (sent from the prefill at the first arrival over the same "
+        "NICs as the requests' KV, usable once it lands).",
+    )
 
     @field_validator("name")
     @classmethod
@@ -598,6 +608,14 @@ class MemorySpec(_M):
         ge=0,
         le=1,
         description="replicate_hotset: share of the budget prewarmed with hot prefixes.",
+    )
+    hotset_refresh_s: float | None = Field(
+        None,
+        gt=0,
+        le=1e9,
+        description="replicate_hotset: every this many seconds, re-rank the hot set from the "
+        "blocks used since the last refresh and warm the decode instances with what they "
+        "lack (over the link with cluster.link.prewarm: link); None: the set is fixed.",
     )
     on_full: Literal["reject", "wait"] = Field(
         "reject",

@@ -150,17 +150,65 @@ def _col(df: pl.DataFrame, name: str) -> np.ndarray:
     return df[name].cast(pl.Float64).to_numpy()
 
 
-def offered_load(prep, df: pl.DataFrame, stats: dict) -> tuple[float, dict, bool]:
+# the per-request columns the verdict reads (besides ``outcome`` and ``warmup``)
+COLUMNS = (
+    "arrival",
+    "prompt_tokens",
+    "output_tokens",
+    "prefill_hit_tokens",
+    "replica_hit_tokens",
+    "transfer_tokens",
+    "recompute_tokens",
+    "t_prefill_start",
+    "t_prefill_end",
+    "t_admit",
+    "t_transfer_start",
+    "t_transfer_end",
+    "t_recompute_start",
+    "t_recompute_end",
+    "t_decode_start",
+    "t_first_token",
+    "t_done",
+)
+
+
+class Cols:
+    """The verdict's inputs as float64 numpy columns, in request order, with two masks:
+    ``completed`` and ``warmup``. ``rows(mask)`` is the same table restricted to a mask."""
+
+    def __init__(self, cols: dict[str, np.ndarray], completed: np.ndarray, warmup: np.ndarray):
+        self.c = cols
+        self.completed = completed
+        self.warmup = warmup
+
+    @classmethod
+    def of_frame(cls, df: pl.DataFrame) -> Cols:
+        cols = {k: _col(df, k) for k in COLUMNS}
+        done = (df["outcome"] == "completed").fill_null(False).to_numpy()
+        return cls(cols, done, df["warmup"].to_numpy().astype(bool))
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.c[name]
+
+    def __len__(self) -> int:
+        return len(self.c["arrival"])
+
+    def rows(self, mask: np.ndarray) -> Cols:
+        return Cols({k: v[mask] for k, v in self.c.items()}, self.completed[mask], self.warmup[mask])
+
+
+def offered_load(prep, df, stats: dict) -> tuple[float, dict, bool]:
     """(offered rate req/s, ρ per stage at that rate, whether memory is a loss stage)."""
     s, b = prep.scenario, prep.base
-    steady = df.filter(~pl.col("warmup"))
-    arr = _col(steady, "arrival")
+    cols = df if isinstance(df, Cols) else Cols.of_frame(df)
+    steady = cols.rows(~cols.warmup)
+    arr = steady["arrival"]
     span = float(arr[-1] - arr[0]) if len(arr) > 1 else 0.0
     lam = (len(arr) - 1) / span if span > 0 else 0.0
     colocated = s.cluster.mode == "colocated"
-    prompt = _col(steady, "prompt_tokens")
-    out = _col(steady, "output_tokens")
-    hit = _col(steady, "prefill_hit_tokens")
+    prompt = steady["prompt_tokens"]
+    out = steady["output_tokens"]
+    hit = steady["prefill_hit_tokens"]
     rho: dict[str, float | None] = dict.fromkeys(STAGES)
     if span <= 0:
         return lam, rho, True
@@ -169,16 +217,17 @@ def offered_load(prep, df: pl.DataFrame, stats: dict) -> tuple[float, dict, bool
     pcost = b.decode_cost if colocated else b.prefill_cost
     rho["prefill"] = _prefill_busy(pcost, b.prefill_token_budget, prompt - hit, hit) / span / n_inst
 
-    admitted = steady.filter(pl.col("t_admit").is_not_nan())
+    admitted = steady.rows(~np.isnan(steady["t_admit"]))
+    n_adm = len(admitted)
     # the decode time a recompute takes: the compute of the tokens its job computes itself
     # (its chunks ride in decode iterations, docs/model.md §1.9, so its span overlaps decoding)
     rc = (
-        recompute_time(b.decode_cost, _col(admitted, "recompute_tokens"))
-        if admitted.height and not colocated
+        recompute_time(b.decode_cost, admitted["recompute_tokens"])
+        if n_adm and not colocated
         else np.zeros(0)
     )
-    if not colocated and admitted.height:
-        nbytes = _col(admitted, "transfer_tokens") * prep.kv_bpt
+    if not colocated and n_adm:
+        nbytes = admitted["transfer_tokens"] * prep.kv_bpt
         if getattr(b, "link_topology", "private_paths") == "shared_nics":
             # the busiest NIC group: λ/min(P, D) of the transfers at the sharded rate
             rate = b.link_bytes_per_s * min(b.nics_prefill, b.nics_decode)
@@ -193,14 +242,14 @@ def offered_load(prep, df: pl.DataFrame, stats: dict) -> tuple[float, dict, bool
     slot_s = float(out.mean()) * t_it / m + (float(rc.mean()) if len(rc) else 0.0)
     rho["decode_slots"] = lam * slot_s / d + (rho["prefill"] if colocated else 0.0)
 
-    done = admitted.filter(pl.col("outcome") == "completed")
+    done = admitted.rows(admitted.completed)
     paged = getattr(s.memory, "admission", "reserve") == "paged"
-    if not colocated and done.height:
-        p, o = _col(done, "prompt_tokens"), _col(done, "output_tokens")
-        need = p - _col(done, "replica_hit_tokens") + (o / 2 if paged else o)
-        xfer = np.nan_to_num(_col(done, "t_transfer_end") - _col(done, "t_transfer_start"))
-        rcd = np.nan_to_num(_col(done, "t_recompute_end") - _col(done, "t_recompute_start"))
-        hold = _col(done, "t_done") - _col(done, "t_decode_start") + xfer + rcd
+    if not colocated and len(done):
+        p, o = done["prompt_tokens"], done["output_tokens"]
+        need = p - done["replica_hit_tokens"] + (o / 2 if paged else o)
+        xfer = np.nan_to_num(done["t_transfer_end"] - done["t_transfer_start"])
+        rcd = np.nan_to_num(done["t_recompute_end"] - done["t_recompute_start"])
+        hold = done["t_done"] - done["t_decode_start"] + xfer + rcd
         budget = float(stats.get("budget_tokens", b.budget_tokens)) * b.n_decode
         rho["decode_memory"] = lam * float((need * hold).mean()) / budget
     return lam, rho, _memory_sheds(s, paged)
@@ -218,6 +267,9 @@ def _memory_sheds(s, paged: bool) -> bool:
 # ------------------------------------------------------------------ trends and queues
 
 
+_TX = np.arange(TREND_BLOCKS, dtype=np.float64) - (TREND_BLOCKS - 1) / 2.0  # centred x
+
+
 def trend(w: np.ndarray, scale: float) -> Trend | None:
     """Last-third minus first-third mean of ``w`` (in order), and its z-score.
 
@@ -227,10 +279,15 @@ def trend(w: np.ndarray, scale: float) -> Trend | None:
     if len(w) < MIN_TREND_POINTS:
         return None
     k = TREND_BLOCKS
-    means = np.array([c.mean() for c in np.array_split(w, k)])
-    x = np.arange(k, dtype=np.float64)
-    slope, icpt = np.polyfit(x, means, 1)
-    resid = means - (slope * x + icpt)
+    # np.array_split's blocks: the first len % k hold one extra point
+    q, r = divmod(len(w), k)
+    sizes = np.full(k, q)
+    sizes[:r] += 1
+    starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+    means = np.add.reduceat(w, starts) / sizes
+    # least-squares line through (x, means), in closed form about the centre of x
+    slope = float((_TX * means).sum() / (_TX * _TX).sum())
+    resid = means - (slope * _TX + float(means.mean()))
     sd = math.sqrt(float((resid**2).sum()) / (k - 2))
     third = k // 3
     first, last = float(means[:third].mean()), float(means[-third:].mean())
@@ -246,9 +303,9 @@ def _mean_finite(x: np.ndarray) -> float:
     return float(x.mean()) if len(x) else 0.0
 
 
-def stage_waits(df: pl.DataFrame) -> dict[str, tuple[np.ndarray, np.ndarray, float]]:
+def stage_waits(df) -> dict[str, tuple[np.ndarray, np.ndarray, float]]:
     """Per stage: (enter, leave) times of its wait and the stage's own service scale (s)."""
-    c = {k: _col(df, k) for k in df.columns if k.startswith("t_") or k == "arrival"}
+    c = df if isinstance(df, Cols) else Cols.of_frame(df)
     ready = np.fmax(c["t_transfer_end"], c["t_recompute_end"])
     hold = c["t_done"] - c["t_decode_start"]
     return {
@@ -296,8 +353,10 @@ def queue_lengths(
 # ------------------------------------------------------------------ verdict
 
 
-def assess(prep, df: pl.DataFrame, stats: dict) -> Stability:
-    """The stability verdict of one run (``df``: its per-request table, in request order)."""
+def assess(prep, df: pl.DataFrame | Cols, stats: dict) -> Stability:
+    """The stability verdict of one run (``df``: its per-request table, in request order, or
+    the same columns as ``Cols``)."""
+    df = df if isinstance(df, Cols) else Cols.of_frame(df)
     lam, rho, sheds = offered_load(prep, df, stats)
     eff = dict(rho)
     mem = rho.get("decode_memory")
@@ -308,7 +367,7 @@ def assess(prep, df: pl.DataFrame, stats: dict) -> Stability:
     queueing = [k for k in STAGES if eff[k] is not None and not (k == "decode_memory" and sheds)]
     over = [k for k in queueing if eff[k] >= RHO_LIMIT]
 
-    steady = df.filter(~pl.col("warmup"))
+    steady = df.rows(~df.warmup)
     waits = stage_waits(steady)
     trends = {}
     for k, (a, z, scale) in waits.items():
@@ -316,7 +375,7 @@ def assess(prep, df: pl.DataFrame, stats: dict) -> Stability:
         if t is not None:
             trends[k] = t
     growing = [k for k, t in trends.items() if t.growing]
-    ttft = trend(_col(steady, "t_first_token") - _col(steady, "arrival"), 0.0)
+    ttft = trend(steady["t_first_token"] - steady["arrival"], 0.0)
     ttft_growth = (
         (ttft.first_s + ttft.growth_s) / ttft.first_s if ttft and ttft.first_s > 0 else None
     )
@@ -334,7 +393,7 @@ def assess(prep, df: pl.DataFrame, stats: dict) -> Stability:
     if cap_stage is not None and rho[cap_stage]:
         cap = lam / rho[cap_stage]
         if saturated is not None and rho[cap_stage] < RHO_LIMIT:  # a trend the model missed
-            cap = min(cap, float((steady["outcome"] == "completed").sum()) / _span(steady))
+            cap = min(cap, float(steady.completed.sum()) / _span(steady))
 
     t0, t1 = stats.get("t_warm", 0.0), stats.get("t_end", 0.0)
     queues = {}
@@ -354,8 +413,8 @@ def assess(prep, df: pl.DataFrame, stats: dict) -> Stability:
     )
 
 
-def _span(df: pl.DataFrame) -> float:
-    arr = _col(df, "arrival")
+def _span(df: Cols) -> float:
+    arr = df["arrival"]
     return max(float(arr[-1] - arr[0]), 1e-12) if len(arr) > 1 else 1e-12
 
 

@@ -138,6 +138,7 @@ class PolicyName(str, Enum):
     replicate_hotset = "replicate_hotset"
     replicate_all_lru = "replicate_all_lru"
     replicate_tiered = "replicate_tiered"
+    cost_aware = "cost_aware"
 
 
 class PolicyChoice(str, Enum):
@@ -147,6 +148,7 @@ class PolicyChoice(str, Enum):
     replicate_hotset = "replicate_hotset"
     replicate_all_lru = "replicate_all_lru"
     replicate_tiered = "replicate_tiered"
+    cost_aware = "cost_aware"
 
 
 class _Study(str, Enum):

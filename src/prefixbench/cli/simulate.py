@@ -81,7 +81,7 @@ def run(
         typer.Option("--timeline", help="Write a Chrome/Perfetto trace (open in ui.perfetto.dev)."),
     ] = None,
 ) -> None:
-    """Simulate one scenario under the five policies (or one) and compare them."""
+    """Simulate one scenario under every policy (or one) and compare them."""
     from ..export import parse_percentiles, run_result, write_requests
     from ..loader import load_scenario
     from ..render import run_table, safe_text

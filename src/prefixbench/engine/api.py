@@ -11,6 +11,8 @@ import numpy as np
 from ..errors import SimulationError
 from ..workload.requests import Requests
 from . import layout as L
+from . import refresh as rf
+from . import warmup as wu
 from .blocks import dense_block_ids, prewarm
 from .config import (
     TIME_COLUMNS,
@@ -20,6 +22,7 @@ from .config import (
     check_colocated_config,
     check_engine_config,
 )
+from .costaware import tail_init
 from .loop import DONE, NEED_HEAP, close_run, heap_room, log_room
 from .loop import run_colocated as _run_colocated
 from .loop import run_disaggregated as _run_disaggregated
@@ -205,6 +208,35 @@ def _host_stats(cfg: EngineConfig, IS: np.ndarray, F: np.ndarray, window: float)
     }
 
 
+def _send_prewarm(r: _Run, cfg: EngineConfig, t0: float) -> float:
+    """Queue every decode instance's hot set on the link at ``t0`` (engine/warmup.py);
+    returns how long the last one takes to land."""
+    last = t0
+    for d in range(cfg.n_decode):
+        used = int(r.IS[L.DI0 + d * L.NDI + L.D_USED])
+        land = wu.send(r.IS, r.F, r.B8, d, t0, used * cfg.decode_cost.kv_bpt)
+        if int(r.IS[L.GI_HSZ]) + 1 > r.EHT.shape[0]:
+            r.grow(NEED_HEAP)
+        push(r.EHT, r.EHI, r.IS, land, L.EV_TRANSFER, wu.payload(d), 0)
+        last = max(last, land)
+    return last - t0
+
+
+def _prewarm_stats(r: _Run, cfg: EngineConfig, prewarm_s: float) -> dict:
+    """What warming the hot set moves (GB over all decode instances: the first set and
+    every refresh) and, with prewarm over the link, how long until the last instance's first
+    hot set has landed."""
+    hot = 0
+    if cfg.policy == "replicate_hotset":
+        hot = sum(int(t) for _, t in cfg.hot_blocks) * cfg.n_decode
+    refreshed = float(r.F[int(rf.section(r.IS)) + rf.S_BYTES])
+    return {
+        "prewarm_gb": (hot * cfg.decode_cost.kv_bpt + refreshed) / 1e9,
+        "refresh_gb": refreshed / 1e9,
+        "prewarm_s": prewarm_s,
+    }
+
+
 def simulate(
     req: Requests, cfg: EngineConfig, recorder=None, keep_state: bool = False
 ) -> SimResult:
@@ -243,15 +275,29 @@ def simulate(
     hot_h = np.array([h for h, _ in cfg.hot_blocks], dtype=np.int64)
     hot_t = np.array([t for _, t in cfg.hot_blocks], dtype=np.int64)
     r = _Run(req, ip, fp, hot_h)
+    u = int(r.IS[L.IP_U])
+    refresh = cfg.hot_refresh_s if cfg.policy == "replicate_hotset" and cfg.hot_blocks else 0.0
+    r.F = np.concatenate(
+        (
+            r.F,
+            tail_init(cfg.n_decode, u),  # costaware.tail
+            rf.init(u, refresh, cfg.hot_cap_tokens, cfg.prewarm == "link"),  # refresh.section
+        )
+    )
     IS, F = r.IS, r.F
     F[L.G_ITL_NW] = cfg.warmup_requests
     IS[L.IP_SHARED] = shared
     IS[L.IP_STREAM] = cfg.streaming == "layerwise"
     IS[L.IP_LAYERS] = cfg.layers
     IS[L.IP_RCHUNK] = cfg.recompute_chunk_tokens
+    prewarm_s = 0.0
     if cfg.policy == "replicate_hotset" and hot_h.shape[0] > 0:
         prewarm(IS, r.B32, r.B8, _c64(r.hot_ids), hot_t)
         IS[L.GI_PEAK_REP] = IS[L.GI_PEAK_USED] = IS[L.DI0 + L.D_USED]
+        if cfg.prewarm == "link" and n:
+            prewarm_s = _send_prewarm(r, cfg, float(req.arrival[0]))
+    if refresh > 0 and n:
+        push(r.EHT, r.EHI, IS, float(req.arrival[0]) + refresh, L.EV_TIMEOUT, -1, 0)
     dI = IS[L.DI0 : L.DI0 + cfg.n_decode * L.NDI].reshape(cfg.n_decode, L.NDI)
     dI[:, L.D_LREP] = dI[:, L.D_USED]
     dI[:, L.D_LUSED] = dI[:, L.D_USED]
@@ -285,6 +331,7 @@ def simulate(
         **_work(IS, F, cfg.n_prefill, n_dec),
         **_itl_stats(F),
         **_host_stats(cfg, IS, F, window),
+        **_prewarm_stats(r, cfg, prewarm_s),
     }
     del n
     return SimResult(r.columns(bool(cfg.track_gaps)), stats, r if keep_state else None)

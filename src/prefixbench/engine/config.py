@@ -25,6 +25,7 @@ SCHEDULERS = {
 ON_FULL = ("reject", "wait")
 LINK_TOPOLOGIES = ("shared_nics", "private_paths")
 STREAMING = ("after_prefill", "layerwise")
+PREWARM = ("free", "link")
 
 # The per-request timestamp columns every run returns (SimResult.columns), in order.
 TIME_COLUMNS = (
@@ -85,6 +86,10 @@ class EngineConfig:
     host_kv_tokens: int = 0
     host_path_bytes_per_s: float = 63.0e9
     host_path_latency_s: float = 1e-6
+    # --- policy (issue 19): the hot set's warm-up traffic (engine/warmup.py)
+    prewarm: str = "free"  # free: resident and ready at time zero; link: sent at the start
+    hot_refresh_s: float = 0.0  # re-rank and re-warm the hot set this often (0: never)
+    hot_cap_tokens: int = 0  # the hot set's capacity (memory.hotset_share × budget)
 
 
 @dataclass
@@ -166,6 +171,12 @@ def check_engine_config(cfg: EngineConfig) -> None:
             "cluster.link.topology",
             "use " + " or ".join(LINK_TOPOLOGIES),
         )
+    if cfg.prewarm not in PREWARM:
+        _refuse(f"unknown prewarm '{cfg.prewarm}'", "cluster.link.prewarm", "use free or link")
+    if not (0.0 <= cfg.hot_refresh_s < float("inf")):
+        _refuse(
+            f"refresh period {cfg.hot_refresh_s!r} s", "memory.hotset_refresh_s", "give seconds > 0"
+        )
     if cfg.link_topology == "shared_nics" and cfg.link_channels != 1:
         _refuse(
             f"link.channels={cfg.link_channels} applies to topology private_paths only",
@@ -203,7 +214,7 @@ def _check_stream(cfg: EngineConfig) -> None:
             "cluster.link.streaming",
             "set cluster.link.topology: shared_nics, or streaming: after_prefill",
         )
-    if cfg.policy == "recompute_on_decode" and cfg.recompute_chunk_tokens <= cfg.max_batch:
+    if cfg.policy in ("recompute_on_decode", "cost_aware") and cfg.recompute_chunk_tokens <= cfg.max_batch:
         _refuse(
             f"chunk_token_budget {cfg.recompute_chunk_tokens} leaves no room for a recompute "
             f"chunk beside a full decode batch of {cfg.max_batch}",

@@ -24,8 +24,10 @@ import math
 
 import numpy as np
 
+from . import costaware as ca
 from . import layout as L
-from .batch import add_work, interrupt, record_gaps, run_to_next_finish, segment_work
+from . import refresh as rf
+from .batch import add_work, interrupt, record_gaps, run_to_next_finish, schedule, segment_work
 from .blocks import (
     pc_insert,
     pc_match,
@@ -49,7 +51,7 @@ from .queues import (
     wq_append,
     wq_remove,
 )
-from .recompute import mixed_step, queue_job, resolve_shared
+from .recompute import mark_ready, mixed_step, queue_job, resolve_shared
 from .series import (
     coeffs,
     prefill_step_time,
@@ -281,17 +283,22 @@ def wait_for_room(IS, F, R, EHT, EHI, rid, d, t):
 
 
 @jit
-def persist_new_blocks(IS, R, B32, B8, bid, bt, rid, d, i0, i1):
+def persist_new_blocks(IS, F, R, B32, B8, bid, bt, rid, d, i0, i1):
     """Blocks the policy keeps as replicas once they land (marked in the request's
     "persisted" flags); returns their tokens."""
     U = IS[L.IP_U]
     st = d * U
     pflag, hot = IS[L.H_PFLAG], IS[L.H_HOT]
-    all_lru = IS[L.IP_POLICY] >= L.POL_ALL_LRU  # and replicate_tiered
+    all_lru = IS[L.IP_POLICY] == L.POL_ALL_LRU or IS[L.IP_POLICY] == L.POL_TIERED
+    cost_aware = IS[L.IP_POLICY] == L.POL_COST_AWARE
     ptoks = 0
     for j in range(i0, i1):
         h = bid[j]
-        if B8[st + h] & L.ST_IN == 0 and (all_lru or B8[hot + h] != 0):
+        if cost_aware:
+            keep = ca.keeps(IS, F, d, h)
+        else:
+            keep = all_lru or B8[hot + h] != 0
+        if B8[st + h] & L.ST_IN == 0 and keep:
             rs_add_pending(IS, B32, B8, d, h, bt[j])
             B8[pflag + j] = 1
             ptoks += bt[j]
@@ -430,8 +437,13 @@ def admit(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t):
         if IS[L.IP_POLICY] == L.POL_TIERED:  # a chain block past a gap, trimmed and
             ht_take(IS, B32, d, bid, i0 + nhit, i0 + nhit, i1)  # demoted: back to HBM now
     ptoks = 0
+    cost_aware = IS[L.IP_POLICY] == L.POL_COST_AWARE
+    if cost_aware:
+        ca.touch(IS, F, bid, i0, i1, d, t, prompt)
+    elif IS[L.IP_POLICY] == L.POL_HOTSET:
+        rf.count(IS, F, bid, bt, i0, i1)
     if uses_replicas:
-        ptoks = persist_new_blocks(IS, R, B32, B8, bid, bt, rid, d, i0 + nhit, i1)
+        ptoks = persist_new_blocks(IS, F, R, B32, B8, bid, bt, rid, d, i0 + nhit, i1)
     private = need - ptoks
     IS[b + L.D_PRIV] += private
     R[rr + L.R_PRIV] = private
@@ -442,7 +454,10 @@ def admit(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t):
     F[ft + L.T_AD * n + rid] = t
     mem_changed(IS, F, TLF, TLI, d, t)
 
-    xfer, rc = handoff(IS, rid, prompt, hit_tok)
+    if IS[L.IP_POLICY] == L.POL_COST_AWARE:
+        xfer, rc = ca.choose(IS, F, R, rid, d, t, prompt, hit_tok)
+    else:
+        xfer, rc = handoff(IS, rid, prompt, hit_tok)
     promo_land = -1.0
     if nhost and promote_or_send(
         IS, F, d, t, link_start(IS, F, rid, d, t), xfer - host_tok, host_tok
@@ -475,7 +490,9 @@ def admit(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t):
             land = promo_land
         push(EHT, EHI, IS, land, L.EV_TRANSFER, rid, 0)
     if rc > 0:  # deduplicated: recompute_tokens counts the tokens its own job computes
-        IS[io + L.O_RC * n + rid] = queue_job(IS, R, bid, bt, rid, d, rc)
+        IS[io + L.O_RC * n + rid] = queue_job(
+            IS, R, bid, bt, rid, d, rc, hit_tok if IS[L.IP_POLICY] == L.POL_COST_AWARE else 0
+        )
         interrupt(IS, F, EHT, EHI, d, t)
     return True
 
@@ -518,16 +535,12 @@ def timeout(IS, F, R, rid, t):
 def landed(IS, F, R, B8, EHT, EHI, bid, rid, t):
     """The request's KV is on its decode instance: persisted blocks become ready replicas;
     the request joins the batch unless its prefix recompute is still pending."""
-    n, ptr = IS[L.IP_N], IS[L.H_PTR]
+    n = IS[L.IP_N]
     F[IS[L.H_FT] + L.T_XE * n + rid] = t
     d = IS[IS[L.H_O] + L.O_DI * n + rid]
     fl = rid * L.NR + L.R_FLAGS
-    if R[fl] & L.F_PERS:
-        pflag = IS[L.H_PFLAG]
-        st = d * IS[L.IP_U]
-        for j in range(IS[ptr + rid] + R[rid * L.NR + L.R_NHIT], IS[ptr + rid + 1]):
-            if B8[pflag + j]:
-                B8[st + bid[j]] |= L.ST_READY
+    if R[fl] & L.F_PERS and not R[fl] & L.F_RC:  # recomputed blocks: when rebuilt
+        mark_ready(IS, R, B8, bid, rid, d)
     R[fl] |= L.F_XD
     if not R[fl] & L.F_RC:
         q_append(IS, R, L.DI0 + d * L.NDI + L.D_JQH, L.R_JQN, rid)
@@ -632,10 +645,10 @@ def decode_boundary(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, d, version, 
         mem_changed(IS, F, TLF, TLI, d, t)
         drain_waiting(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, d, t)
     if IS[b + L.D_RQH] != -1:
-        resolve_shared(IS, F, R, d, t)
+        resolve_shared(IS, F, R, B8, bid, d, t)
     nj = join_batch(IS, F, R, d, t)
     if IS[b + L.D_RQH] != -1:
-        mixed_step(IS, F, R, EHT, EHI, TLF, TLI, d, t, nj)
+        mixed_step(IS, F, R, B8, bid, EHT, EHI, TLF, TLI, d, t, nj)
         return True
     if IS[b + L.D_B] > 0:
         run_to_next_finish(IS, F, EHT, EHI, d, t)

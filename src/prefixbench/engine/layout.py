@@ -84,6 +84,8 @@ REC_CO_PREFILL, REC_CO_MIXED = 6, 7
 KIND_SHIFT = 56  # an event's heap key is kind << KIND_SHIFT | insertion number
 POL_TRANSFER, POL_RECOMPUTE, POL_HOTSET, POL_ALL_LRU = 0, 1, 2, 3
 POL_TIERED = 4  # --- tiered (issue 13): all-LRU over HBM plus a host-DRAM tier
+# --- policy (issue 19)
+POL_COST_AWARE = 5  # uses replicas (codes >= POL_HOTSET do); engine/costaware.py
 NTL_F, NTL_I = 2, 5  # timeline record: floats (t0, t1), ints (kind, track, a, b, c)
 
 # ---------------------------------------------------------------- IS (int64)

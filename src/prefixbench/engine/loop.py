@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from . import colocated as co
 from . import disagg as dis
+from . import warmup as wu
 from .jit import entry, jit
 from .layout import (
     EV_DECODE,
@@ -67,10 +68,16 @@ def run_disaggregated(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt):
         if kind == EV_DECODE:
             dis.decode_boundary(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, a, b, t)
         elif kind == EV_TRANSFER:
+            if a < 0:  # a decode instance's prewarm (warmup.py): not request activity
+                wu.landed(IS, B32, B8, -a - 1)
+                continue
             dis.landed(IS, F, R, B8, EHT, EHI, bid, a, t)
         elif kind == EV_PREFILL:
             dis.prefill_done(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, a, t)
         elif kind == EV_TIMEOUT:
+            if a < 0:  # the hot set's refresh (warmup.refresh): not request activity
+                wu.refresh(IS, F, B32, B8, EHT, EHI, TLF, TLI, t)
+                continue
             if not dis.timeout(IS, F, R, a, t):
                 continue
         else:

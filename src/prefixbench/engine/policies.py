@@ -11,7 +11,14 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .layout import POL_ALL_LRU, POL_HOTSET, POL_RECOMPUTE, POL_TIERED, POL_TRANSFER
+from .layout import (
+    POL_ALL_LRU,
+    POL_COST_AWARE,
+    POL_HOTSET,
+    POL_RECOMPUTE,
+    POL_TIERED,
+    POL_TRANSFER,
+)
 
 
 class Entry(NamedTuple):
@@ -39,5 +46,10 @@ POLICIES: dict[str, Entry] = {
         POL_TIERED,
         "as all-LRU, but blocks trimmed from HBM drop to a host-DRAM tier and come back over "
         "the host path when that lands before the link would",
+    ),
+    "cost_aware": Entry(
+        POL_COST_AWARE,
+        "per request, the cheaper of transfer and recompute now (queues, batch stall); "
+        "keeps blocks used before (decayed count)",
     ),
 }

@@ -29,10 +29,12 @@ from .timeline import record
 
 
 @jit
-def queue_job(IS, R, bid, bt, rid, d, m):
-    """Queue ``rid``'s job of ``m`` prefix tokens on ``d``, deduplicated against the jobs
-    queued or running there (the one sharing the most leading tokens; ties: the earliest);
-    returns the tokens it computes itself."""
+def queue_job(IS, R, bid, bt, rid, d, m, h):
+    """Queue ``rid``'s job of ``m`` prefix tokens after its ``h`` resident ones (cost_aware;
+    0 otherwise) on ``d``, deduplicated against the jobs queued or running there (the one
+    sharing the most leading tokens; ties: the earliest); returns the tokens it computes
+    itself."""
+    m += h
     b = L.DI0 + d * L.NDI
     ptr = IS[L.H_PTR]
     i0, i1 = IS[ptr + rid], IS[ptr + rid + 1]
@@ -53,14 +55,16 @@ def queue_job(IS, R, bid, bt, rid, d, m):
         if s > best_s:
             best, best_s = a, s
         a = R[a * L.NR + L.R_RQN]
+    if best_s <= h:  # nothing to take from another job beyond what is resident
+        best, best_s = -1, 0
     rr = rid * L.NR
-    R[rr + L.R_RDONE] = 0
+    R[rr + L.R_RDONE] = h
     R[rr + L.R_RDEP] = best
     R[rr + L.R_RSH] = best_s
     R[rr + L.R_RTOT] = m
     R[rr + L.R_FLAGS] |= L.F_RC
     q_append(IS, R, b + L.D_RQH, L.R_RQN, rid)
-    return m - best_s
+    return m - max(best_s, h)
 
 
 @jit
@@ -75,18 +79,32 @@ def _unlink(IS, R, b, prev, a, nxt):
 
 
 @jit
-def _done(IS, F, R, b, rid, t_end):
-    """``rid``'s job is finished at ``t_end``: it joins once its KV has landed."""
+def mark_ready(IS, R, B8, bid, rid, d):
+    """The request's persisted blocks hold their KV: they give hits from now on."""
+    ptr, pflag = IS[L.H_PTR], IS[L.H_PFLAG]
+    st = d * IS[L.IP_U]
+    for j in range(IS[ptr + rid] + R[rid * L.NR + L.R_NHIT], IS[ptr + rid + 1]):
+        if B8[pflag + j]:
+            B8[st + bid[j]] |= L.ST_READY
+
+
+
+@jit
+def _done(IS, F, R, B8, bid, b, rid, t_end):
+    """``rid``'s job is finished at ``t_end``: it joins once its KV has landed (cost_aware:
+    its kept blocks hold their KV from then on)."""
     n = IS[L.IP_N]
     F[IS[L.H_FT] + L.T_RE * n + rid] = t_end
     fl = rid * L.NR + L.R_FLAGS
     R[fl] &= ~L.F_RC
     if R[fl] & L.F_XD:
+        if R[fl] & L.F_PERS:
+            mark_ready(IS, R, B8, bid, rid, (b - L.DI0) // L.NDI)
         q_append(IS, R, b + L.D_JQH, L.R_JQN, rid)
 
 
 @jit
-def resolve_shared(IS, F, R, d, t):
+def resolve_shared(IS, F, R, B8, bid, d, t):
     """At a boundary: jobs whose shared tokens the job they wait on has computed by now take
     them as done; a job left with nothing to compute finishes here (and can join now)."""
     n, ft = IS[L.IP_N], IS[L.H_FT]
@@ -104,7 +122,7 @@ def resolve_shared(IS, F, R, d, t):
                 F[ft + L.T_RS * n + a] = t
             if R[ar + L.R_RDONE] == R[ar + L.R_RTOT]:
                 _unlink(IS, R, b, prev, a, nxt)
-                _done(IS, F, R, b, a, t)
+                _done(IS, F, R, B8, bid, b, a, t)
                 a = nxt
                 continue
         prev = a
@@ -130,7 +148,7 @@ def mixed_gaps(IS, F, d, end):
 
 
 @jit
-def mixed_step(IS, F, R, EHT, EHI, TLF, TLI, d, t, nj):
+def mixed_step(IS, F, R, B8, bid, EHT, EHI, TLF, TLI, d, t, nj):
     """One decode iteration of ``d``'s batch plus recompute chunks in the token budget (the
     ``nj`` requests that joined at ``t`` emit their first token at its end)."""
     n, ft = IS[L.IP_N], IS[L.H_FT]
@@ -180,7 +198,7 @@ def mixed_step(IS, F, R, EHT, EHI, TLF, TLI, d, t, nj):
             F[ft + L.T_RS * n + a] = t
         if R[ar + L.R_RDONE] == R[ar + L.R_RTOT]:
             _unlink(IS, R, b, prev, a, nxt)
-            _done(IS, F, R, b, a, end)
+            _done(IS, F, R, B8, bid, b, a, end)
         else:
             prev = a
         a = nxt

@@ -5,7 +5,10 @@ from __future__ import annotations
 import polars as pl
 
 from ..artifacts import register
+from .bound import COLUMNS as GAP_METRICS
 from .margins import t975
+
+WARMUP_METRICS = ["prewarm_gb", "refresh_gb", "prewarm_s"]
 
 GROUP = ["model", "workload", "budget_factor", "policy"]
 AGG_METRICS = [
@@ -42,6 +45,10 @@ AGG_METRICS = [
     "host_mb_per_request",
     "mean_host_kv_gb",
     "host_path_util",
+    # the gap to the hindsight bound (study/bound.py) and the hot set's warm-up traffic;
+    # absent from older runs files
+    *GAP_METRICS,
+    *WARMUP_METRICS,
 ]
 
 
@@ -71,6 +78,14 @@ def aggregate(runs: pl.DataFrame) -> pl.DataFrame:
             pl.lit(None, pl.Utf8).alias("saturated_stage"),
             pl.lit(None, pl.Utf8).alias("bottleneck_stage"),
         )
+    runs = runs.with_columns(
+        [pl.col(m).cast(pl.Float64) for m in (*GAP_METRICS, *WARMUP_METRICS) if m in runs.columns]
+        + [
+            pl.lit(None, pl.Float64).alias(m)
+            for m in (*GAP_METRICS, *WARMUP_METRICS)
+            if m not in runs.columns
+        ]
+    )
     g = runs.group_by(GROUP).agg(
         pl.len().cast(pl.Int64).alias("n_seeds"),
         # a point is unstable if any seed is (docs/model.md, "Stability")

@@ -233,21 +233,9 @@ def _outcome_codes() -> tuple[int, int]:
     return int(Outcome.COMPLETED), int(Outcome.REJECTED)
 
 
-# engine columns stability.assess does not read: left out of its frame (~15% of its time)
-_NOT_FOR_ASSESS = frozenset(
-    {
-        "outcome",
-        "prefill_instance",
-        "decode_instance",
-        "reject_reason",
-        "persisted_tokens",
-    }
-)
-
-
 def run_metrics(prep, res) -> dict:
     """The map's per-run figures (docs/model.md §5.3 definitions) and the stability verdict."""
-    from ..stability import assess
+    from ..stability import COLUMNS, Cols, assess
 
     completed, rejected = _outcome_codes()
     req, s, cols = prep.requests, prep.scenario, res.columns
@@ -266,15 +254,15 @@ def run_metrics(prep, res) -> dict:
     window = float(req.arrival[-1] - req.arrival[w]) or 1e-12
     n_steady = int(steady.sum())
     slo_ok = int(((ttft <= s.slo.ttft_ms) & (tpot <= s.slo.tpot_ms)).sum())
-    frame = pl.DataFrame(
-        {
-            "arrival": req.arrival,
-            "prompt_tokens": req.prompt_len,
-            "output_tokens": req.output_len,
-            **{k: v for k, v in cols.items() if k not in _NOT_FOR_ASSESS},
-            "outcome": np.where(outc == completed, "completed", "other"),
-            "warmup": ~steady,
-        }
+    given = {
+        "arrival": req.arrival,
+        "prompt_tokens": req.prompt_len,
+        "output_tokens": req.output_len,
+    }
+    frame = Cols(
+        {k: np.asarray(given[k] if k in given else cols[k], dtype=np.float64) for k in COLUMNS},
+        outc == completed,
+        ~steady,
     )
     verdict = assess(prep, frame, res.stats)
     return {

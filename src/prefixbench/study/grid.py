@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..errors import ScenarioError
-from ..scenario import POLICIES
+from ..scenario import POLICIES, REFERENCE_POLICIES
 
 
 class SweepSpec(BaseModel):
@@ -34,7 +34,11 @@ class SweepSpec(BaseModel):
     budgets: list[float] = Field(
         [0.35, 0.5, 0.75, 1.0], min_length=1, description="budget_factor values."
     )
-    policies: list[str] = Field(list(POLICIES), min_length=1, description="Policies to compare.")
+    policies: list[str] = Field(
+        list(REFERENCE_POLICIES),
+        min_length=1,
+        description="Policies to compare (default: the reference four; add cost_aware).",
+    )
     seeds: list[int] = Field([0, 1, 2], min_length=1, description="Random seeds per point.")
     set: list[str] = Field([], description="--set overrides applied to every scenario.")
     trace: str | None = Field(None, description="Replay this trace as every point's workload.")

@@ -274,7 +274,11 @@ def run_recommend(
         read_artifact(folder / "agg.parquet", "agg")
     ):
         folder = Path(results or "results") / "recommend" / f"{spec.name}-{budget:g}"
-        grid = build_spec({"models": [name], "budgets": [budget], "workloads": wanted})
+        from ..scenario import POLICIES
+
+        grid = build_spec(
+            {"models": [name], "budgets": [budget], "workloads": wanted, "policies": list(POLICIES)}
+        )
         # this folder is recommend's own cache for (model, budget): other workloads asked
         # for later are added to it, not refused as "a different grid"
         run_sweep(grid, folder, jobs=jobs, force=True, on_start=on_start, on_point=on_point)

@@ -482,6 +482,8 @@ def _results_md(agg: pl.DataFrame, crossover: pl.DataFrame) -> list[str]:
         *_best_md(best_relaxed_case(agg)),
         *_cliff_md(cliff_case(agg)),
         *_by_workload_md(agg),
+        *_bound_section(agg),
+        *_warmup_section(agg),
         *_crossover_md(crossover, agg),
         *_streaming_md(agg),
     ]
@@ -491,6 +493,84 @@ def _streaming_md(agg: pl.DataFrame) -> list[str]:
     from .transfer_path import streaming_md
 
     return streaming_md(sorted(agg["model"].unique().to_list()))
+def _warmup_section(agg: pl.DataFrame) -> list[str]:
+    """What loading (and refreshing) replicate_hotset's hot set moves over the link."""
+    if "prewarm_gb" not in agg.columns:
+        return []
+    hot = agg.filter((pl.col("policy") == "replicate_hotset") & pl.col("prewarm_gb").is_not_null())
+    if hot.height == 0:
+        return []
+    rows = [
+        [
+            f"`{r['model']}`",
+            f"`{r['workload']}`",
+            f"{r['budget_factor']:g}",
+            f"{r['prewarm_gb']:.3f}",
+            f"{r['refresh_gb']:.3f}" if r["refresh_gb"] is not None else "—",
+            f"{r['prewarm_s'] * 1e3:.1f}" if r["prewarm_s"] else "free",
+        ]
+        for r in hot.sort(SCENARIO).iter_rows(named=True)
+    ]
+    return [
+        "### What the hot set's warm-up costs",
+        "",
+        "KV that `replicate_hotset` moves to warm its hot set, over all decode instances (the "
+        "first set and every refresh, `memory.hotset_refresh_s`), and how long the first set "
+        "takes to land when it crosses the link (`cluster.link.prewarm: link`; `free`: ready "
+        "at time 0, the bytes are what a deployment would have to move; docs/model.md §1.14).",
+        "",
+        md_table(["Model", "Workload", "Budget", "Warm-up GB", "of which refresh", "Lands in (ms)"], rows),
+        "",
+    ]
+
+
+def _bound_section(agg: pl.DataFrame) -> list[str]:
+    """Each policy's share of the achievable hand-off-time reduction (study/bound.py)."""
+    if "bound_share" not in agg.columns or agg["bound_share"].is_null().all():
+        return []
+    pols = _policies(agg)
+    rows, best = [], None
+    for key in agg.select(SCENARIO).unique().sort(SCENARIO).iter_rows():
+        sub = agg.filter(
+            (pl.col("model") == key[0])
+            & (pl.col("workload") == key[1])
+            & (pl.col("budget_factor") == key[2])
+        )
+        share = dict(sub.select("policy", "bound_share").iter_rows())
+        bound = sub["handoff_bound_ms"].mean()
+        rows.append(
+            [
+                f"`{key[0]}`",
+                f"`{key[1]}`",
+                f"{key[2]:g}",
+                *[pct(share[p]) if share.get(p) is not None else "—" for p in pols],
+                f"{bound:.2f}" if bound is not None else "—",
+            ]
+        )
+        for p, v in share.items():
+            if p != BASELINE and v is not None and (best is None or v > best[0]):
+                best = (v, p, key)
+    out = [
+        "### Gap to the hindsight bound",
+        "",
+        "Share of the achievable reduction in unloaded hand-off time (link move or recompute "
+        "of the prefix KV the decode node lacks, no queueing) that each policy reaches: "
+        f"(`{BASELINE}` − policy) ÷ (`{BASELINE}` − bound), on the same admitted requests. "
+        "The bound prices every request at its cheapest choice with its whole prefix "
+        "resident up to the KV budget: no policy, online or offline, can go below it "
+        "(docs/model.md, \"The optimal bound\"). Negative: worse than transferring "
+        "everything.",
+        "",
+    ]
+    if best is not None:
+        v, p, key = best
+        out += [
+            f"Closest: `{p}` reaches {pct(v)} of the achievable hand-off-time reduction on "
+            f"`{key[0]}` / `{key[1]}` at budget {key[2]:g}.",
+            "",
+        ]
+    headers = ["Model", "Workload", "Budget", *[f"`{p}`" for p in pols], "Bound (ms)"]
+    return [*out, md_table(headers, rows), ""]
 
 
 def build_report(results: Path, report_dir: Path, plots: Path | None = None) -> str:

@@ -1,0 +1,220 @@
+"""``cost_aware``: the hand-off decided per request from the decode instance's current state.
+
+At admission (docs/model.md "The cost-aware policy") the request's prefix blocks split into
+the leading run already resident on the decode instance (``h`` tokens, a replica hit), the
+part the prefill node had cached (up to ``ph`` tokens: the prefill computed only the rest)
+and the rest of the prompt. For the ``ph - h`` prefix tokens the decode instance lacks it
+prices each way of getting them and takes the cheapest:
+
+* **transfer**: the whole missing KV (``prompt - h`` tokens) crosses the link; it lands
+  when the FCFS NIC queues it joins are free (their current free times) plus the move;
+* **recompute on decode**: only ``prompt - ph`` tokens cross; the decode instance rebuilds
+  the ``ph - h`` prefix tokens (attending to the ``h`` resident ones) as chunks mixed
+  into its decode iterations (engine/recompute.py), after the chunks of the jobs queued
+  before it; the request is ready at the later of its landing and its recompute's end.
+  The mixed iterations are longer than plain ones, which delays every sequence in the
+  batch, so the option is charged ``extra time × batch size`` on top (the TPOT delay it
+  imposes);
+* **promote from a host tier**: ``promote_ready`` (the tiered helper's hook; no tier here,
+  so never chosen).
+
+Cost = (ready time − now) + delay imposed on others; ties go to transfer. Everything read
+is what a real decode scheduler knows at that moment: its own batch size and context,
+its recompute queue, the NIC queues' free times (it posted or is told of the transfers in
+flight), its resident blocks, and the prefill's cached-token count (returned with the
+prefill's hand-off, as vLLM's and Dynamo's connectors do). The recompute's start is
+estimated at now (after the queued jobs' chunks), not at the next iteration boundary, which
+the scheduler could know but which moves as the batch changes: the estimate is exact on
+an idle instance.
+
+Whether a block the request brings is kept resident is a reuse estimate, not always or
+never: each block id keeps a decayed access count (``f ← f·2^(−Δt/T) + 1`` at every
+admission that uses it), and a block is kept when its count reaches ``KEEP_MIN`` = 1.5 (it
+was used before within one half-life: 1 + 2^(−Δt/T) ≥ 1.5; a TinyLFU-style doorkeeper that
+keeps one-off prefixes out of memory). The half-life ``T`` is the time the decode instance takes to
+receive its whole KV budget in prompt tokens at the admitted rate observed so far (a block
+that does not recur within one memory turnover would be trimmed before its reuse anyway).
+
+State: a tail section of ``F`` after the per-request time rows (``tail``): per decode
+instance its first admission time and admitted prompt tokens, then per instance and block
+id the decayed count and the time it was last updated (each instance counts only what it
+admitted itself).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import layout as L
+from .jit import entry, jit
+from .series import comm, roofline, weights_read
+
+KEEP_MIN = 1.5  # decayed uses (this one included) to keep a block: a reuse within one half-life
+X_T0, X_TOK = 0, 1  # tail, per decode instance: first admission time, admitted prompt tokens
+
+
+def tail_init(n_decode: int, n_ids: int) -> np.ndarray:
+    """The tail section of ``F``: 2 fields per decode instance, then counts and times."""
+    out = np.zeros(2 * n_decode + 2 * n_decode * n_ids)
+    out[X_T0 : 2 * n_decode : 2] = np.nan
+    return out
+
+
+@entry  # also called from Python (through refresh.section)
+def tail(IS):
+    """Offset of the tail section: right after the per-request time rows."""
+    rows = L.T_LAST + 1 if IS[L.IP_GAPS] else L.T_ARR + 1
+    if IS[L.IP_POLICY] == L.POL_TIERED:
+        rows = L.T_PROMO + 1
+    return IS[L.H_FT] + rows * IS[L.IP_N]
+
+
+# ---------------------------------------------------------------- the recompute's price
+
+
+@jit
+def recompute_time(IS, F, d, m, h):
+    """(Seconds, extra seconds) of rebuilding ``m`` prefix tokens after ``h`` resident ones
+    on ``d`` as recompute.mixed_step runs it: chunks of the iteration token budget left by
+    the current batch, each iteration also decoding the batch; the extra is what those
+    iterations take beyond plain decode iterations (the delay every running sequence
+    sees). The batch is taken as it is now (the one place a recompute is priced)."""
+    c0 = L.FP_DC
+    b = L.DI0 + d * L.NDI
+    lf, lmh, att, kv = F[c0 + L.C_LF], F[c0 + L.C_LMH], F[c0 + L.C_ATT], F[c0 + L.C_KV]
+    nb, ctx = IS[b + L.D_B], IS[b + L.D_CTX]
+    room = IS[L.IP_RCHUNK] - nb
+    total, extra, done = 0.0, 0.0, h
+    while m > 0:
+        c = room if room < m else m
+        plain = 0.0
+        if nb > 0:
+            pf = nb * (lf + lmh) + att * ctx
+            pb = weights_read(F, c0, nb) + kv * ctx
+            plain = roofline(pf, pb, F[c0 + L.C_FRD], F[c0 + L.C_BR], F[c0 + L.C_DOV])
+            plain += comm(F, c0, float(nb))
+        flops = nb * (lf + lmh) + att * ctx + c * lf + att * (c * done + c * (c + 1) / 2.0)
+        bytes_ = weights_read(F, c0, nb + c) + kv * ctx + kv * (done + c)
+        dur = roofline(flops, bytes_, F[c0 + L.C_FRD], F[c0 + L.C_BR], F[c0 + L.C_DOV])
+        dur += comm(F, c0, float(nb + c))
+        total += dur
+        extra += dur - plain
+        done += c
+        m -= c
+        ctx += nb
+    return total, extra
+
+
+# ---------------------------------------------------------------- estimates
+
+
+@jit
+def link_ready(IS, F, rid, d, t, nbytes):
+    """When ``nbytes`` from the request's prefill instance would land on ``d`` if sent now
+    (disagg.send_kv's queueing, without sending)."""
+    if nbytes <= 0.0:
+        return t
+    n, io = IS[L.IP_N], IS[L.H_O]
+    p = IS[io + L.O_PI * n + rid]
+    start = t
+    if IS[L.IP_SHARED]:
+        fn = IS[L.H_FNIC]
+        eg, ig = F[fn + p], F[fn + IS[L.IP_NP] + d]
+        if eg > start:
+            start = eg
+        if ig > start:
+            start = ig
+    else:
+        nc = IS[L.IP_NC]
+        ch = IS[L.H_FCH] + (p * IS[L.IP_ND] + d) * nc
+        free = F[ch]
+        for i in range(1, nc):
+            if F[ch + i] < free:
+                free = F[ch + i]
+        if free > start:
+            start = free
+    return start + nbytes / F[L.FP_LINK_BPS] + F[L.FP_LINK_LAT]
+
+
+@jit
+def recompute_start(IS, F, R, d, t):
+    """When a recompute queued now would get its first chunk on ``d``: after the tokens the
+    jobs queued before it still have to compute (FCFS chunks; the next iteration boundary
+    is not waited for)."""
+    start = t
+    q = IS[L.DI0 + d * L.NDI + L.D_RQH]
+    while q != -1:
+        qr = q * L.NR
+        left = R[qr + L.R_RTOT] - R[qr + L.R_RDONE]
+        if left > 0 and R[qr + L.R_RDEP] == -1:
+            start += recompute_time(IS, F, d, left, R[qr + L.R_RDONE])[0]
+        q = R[qr + L.R_RQN]
+    return start
+
+
+@jit
+def promote_ready(IS, F, rid, d, t, tokens):
+    """Hook for the host tier (issue 13, replicate_tiered): when ``tokens`` of the request's
+    missing prefix would be on the GPU if promoted from the decode instance's host tier now.
+    No tier in this build: never (the option is never taken)."""
+    return L.INF
+
+
+@jit
+def choose(IS, F, R, rid, d, t, prompt, hit_tok):
+    """The hand-off of a cost_aware request: (tokens that cross the link, prefix tokens
+    the decode instance recomputes)."""
+    n, io = IS[L.IP_N], IS[L.H_O]
+    kv = F[L.FP_DC + L.C_KV]
+    full = prompt - hit_tok
+    ready_x = link_ready(IS, F, rid, d, t, full * kv)
+    ph = np.int64(IS[io + L.O_PH * n + rid])
+    m = ph - hit_tok
+    if m <= 0:
+        return full, np.int64(0)
+    span, extra = recompute_time(IS, F, d, m, hit_tok)
+    done = recompute_start(IS, F, R, d, t) + span
+    ready_r = link_ready(IS, F, rid, d, t, (prompt - ph) * kv)
+    if done > ready_r:
+        ready_r = done
+    batch = IS[L.DI0 + d * L.NDI + L.D_B]
+    cost_r = (ready_r - t) + batch * extra
+    if cost_r < ready_x - t:
+        return prompt - ph, m
+    return full, np.int64(0)
+
+
+# ---------------------------------------------------------------- residency
+
+
+@jit
+def touch(IS, F, bid, i0, i1, d, t, prompt):
+    """An admitted request uses blocks ``bid[i0:i1]``: decay and bump their counts."""
+    x = tail(IS)
+    U, D = IS[L.IP_U], IS[L.IP_ND]
+    me = x + 2 * d
+    if math.isnan(F[me + X_T0]):
+        F[me + X_T0] = t
+    F[me + X_TOK] += prompt
+    half = L.INF
+    if t > F[me + X_T0]:
+        half = IS[L.IP_BUDGET] / (F[me + X_TOK] / (t - F[me + X_T0]))
+    cnt = x + 2 * D + d * U
+    at = x + 2 * D + (D + d) * U
+    for j in range(i0, i1):
+        h = bid[j]
+        dt = t - F[at + h]
+        decay = 1.0
+        if dt > 0.0:
+            decay = 0.0 if half <= 0.0 else 0.5 ** (dt / half)
+        F[cnt + h] = F[cnt + h] * decay + 1.0
+        F[at + h] = t
+
+
+@jit
+def keeps(IS, F, d, h):
+    """Whether a cost_aware request on ``d`` keeps block ``h`` resident (after ``touch``)."""
+    D = IS[L.IP_ND]
+    return F[tail(IS) + 2 * D + d * IS[L.IP_U] + h] >= KEEP_MIN

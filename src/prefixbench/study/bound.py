@@ -1,0 +1,275 @@
+"""How far each policy is from the best possible: a hindsight bound on the hand-off cost.
+
+The objective (docs/model.md "The optimal bound") is the **unloaded hand-off time** of the
+measured, admitted requests: for each request, the time its missing KV takes to reach the
+decode instance with no queue anywhere, i.e. ``latency + tokens·kv_bytes / link rate`` for
+what crosses the link, or, if the decode instance rebuilds ``m`` prefix tokens after ``h``
+resident ones, the later of that transfer and the recompute's roofline time. Queueing is
+left out on purpose: it depends on every other request's choices, so no per-request
+argument bounds it, and a policy that unloads the link can beat any "optimum" priced with
+the loaded link. On this objective:
+
+* ``bound`` is a true lower bound for any policy, online or offline: each request is
+  priced at the cheapest choice (transfer or recompute) with the longest resident leading
+  run it could possibly have, its whole chain up to the decode KV capacity (as if an
+  oracle had prewarmed it for free). The per-request cost never increases with the
+  resident run, so no schedule of the cache can do better on any request.
+* ``hindsight`` is what an offline policy that knows the future stream achieves: Belady's
+  MIN on blocks (prewarmed free with the blocks used soonest; after each request keep the
+  blocks whose next use is soonest, up to the capacity) plus the cheapest choice per
+  request. It is a feasible schedule of the relaxed model (one pooled cache of the whole
+  budget, ready at once), so ``bound ≤ optimum ≤ hindsight``; with equal-size blocks and
+  transfer only (a miss costs the same per block) it is the exact optimum (Belady 1966;
+  a chain's tail is never needed before its root, so the kept set stays a prefix).
+  tests/test_bound.py checks both claims against exhaustive search on small cases.
+
+A policy's share of the achievable reduction is (base − policy) / (base − bound), base =
+``transfer_per_request`` (the whole prompt crosses on every request) on the same requests;
+100% means it reaches the bound.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+INF = math.inf
+
+
+@dataclass(frozen=True)
+class Prices:
+    """Unloaded hand-off prices of one decode instance (the engine's formulas)."""
+
+    kv_bpt: float  # KV bytes per token
+    link_bps: float  # bytes/s one transfer moves at
+    link_lat: float  # s
+    cost: object  # the decode instance's costmodel.InstanceCost
+
+    def transfer(self, tokens):
+        t = np.asarray(tokens, dtype=np.float64)
+        return np.where(t > 0, self.link_lat + t * self.kv_bpt / self.link_bps, 0.0)
+
+    def recompute(self, m, h):
+        """Rebuild ``m`` tokens after ``h`` resident ones (engine/costaware.recompute_time)."""
+        c = self.cost
+        m = np.asarray(m, dtype=np.float64)
+        h = np.asarray(h, dtype=np.float64)
+        att = c.attn_coef
+        flops = m * c.linear_flops + att * m * (m + 1) / 2.0 + att * m * h
+        nbytes = c.weights_read(m) + c.kv_bpt * m + c.kv_bpt * h
+        t = np.maximum(flops / c.flops_rate_prefill, nbytes / c.byte_rate) + c.prefill_overhead
+        return np.where(m > 0, t + c.comm_time(m), 0.0)
+
+    def best(self, prompt, ph, h):
+        """Cheapest hand-off with ``h`` tokens resident: transfer the rest, or recompute the
+        prefill-cached part the decode lacks and transfer only what the prefill computed."""
+        prompt, ph, h = (np.asarray(a, dtype=np.float64) for a in (prompt, ph, h))
+        xfer = self.transfer(prompt - h)
+        rc = np.maximum(self.transfer(prompt - ph), self.recompute(np.maximum(ph - h, 0), h))
+        return np.where(ph > h, np.minimum(xfer, rc), xfer)
+
+    def of_choice(self, xfer_tokens, rc_tokens, h):
+        """What a run's actual choice costs (its transfer_tokens, recompute_tokens)."""
+        x = self.transfer(xfer_tokens)
+        return np.where(np.asarray(rc_tokens) > 0, np.maximum(x, self.recompute(rc_tokens, h)), x)
+
+
+# ---------------------------------------------------------------- the two schedules
+
+
+def max_resident(ptr, tokens, capacity: float) -> np.ndarray:
+    """Per request: tokens of its longest leading run of blocks that fits in ``capacity``."""
+    ptr = np.asarray(ptr, dtype=np.int64)
+    tokens = np.asarray(tokens, dtype=np.int64)
+    n = len(ptr) - 1
+    out = np.zeros(n, dtype=np.int64)
+    if tokens.size == 0:
+        return out
+    req = np.repeat(np.arange(n), np.diff(ptr))
+    csum = np.cumsum(tokens)
+    before = np.concatenate(([0], csum))[ptr[:-1]]
+    cum = csum - before[req]  # tokens of the chain up to and including each block
+    fit = np.where(cum <= capacity, cum, 0)  # cum grows along a chain: the fits lead
+    np.maximum.at(out, req, fit)
+    return out
+
+
+def belady_resident(ptr, blocks, tokens, capacity: float) -> np.ndarray:
+    """Per request: resident leading-run tokens under Belady's MIN with free prewarm.
+
+    Before request i the cache holds what the schedule kept; after it, the cache may keep
+    any of its own blocks and the request's chain (all on the decode instance now), and it
+    keeps those whose next use is soonest (a deeper block first out on a tie), up to the
+    capacity in tokens. Blocks never used again are dropped."""
+    ptr = np.asarray(ptr, dtype=np.int64)
+    n = len(ptr) - 1
+    blocks = np.asarray(blocks, dtype=np.int64)
+    tokens = np.asarray(tokens, dtype=np.int64)
+    if blocks.size == 0:
+        return np.zeros(n, dtype=np.int64)
+    _, ids = np.unique(blocks, return_inverse=True)
+    ids = ids.astype(np.int64).reshape(-1)
+    m, u = blocks.size, int(ids.max()) + 1
+    req = np.repeat(np.arange(n, dtype=np.int64), np.diff(ptr))
+    depth = np.arange(m, dtype=np.int64) - ptr[:-1][req]
+    # the next request using the same block, for each reference (n: never again)
+    order = np.lexsort((np.arange(m), ids))
+    nxt = np.full(m, n, dtype=np.int64)
+    same = ids[order[1:]] == ids[order[:-1]]
+    nxt[order[:-1][same]] = req[order[1:][same]]
+    first = np.full(u, n, dtype=np.int64)
+    np.minimum.at(first, ids, req)
+    size = np.zeros(u, dtype=np.int64)
+    size[ids] = tokens
+    bdepth = np.zeros(u, dtype=np.int64)
+    bdepth[ids[::-1]] = depth[::-1]  # depth at a block's first reference
+    pre = np.lexsort((bdepth, first))  # free prewarm: the blocks used soonest first
+    out = np.zeros(n, dtype=np.int64)
+    heap = np.zeros((m + u + 1, 3), dtype=np.int64)
+    _belady(ptr, ids, tokens, depth, nxt, first, size, bdepth, pre, float(capacity), n, heap, out)
+    return out
+
+
+@njit(cache=True)
+def _push(heap, hn, when, depth, b):
+    """Max-heap on (next use, depth): the farthest next use (deeper on a tie) on top."""
+    i = hn
+    heap[i, 0], heap[i, 1], heap[i, 2] = when, depth, b
+    while i > 0:
+        p = (i - 1) // 2
+        if heap[p, 0] > heap[i, 0] or (heap[p, 0] == heap[i, 0] and heap[p, 1] >= heap[i, 1]):
+            break
+        for c in range(3):
+            heap[p, c], heap[i, c] = heap[i, c], heap[p, c]
+        i = p
+    return hn + 1
+
+
+@njit(cache=True)
+def _pop(heap, hn):
+    hn -= 1
+    for c in range(3):
+        heap[0, c] = heap[hn, c]
+    i = 0
+    while True:
+        a, z, best = 2 * i + 1, 2 * i + 2, i
+        for k in (a, z):
+            if k < hn and (
+                heap[k, 0] > heap[best, 0]
+                or (heap[k, 0] == heap[best, 0] and heap[k, 1] > heap[best, 1])
+            ):
+                best = k
+        if best == i:
+            return hn
+        for c in range(3):
+            heap[best, c], heap[i, c] = heap[i, c], heap[best, c]
+        i = best
+
+
+@njit(cache=True)
+def _belady(ptr, ids, tokens, depth, nxt, first, size, bdepth, pre, cap, n, heap, out):
+    u = size.shape[0]
+    when = np.full(u, -1, dtype=np.int64)  # next use of a cached block, -1: not cached
+    used = 0
+    hn = 0
+    for k in range(pre.shape[0]):
+        b = pre[k]
+        when[b] = first[b]
+        used += size[b]
+        hn = _push(heap, hn, first[b], bdepth[b], b)
+    for i in range(-1, n):
+        if i >= 0:
+            h = 0
+            for j in range(ptr[i], ptr[i + 1]):
+                if when[ids[j]] < 0:
+                    break
+                h += tokens[j]
+            out[i] = h
+            for j in range(ptr[i], ptr[i + 1]):
+                b = ids[j]
+                if when[b] < 0:
+                    used += size[b]
+                when[b] = nxt[j]
+                hn = _push(heap, hn, nxt[j], depth[j], b)
+        while hn > 0 and (used > cap or heap[0, 0] >= n):
+            w, b = heap[0, 0], heap[0, 2]
+            hn = _pop(heap, hn)
+            if when[b] == w:
+                when[b] = -1
+                used -= size[b]
+
+
+# ---------------------------------------------------------------- per run
+
+
+_MEMO: dict[int, tuple[object, np.ndarray, np.ndarray]] = {}
+
+
+def _resident(prep) -> tuple[np.ndarray, np.ndarray]:
+    """(bound's, hindsight's) resident tokens per request of a prepared scenario (once)."""
+    hit = _MEMO.get(id(prep))
+    if hit is not None and hit[0] is prep:
+        return hit[1], hit[2]
+    req, b = prep.requests, prep.base
+    cap = float(b.budget_tokens) * b.n_decode
+    out = (
+        max_resident(req.blk_ptr, req.blk_tokens, cap),
+        belady_resident(req.blk_ptr, req.blk_hash, req.blk_tokens, cap),
+    )
+    _MEMO.clear()  # one prepared scenario at a time (a study runs its policies together)
+    _MEMO[id(prep)] = (prep, *out)
+    return out
+
+
+def prices(prep) -> Prices:
+    from ..engine.api import link_rate
+
+    b = prep.base
+    return Prices(b.decode_cost.kv_bpt, link_rate(b), b.link_latency_s, b.decode_cost)
+
+
+COLUMNS = (
+    "handoff_ms",
+    "handoff_base_ms",
+    "handoff_hindsight_ms",
+    "handoff_bound_ms",
+    "bound_share",
+)
+
+
+def gap_columns(prep, cols: dict, measured: np.ndarray) -> dict:
+    """The run's unloaded hand-off figures over its measured admitted requests (``measured``:
+    a boolean mask) and its share of the achievable reduction (None when nothing can be
+    gained or the run has no hand-off)."""
+    none = dict.fromkeys(COLUMNS)
+    if prep.scenario.cluster.mode == "colocated" or not measured.any():
+        return none
+    req, pr = prep.requests, prices(prep)
+    lb_h, bel_h = _resident(prep)
+    m = measured
+    prompt, ph = req.prompt_len[m], np.asarray(cols["prefill_hit_tokens"])[m]
+    pol = pr.of_choice(
+        np.asarray(cols["transfer_tokens"])[m],
+        np.asarray(cols["recompute_tokens"])[m],
+        np.asarray(cols["replica_hit_tokens"])[m],
+    )
+    base = pr.transfer(prompt)
+    bound = pr.best(prompt, ph, lb_h[m])
+    hind = pr.best(prompt, ph, bel_h[m])
+    out = {
+        "handoff_ms": float(pol.mean()) * 1e3,
+        "handoff_base_ms": float(base.mean()) * 1e3,
+        "handoff_hindsight_ms": float(hind.mean()) * 1e3,
+        "handoff_bound_ms": float(bound.mean()) * 1e3,
+    }
+    room = out["handoff_base_ms"] - out["handoff_bound_ms"]
+    share = (
+        (out["handoff_base_ms"] - out["handoff_ms"]) / room
+        if room > 1e-9 * out["handoff_base_ms"]
+        else None
+    )
+    out["bound_share"] = share
+    return out

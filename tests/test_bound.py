@@ -1,0 +1,133 @@
+"""The hindsight bound (study/bound.py) against exhaustive search on small cases, and
+against every policy on whole scenarios."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from enginecases import instance_cost
+
+from prefixbench.loader import load_scenario
+from prefixbench.scenario import POLICIES
+from prefixbench.study.bound import Prices, belady_resident, max_resident
+from prefixbench.study.runs import run_scenario
+
+COST = instance_cost("qwen2-0.5b", "l4", 1, (0.5, 0.3, 0.7, 1.0, 0.5))
+
+
+def _lead(chain, cache, tok):
+    h = 0
+    for b in chain:
+        if b not in cache:
+            break
+        h += tok[b]
+    return h
+
+
+def exhaustive(chains, tok, cap, cost_of):
+    """The optimum over every cache schedule: any prewarmed set that fits; after request
+    i, any subset of (cache ∪ chain_i) that fits. cost_of(i, h) prices request i."""
+    universe = sorted({b for c in chains for b in c})
+
+    def fits(s):
+        return sum(tok[b] for b in s) <= cap
+
+    def subsets(items):
+        items = sorted(items)
+        for r in range(len(items) + 1):
+            for s in itertools.combinations(items, r):
+                if fits(s):
+                    yield frozenset(s)
+
+    best = {s: 0.0 for s in subsets(universe)}  # cost so far, by cache state
+    for i, chain in enumerate(chains):
+        nxt: dict = {}
+        for s, c in best.items():
+            c2 = c + cost_of(i, _lead(chain, s, tok))
+            for s2 in subsets(s | set(chain)):
+                if c2 < nxt.get(s2, np.inf):
+                    nxt[s2] = c2
+        best = nxt
+    return min(best.values())
+
+
+def _case(rng, n_blocks, n_req, uniform):
+    """Chains over a small prefix tree: roots 0..2, each with up to 2 more blocks."""
+    tree = {0: [0, 1, 2], 1: [3, 4], 2: [5]}
+    chains = []
+    for _ in range(n_req):
+        root = int(rng.integers(0, 3))
+        chain = tree[root][: int(rng.integers(1, len(tree[root]) + 1))]
+        chains.append([b for b in chain if b < n_blocks] or [0])
+    tok = {b: 64 if uniform else int(rng.choice([32, 64, 128])) for b in range(6)}
+    prompt = [sum(tok[b] for b in c) + 20 for c in chains]
+    return chains, tok, prompt
+
+
+def _flat(chains, tok):
+    ptr = np.concatenate(([0], np.cumsum([len(c) for c in chains])))
+    blocks = np.array([b for c in chains for b in c])
+    return ptr, blocks, np.array([tok[b] for b in blocks])
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_belady_is_the_exact_optimum_with_transfer_only_and_equal_blocks(seed):
+    rng = np.random.default_rng(seed)
+    chains, tok, prompt = _case(rng, 6, 7, uniform=True)
+    pr = Prices(COST.kv_bpt, 1e9, 1e-4, COST)
+    cap = 64 * int(rng.integers(1, 4))
+    ptr, blocks, toks = _flat(chains, tok)
+    bel = belady_resident(ptr, blocks, toks, cap)
+    cost = lambda i, h: float(pr.transfer(prompt[i] - h))  # noqa: E731
+    opt = exhaustive(chains, tok, cap, cost)
+    assert sum(cost(i, int(h)) for i, h in enumerate(bel)) == pytest.approx(opt, rel=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("bw", [0.05e9, 1e9, 50e9])
+def test_bound_below_optimum_below_hindsight_with_recompute(seed, bw):
+    rng = np.random.default_rng(100 + seed)
+    chains, tok, prompt = _case(rng, 6, 6, uniform=False)
+    ph = [int(rng.integers(0, p)) for p in prompt]  # what the prefill had cached
+    pr = Prices(COST.kv_bpt, bw, 2e-5, COST)
+    cap = int(rng.choice([64, 128, 256]))
+    ptr, blocks, toks = _flat(chains, tok)
+    cost = lambda i, h: float(pr.best(prompt[i], ph[i], h))  # noqa: E731
+    opt = exhaustive(chains, tok, cap, cost)
+    lb = sum(cost(i, int(h)) for i, h in enumerate(max_resident(ptr, toks, cap)))
+    hs = sum(cost(i, int(h)) for i, h in enumerate(belady_resident(ptr, blocks, toks, cap)))
+    assert lb <= opt * (1 + 1e-12) and opt <= hs * (1 + 1e-12)
+
+
+def test_recompute_price_by_hand():
+    """200 tokens rebuilt after 100 resident: FLOPs = 200·lin + attn·(200·201/2 + 200·100),
+    bytes = weights + kv·300; the slower of the two rooflines plus the 1 ms overhead."""
+    pr = Prices(COST.kv_bpt, 1e9, 0.0, COST)
+    flops = 200 * COST.linear_flops + COST.attn_coef * (200 * 201 / 2 + 200 * 100)
+    nbytes = COST.weights + COST.kv_bpt * 300
+    want = max(flops / COST.flops_rate_prefill, nbytes / COST.byte_rate) + 1e-3
+    assert float(pr.recompute(200, 100)) == pytest.approx(want, rel=1e-12)
+    assert float(pr.transfer(1000)) == pytest.approx(1000 * COST.kv_bpt / 1e9, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    "preset,sets",
+    [
+        ("tool_call", ["memory.budget_factor=0.35"]),
+        ("enterprise_hotset", ["memory.budget_factor=1.0"]),
+        ("long_context_support", ["memory.budget_factor=0.5", "cluster.link.bandwidth_gbps=1"]),
+        ("medium_chat", ["memory.budget_factor=0.35", "cluster.link.bandwidth_gbps=0.2"]),
+    ],
+)
+def test_no_policy_beats_the_bound(preset, sets):
+    s = load_scenario(preset, ["run.requests=400", "run.warmup_requests=50", *sets])
+    rows = run_scenario(s, list(POLICIES), keep_requests=False).summary
+    for r in rows.iter_rows(named=True):
+        assert r["handoff_bound_ms"] <= r["handoff_ms"] * (1 + 1e-12), r["policy"]
+        assert r["handoff_bound_ms"] <= r["handoff_hindsight_ms"] * (1 + 1e-12)
+        if r["bound_share"] is not None:
+            assert r["bound_share"] <= 1.0 + 1e-9, r["policy"]
+    base = rows.filter(rows["policy"] == "transfer_per_request").row(0, named=True)
+    assert base["handoff_ms"] == pytest.approx(base["handoff_base_ms"], rel=1e-12)
