@@ -35,9 +35,11 @@ class SweepSpec(BaseModel):
         [0.35, 0.5, 0.75, 1.0], min_length=1, description="budget_factor values."
     )
     policies: list[str] = Field(
-        list(REFERENCE_POLICIES),
+        list(POLICIES),
         min_length=1,
-        description="Policies to compare (default: the reference four; add cost_aware).",
+        description="Policies to compare (default: all six; the seed's four are "
+        + ", ".join(REFERENCE_POLICIES)
+        + ").",
     )
     seeds: list[int] = Field([0, 1, 2], min_length=1, description="Random seeds per point.")
     set: list[str] = Field([], description="--set overrides applied to every scenario.")
