@@ -115,17 +115,49 @@ class Split:
     fabric_us: float = 0.0
 
 
+def cap_clock(accelerator, eff: Efficiency, cap_w: float | None) -> float:
+    """docs/model.md §2.9: the core clock (fraction of nominal) at which one device whose
+    SMs and HBM are both fully busy draws ``cap_w``: idle + memory power (pJ/bit at the
+    effective bandwidth) + compute power (TDP − idle − memory at full clock) · clock ·
+    max(clock, 0.5)². Found by bisection (the product solves it in closed form)."""
+    if cap_w is None or cap_w >= accelerator.tdp_w:
+        return 1.0
+    watts_per_bps = accelerator.memory_pj_per_bit * 1e-12 * 8  # J per byte = W per byte/s
+    mem = watts_per_bps * accelerator.hbm_gbps * 1e9 * eff.mbu
+    comp = accelerator.tdp_w - accelerator.idle_w - mem
+
+    def draw(clock: float) -> float:
+        volts = clock if clock > 0.5 else 0.5
+        return accelerator.idle_w + mem + comp * clock * volts * volts
+
+    lo, hi = 0.0, 1.0
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if draw(mid) > cap_w:
+            hi = mid
+        else:
+            lo = mid
+    return lo
+
+
 class Roofline:
     """Step times of one model on one instance (``devices`` accelerators split as §2.8)."""
 
     def __init__(
-        self, model, accelerator, devices: int, eff: Efficiency, split: Split | None = None
+        self,
+        model,
+        accelerator,
+        devices: int,
+        eff: Efficiency,
+        split: Split | None = None,
+        cap_w: float | None = None,
     ) -> None:
         p = _module_params(model)
         split = split or Split()
         # §2.8: one pipeline stage runs at a time, so a step sees devices / pp of them.
         at_once = devices // split.pp
-        self.peak = accelerator.peak_tflops * 1e12 * at_once  # FLOP/s
+        # §2.9: a power cap lowers the core clock, so every FLOP rate, not the HBM rate
+        self.peak = accelerator.peak_tflops * 1e12 * at_once * cap_clock(accelerator, eff, cap_w)
         self.hbm = accelerator.hbm_gbps * 1e9 * at_once  # bytes/s
         self.memory = accelerator.memory_gb * 1e9 * devices  # bytes
         self.eff = eff

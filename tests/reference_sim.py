@@ -273,8 +273,8 @@ def config_from(data, prefill: Roofline, decode: Roofline) -> RefConfig:
     return RefConfig(prefill, decode, **{k: getattr(data, k) for k in DATA_FIELDS})
 
 
-def roofline(model, accelerator, devices: int, efficiency, split=None) -> Roofline:
-    return Roofline(model, accelerator, devices, Efficiency.of(efficiency), split)
+def roofline(model, accelerator, devices: int, efficiency, split=None, cap_w=None) -> Roofline:
+    return Roofline(model, accelerator, devices, Efficiency.of(efficiency), split, cap_w)
 
 
 def group_split(group) -> Split:
@@ -305,6 +305,7 @@ def scenario_config(prep) -> RefConfig:
         c.prefill.devices,
         s.efficiency,
         group_split(c.prefill),
+        c.prefill.power_cap_w,
     )
     d_roof = roofline(
         model,
@@ -312,6 +313,7 @@ def scenario_config(prep) -> RefConfig:
         c.decode.devices,
         s.efficiency,
         group_split(c.decode),
+        c.decode.power_cap_w,
     )
     link = catalog.get_link(c.link.name)
     colocated = c.mode == "colocated"

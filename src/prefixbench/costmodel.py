@@ -332,6 +332,13 @@ class InstanceCost:
     memory_bytes: float  # instance HBM capacity
     comm_per_token: float = 0.0  # TP/PP/EP fabric seconds per token of a step (§2.8)
     comm_fixed: float = 0.0  # TP/PP/EP fabric latency seconds per step
+    # --- power (issue 18, docs/model.md §2.9; power.py fills them, defaults: not modelled)
+    clock: float = 1.0  # core clock under the power cap, fraction of nominal (rates include it)
+    j_per_flop: float = 0.0  # dynamic energy of one FLOP at nominal clock and voltage, J
+    j_per_byte: float = 0.0  # energy of one byte to or from device memory, J
+    idle_w: float = 0.0  # the instance's idle power (all its devices), W
+    dvfs: float = 0.0  # 1: memory-bound steps run at the lowest clock that keeps them so
+    volt_floor: float = 0.5  # clock fraction below which the voltage no longer drops
 
     @classmethod
     def build(

@@ -13,6 +13,7 @@ from .engine import REASON_NAMES, Outcome, SimResult
 from .itl import itl_summary
 from .runner import Prepared
 from .stability import assess, instance_busy
+from .power import energy_figures
 from .utilisation import instance_figures
 
 MS = 1e3
@@ -213,4 +214,13 @@ def summarize(prep: Prepared, policy: str, df: pl.DataFrame, res: SimResult) -> 
         n_p = n_d = prep.scenario.cluster.prefill_instances + prep.scenario.cluster.decode_instances
     row.update(instance_busy(df, st, n_p, n_d))
     row.update(instance_figures(s, st))
+    row.update(  # --- power (issue 18): None-free, only when the devices have power figures
+        energy_figures(
+            st,
+            prep.base.prefill_cost,
+            prep.base.decode_cost,
+            int(out_tokens),
+            float(steady["transfer_bytes"].sum()) if "transfer_bytes" in steady.columns else 0.0,
+        )
+    )
     return row

@@ -19,6 +19,7 @@ from .costmodel import InstanceCost, decode_iteration_time, kv_bytes_per_token, 
 from .engine import ColocatedConfig, EngineConfig, SimResult, simulate, simulate_colocated
 from .engine.routing import DECODE_ROUTERS, PREFILL_ROUTERS
 from .errors import ScenarioError, SimulationError
+from .power import with_power
 from .scenario import Scenario, SessionWorkload, SyntheticWorkload, TraceWorkload
 from .suggest import did_you_mean
 from .workload.requests import Requests
@@ -146,6 +147,14 @@ def prepare(s: Scenario) -> Prepared:
     d_cost = InstanceCost.build(
         model, d_dev, c.decode.devices, s.efficiency, c.decode.parallelism()
     )
+    p_cost = with_power(  # --- power (issue 18): cap folded into the FLOP rates
+        p_cost, p_dev, c.prefill.devices, s.efficiency, c.prefill.power_cap_w,
+        c.prefill.dvfs, "cluster.prefill",
+    )  # fmt: skip
+    d_cost = with_power(
+        d_cost, d_dev, c.decode.devices, s.efficiency, c.decode.power_cap_w,
+        c.decode.dvfs, "cluster.decode",
+    )  # fmt: skip
     kv_bpt = kv_bytes_per_token(model)
     wbytes = weight_bytes(model)
     for role, cost, grp, dev in (

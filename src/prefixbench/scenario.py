@@ -363,6 +363,19 @@ class InstanceGroup(_M):
         description="Scale-up fabric between the instance's devices: nvlink3, nvlink4, "
         "nvlink5, pcie4-x16, pcie5-x16 or ideal (default: the accelerator's own).",
     )
+    # --- power (issue 18; docs/model.md §2.9)
+    power_cap_w: float | None = Field(
+        None,
+        gt=0,
+        le=1e5,
+        description="Power cap per device, W (at most the TDP; default: capped at TDP). The "
+        "core clock drops until a step at the ridge fits; compute-bound steps slow.",
+    )
+    dvfs: bool = Field(
+        False,
+        description="Lower the core clock on memory-bound steps to the lowest that costs no "
+        "time (saves compute energy; latency unchanged).",
+    )
 
     @field_validator("accelerator")
     @classmethod

@@ -147,7 +147,22 @@ def _work(IS: np.ndarray, F: np.ndarray, n_prefill: int, n_decode: int) -> dict:
         "prefill_bytes": [float(F[pw + 2 * p + 1]) for p in range(n_prefill)],
         "decode_flops": [float(F[f + L.DF_FLOPS]) for f in dw],
         "decode_bytes": [float(F[f + L.DF_BYTES]) for f in dw],
+        **_power(IS, F, n_prefill, n_decode),
     }
+
+
+def _power(IS: np.ndarray, F: np.ndarray, n_prefill: int, n_decode: int) -> dict:
+    """--- power (issue 18): each instance's dynamic joules, seconds the cap slowed and
+    highest step-average power (engine/power.py; records counted from the end of F)."""
+    end, nd = F.shape[0], int(IS[L.IP_ND])
+    dec = [end - L.NPW * (d + 1) for d in range(n_decode)]
+    pre = [end - L.NPW * (nd + p + 1) for p in range(n_prefill)]
+    out = {}
+    for role, at in (("prefill", pre), ("decode", dec)):
+        out[f"{role}_energy_dyn_j"] = [float(F[a + L.PW_J]) for a in at]
+        out[f"{role}_capped_s"] = [float(F[a + L.PW_CAPPED]) for a in at]
+        out[f"{role}_peak_w"] = [float(F[a + L.PW_PEAK]) for a in at]
+    return out
 
 
 def _costs(*costs) -> list[float]:

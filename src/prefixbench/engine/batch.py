@@ -15,6 +15,7 @@ import math
 from .jit import jit, sig
 from .layout import (
     C_ATT,
+    C_FRD,
     C_KV,
     C_LF,
     C_LMH,
@@ -51,6 +52,7 @@ from .layout import (
     T_GAP,
     T_LAST,
 )
+from .power import decode_record, power_work
 from .queues import push
 from .series import coeffs, iterations_within, series_time, weights_read
 
@@ -193,6 +195,9 @@ def segment_work(F, d, nb, ctx, k):
     flops = kf * nb * (F[c0 + C_LF] + F[c0 + C_LMH]) + F[c0 + C_ATT] * toks
     bytes_ = kf * weights_read(F, c0, nb) + F[c0 + C_KV] * toks
     add_work(F, DF0 + d * NDF + DF_FLOPS, flops, bytes_)
+    a1, s1, a2, s2, o = coeffs(F, nb, ctx)  # --- power (issue 18)
+    dur = series_time(a1, s1, a2, s2, o, k)
+    power_work(F, decode_record(F, d), c0, F[c0 + C_FRD], flops, bytes_, dur)
 
 
 @sig("void(int64[::1], float64[::1], int64, int64, boolean)")

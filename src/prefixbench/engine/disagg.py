@@ -45,6 +45,7 @@ from .queues import (
     wq_append,
     wq_remove,
 )
+from .power import decode_record, power_work, prefill_record
 from .series import (
     coeffs,
     comm,
@@ -168,6 +169,10 @@ def start_prefill(IS, F, R, B32, EHT, EHI, TLF, TLI, bid, bt, p, t):
         F[IS[L.H_FPB] + p] += dur
         pw = IS[L.H_FCH] + IS[L.IP_NP] * IS[L.IP_ND] * IS[L.IP_NC] + 2 * p
         add_work(F, pw, flops, weights_read(F, c0, new_sum) + kv_io)
+        power_work(  # --- power (issue 18)
+            F, prefill_record(IS, F, p), c0, F[c0 + L.C_FRP], flops,
+            weights_read(F, c0, new_sum) + kv_io, dur,
+        )  # fmt: skip
     IS[pb + L.P_BH] = first
     push(EHT, EHI, IS, t + dur, L.EV_PREFILL, p, 0)
     if IS[L.IP_REC]:
@@ -461,6 +466,11 @@ def run_recompute(IS, F, R, EHT, EHI, TLF, TLI, d, t):
         if t >= F[L.FP_TWARM]:  # the stall is busy time when it starts in the window
             add_work(F, f + L.DF_FLOPS, flops, bytes_)
         step = roofline(flops, bytes_, F[c0 + L.C_FRP], F[c0 + L.C_BR], F[c0 + L.C_POV])
+        if t >= F[L.FP_TWARM]:  # --- power (issue 18)
+            power_work(
+                F, decode_record(F, d), c0, F[c0 + L.C_FRP], flops, bytes_,
+                step + comm(F, c0, float(m)),
+            )  # fmt: skip
         end += step + comm(F, c0, float(m))
         F[ft + L.T_RE * n + rid] = end
         R[rid * L.NR + L.R_FLAGS] &= ~L.F_RC

@@ -191,7 +191,15 @@ COST_FIELDS = (
     "expert_frac",
     "comm_per_token",
     "comm_fixed",
+    # --- power (issue 18): appended
+    "clock",
+    "j_per_flop",
+    "j_per_byte",
+    "idle_w",
+    "dvfs",
+    "volt_floor",
 )
+C_CLK, C_JF, C_JB, C_IDLE, C_DVFS, C_VF = range(14, 20)  # --- power (issue 18)
 NCF = len(COST_FIELDS)
 FP_PC = 4  # prefill InstanceCost fields
 FP_DC = FP_PC + NCF  # decode InstanceCost fields (colocated: the instance's cost)
@@ -210,6 +218,10 @@ DF_FLOPS, DF_BYTES = 5, 6  # FLOPs and bytes of the steps started in the measure
 NDF = 7
 # after the link channels' free times: FLOPs and bytes of each prefill instance's steps
 # started in the measured window, at F[IS[H_FCH] + P·D·C + 2·p] and the next one
+# --- power (issue 18): NPW floats per instance at the very end of F (engine/power.py):
+# dynamic joules, seconds the cap slowed, highest step-average power
+PW_J, PW_CAPPED, PW_PEAK = range(3)
+NPW = 3
 # per-request time rows: the 10 result columns, arrival, then (with gaps) gap and last token
 T_PS, T_PE, T_AD, T_XS, T_XE, T_RS, T_RE, T_DS, T_FT, T_DN, T_ARR, T_GAP, T_LAST = range(13)
 
@@ -263,7 +275,7 @@ def allocate(
     f_nic = f_ch + P * D * C + 2 * P
     f_t = f_nic + 2 * (P + D)
     rows = T_LAST + 1 if ip[IP_GAPS] else T_ARR + 1
-    F = np.zeros(f_t + rows * n)
+    F = np.zeros(f_t + rows * n + NPW * (P + D))  # + power records (issue 18)
     F[:NFP] = fp
     F[G_ITL_MIN], F[G_ITL_MAX] = INF, -INF
     dF = F[DF0:f_pb].reshape(D, NDF)
@@ -272,7 +284,7 @@ def allocate(
     F[f_t : f_t + T_ARR * n] = np.nan
     F[f_t + T_ARR * n : f_t + (T_ARR + 1) * n] = arrival
     if ip[IP_GAPS]:
-        F[f_t + T_LAST * n :] = np.nan
+        F[f_t + T_LAST * n : f_t + (T_LAST + 1) * n] = np.nan
     IS[H_FPB], IS[H_FCH], IS[H_FT] = f_pb, f_ch, f_t
     IS[H_FNIC] = f_nic
 
