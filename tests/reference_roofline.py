@@ -151,6 +151,7 @@ class Roofline:
         eff: Efficiency,
         split: Split | None = None,
         cap_w: float | None = None,
+        encoder_layers: int | None = None,
     ) -> None:
         p = _module_params(model)
         split = split or Split()
@@ -184,6 +185,28 @@ class Roofline:
         self.route_frac = (
             model.experts_per_token / model.n_routed_experts if model.n_routed_experts else 0.0
         )
+        # prefill's own terms: the whole stack, or (§2.10, a causal encoder-decoder) the
+        # first ``encoder_layers`` layers plus k_proj and v_proj of every later layer
+        self.p_lin, self.p_attn, self.p_w, self.p_layers = (
+            self.f_lin, self.attn, self.w_dense, model.layers
+        )
+        if encoder_layers is not None:
+            self._encoder_setup(model, encoder_layers, p, wb)
+
+    def _encoder_setup(self, model, encoder: int, p: dict, wb: float) -> None:
+        """Per-layer shares of the dense stack (every layer alike): attention, norms and
+        MLP scale by encoder / layers; the final norm, embedding and LM head do not."""
+        share = encoder / model.layers
+        final_norm = model.hidden_size
+        per_layers = p["attention"] + (p["norms"] - final_norm) + p["dense_mlp"]
+        kv_out = model.kv_heads * model.head_dim
+        k_and_v = 2 * model.hidden_size * kv_out + (2 * kv_out if model.qkv_bias else 0)
+        projections = (model.layers - encoder) * k_and_v
+        self.p_lin = 2.0 * (per_layers * share + final_norm + projections)
+        self.p_attn = self.attn * share
+        head = p["embed"] if model.tied_embeddings else p["lm_head"]
+        self.p_w = (per_layers * share + final_norm + projections + head) * wb
+        self.p_layers = encoder
 
     # ---------------------------------------------------------------- §2.8
 
@@ -197,9 +220,11 @@ class Roofline:
         self.moe_layers = model.layers - model.first_dense_layers if model.n_routed_experts else 0
         self.k = model.experts_per_token
 
-    def comm(self, tokens: float) -> float:
-        """§2.8: fabric seconds of one step of ``tokens`` tokens, collective by collective."""
+    def comm(self, tokens: float, layers: int | None = None) -> float:
+        """§2.8: fabric seconds of one step of ``tokens`` tokens, collective by collective
+        (over ``layers`` layers: the whole stack by default)."""
         tp, pp, ep = self.tp, self.pp, self.ep
+        layers = self.layers if layers is None else layers
         per_group = tokens * tp * pp / self.devices  # tokens one TP×PP group carries
         hidden_bytes = per_group * self.hidden * 2  # bf16 activations
         total = 0.0
@@ -207,7 +232,7 @@ class Roofline:
             # ring all-reduce: reduce-scatter then all-gather, tp − 1 steps each, a 1/tp chunk
             steps = 2 * (tp - 1)
             one = steps * (hidden_bytes / tp) / self.bw + steps * self.hop
-            for _layer in range(self.layers):
+            for _layer in range(layers):
                 total += one  # after attention (o_proj)
                 total += one  # after the MLP (down_proj)
         for _boundary in range(pp - 1):
@@ -243,12 +268,14 @@ class Roofline:
         kv_tokens = 0
         for n, c in parts:
             causal = n * c + n * (n + 1) / 2  # pairs (query, attended key)
-            flops += self.f_lin * n + self.f_head + self.attn * causal
+            flops += self.p_lin * n + self.f_head + self.p_attn * causal
             new += n
             kv_tokens += n + c
-        nbytes = self.weights_read(new) + self.kv * kv_tokens
+        weights = self.p_w if self.w_routed == 0.0 else self.weights_read(new)
+        nbytes = weights + self.kv * kv_tokens
         e = self.eff
-        return self._time(flops, nbytes, e.mfu_prefill, e.prefill_overhead_ms) + self.comm(new)
+        step = self._time(flops, nbytes, e.mfu_prefill, e.prefill_overhead_ms)
+        return step + self.comm(new, self.p_layers)
 
     def recompute(self, n: int) -> float:
         """Rebuild n prefix tokens on this instance: a prefill without logits."""

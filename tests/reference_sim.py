@@ -273,8 +273,12 @@ def config_from(data, prefill: Roofline, decode: Roofline) -> RefConfig:
     return RefConfig(prefill, decode, **{k: getattr(data, k) for k in DATA_FIELDS})
 
 
-def roofline(model, accelerator, devices: int, efficiency, split=None, cap_w=None) -> Roofline:
-    return Roofline(model, accelerator, devices, Efficiency.of(efficiency), split, cap_w)
+def roofline(
+    model, accelerator, devices: int, efficiency, split=None, cap_w=None, encoder_layers=None
+) -> Roofline:
+    return Roofline(
+        model, accelerator, devices, Efficiency.of(efficiency), split, cap_w, encoder_layers
+    )
 
 
 def group_split(group) -> Split:
@@ -306,6 +310,7 @@ def scenario_config(prep) -> RefConfig:
         s.efficiency,
         group_split(c.prefill),
         c.prefill.power_cap_w,
+        s.model_format.ced_encoder_layers,
     )
     d_roof = roofline(
         model,

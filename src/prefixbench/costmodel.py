@@ -482,3 +482,61 @@ def iterations_within(coeffs: tuple[float, ...], elapsed: float, k_max: int) -> 
         else:
             hi = mid
     return lo
+
+
+# ---------------------------------------------------------------- asymmetric models (CED)
+# issue 18, docs/model.md §2.10: a causal encoder-decoder (seed 003, "Asymmetric Models")
+# runs a prompt through its first ``encoder_layers`` layers only and projects every
+# decoder layer's K and V from the last encoder state; a generated token runs all layers.
+
+
+def check_ced(m: ModelSpec, encoder_layers: int) -> None:
+    """Refuse a split the model cannot take: CED is modelled for dense, uniform stacks."""
+    from .errors import ScenarioError
+
+    if m.is_moe or m.is_mla or m.linear_layers or m.sliding_layers:
+        raise ScenarioError(
+            f"{m.name}: ced_encoder_layers needs a dense model with identical layers (no MoE, "
+            "MLA, linear or windowed attention)",
+            where="model.ced_encoder_layers",
+            fix="pick a dense model (e.g. llama-3.1-70b) or drop ced_encoder_layers",
+        )
+    if not 1 <= encoder_layers < m.layers:
+        raise ScenarioError(
+            f"ced_encoder_layers={encoder_layers} must be between 1 and {m.layers - 1} "
+            f"({m.name} has {m.layers} layers)",
+            where="model.ced_encoder_layers",
+            fix=f"set it to, e.g., {m.layers // 2}",
+        )
+
+
+def ced_kv_projection_params(m: ModelSpec, encoder_layers: int) -> int:
+    """k_proj + v_proj (and their biases) of the decoder layers: what projects their KV."""
+    kv_out = m.kv_heads * m.head_dim
+    per_layer = 2 * m.hidden_size * kv_out + (2 * kv_out if m.qkv_bias else 0)
+    return (m.layers - encoder_layers) * per_layer
+
+
+def ced_prefill_cost(
+    cost: InstanceCost, m: ModelSpec, encoder_layers: int, devices: int, par: Parallelism | None
+) -> InstanceCost:
+    """A prefill instance's cost for a CED model whose decoder KV is projected on prefill:
+    per token the encoder layers plus the decoder layers' K/V projections, attention over
+    the encoder layers, the weights of both read once per step, TP/PP traffic of the
+    encoder layers. KV bytes per token are the full model's (every layer's KV goes to
+    decode)."""
+    from dataclasses import replace
+
+    check_ced(m, encoder_layers)
+    enc = m.model_copy(update={"layers": encoder_layers})
+    proj = ced_kv_projection_params(m, encoder_layers)
+    par = par or Parallelism(tp=devices)
+    per_token, fixed = comm_coeffs(enc, devices, par)
+    return replace(
+        cost,
+        linear_flops=linear_flops_per_token(enc) + 2.0 * proj,
+        attn_coef=attention_flops_coef(enc),
+        weights=weights_read_dense(enc) + proj * (m.quant_bytes or m.weight_bytes),
+        comm_per_token=per_token,
+        comm_fixed=fixed,
+    )

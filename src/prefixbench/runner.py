@@ -120,11 +120,28 @@ def hot_blocks(req: Requests, upto: int, budget_tokens: float) -> list[tuple[int
     return list(zip(hashes[keep].tolist(), tokens[keep].tolist(), strict=True))
 
 
+def ced_prefill(p_cost: InstanceCost, model: ModelSpec, layers: int, on: str, c) -> InstanceCost:
+    """The prefill pool's cost of a causal encoder-decoder (docs/model.md §2.10)."""
+    from .costmodel import ced_prefill_cost
+
+    if on == "decode" or c.mode == "colocated":
+        what = "ced_replay_on: decode" if on == "decode" else "a CED model in colocated mode"
+        raise SimulationError(
+            f"the engine does not run {what} yet",
+            where="model.ced_replay_on" if on == "decode" else "cluster.mode",
+            fix="use ced_replay_on: prefill in disaggregated mode (prefixbench cost prices "
+            "both placements)",
+        )
+    return ced_prefill_cost(p_cost, model, layers, c.prefill.devices, c.prefill.parallelism())
+
+
 def prepare(s: Scenario) -> Prepared:
     """Resolve names, generate requests and size the memory budget (policy-independent)."""
     from .sizing import fit_fix
 
-    model = with_formats(catalog.get_model(s.model), **s.model_format.model_dump())
+    fmt = s.model_format.model_dump()
+    ced_layers, ced_on = fmt.pop("ced_encoder_layers"), fmt.pop("ced_replay_on")  # issue 18
+    model = with_formats(catalog.get_model(s.model), **fmt)
     c = s.cluster
     if c.prefill_router not in PREFILL_ROUTERS:
         raise ScenarioError(
@@ -147,6 +164,8 @@ def prepare(s: Scenario) -> Prepared:
     d_cost = InstanceCost.build(
         model, d_dev, c.decode.devices, s.efficiency, c.decode.parallelism()
     )
+    if ced_layers is not None:  # --- asymmetric models (issue 18)
+        p_cost = ced_prefill(p_cost, model, ced_layers, ced_on, c)
     p_cost = with_power(  # --- power (issue 18): cap folded into the FLOP rates
         p_cost, p_dev, c.prefill.devices, s.efficiency, c.prefill.power_cap_w,
         c.prefill.dvfs, "cluster.prefill",

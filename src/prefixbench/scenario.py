@@ -616,6 +616,19 @@ class ModelFormat(_M):
         "quantization_config: fp8 = 1 B + 128x128 block scales, int8 = 1 B, int4 = GPTQ/AWQ "
         "g128 (0.52 B). Sizes the weights in memory and the weight reads of every step.",
     )
+    # --- asymmetric models (issue 18; docs/model.md §2.10)
+    ced_encoder_layers: int | None = Field(
+        None,
+        ge=1,
+        le=10_000,
+        description="Causal encoder-decoder: prefill runs only the first N layers and "
+        "projects the decoder layers' KV from the last encoder state (dense models only).",
+    )
+    ced_replay_on: Literal["prefill", "decode"] = Field(
+        "prefill",
+        description="Where the decoder KV projection runs (with ced_encoder_layers): prefill "
+        "(the engine runs it) or decode (costed by `prefixbench cost`; not in the engine yet).",
+    )
 
 
 def split_model_section(data: dict) -> dict:
