@@ -284,12 +284,36 @@ class Roofline:
         e = self.eff
         return self._time(flops, nbytes, e.mfu_prefill, e.prefill_overhead_ms) + self.comm(n)
 
+    def speculate(self, draft: Roofline, gamma: int, alpha: float) -> None:
+        """§2.11: speculative decoding with ``draft`` (its own roofline on this hardware)
+        proposing ``gamma`` tokens, each accepted with probability ``alpha``."""
+        self.spec = (draft, gamma, sum(alpha**i for i in range(gamma + 1)))
+        self.kv_resident = self.kv + draft.kv  # the draft keeps its own KV of every token
+
     def decode_iteration(self, batch: int, context: int) -> float:
         """One decode iteration: ``batch`` sequences attending to ``context`` tokens in all."""
+        if getattr(self, "spec", None):
+            return self._speculative_iteration(batch, context)
         flops = batch * self.f_lin + batch * self.f_head + self.attn * context
         nbytes = self.weights_read(batch) + self.kv * context
         e = self.eff
         return self._time(flops, nbytes, e.mfu_decode, e.decode_overhead_ms) + self.comm(batch)
+
+    def _speculative_iteration(self, batch: int, context: int) -> float:
+        """§2.11, per token of each sequence: one speculative iteration (γ draft steps, each
+        reading the draft's weights and KV, memory-bound; one target pass over γ + 1 tokens
+        per sequence reading the target's weights and KV once) over the expected tokens."""
+        draft, gamma, tokens = self.spec
+        verified = batch * (gamma + 1)
+        flops = verified * (self.f_lin + self.f_head) + self.attn * (gamma + 1) * context
+        nbytes = self.weights_read(verified) + self.kv * context
+        e = self.eff
+        total = self._time(flops, nbytes, e.mfu_decode, 0.0) + self.comm(verified)
+        for _step in range(gamma):
+            total += (draft.w_dense + draft.kv * context) / (self.hbm * e.mbu)
+        for _pass in range(gamma + 1):
+            total += e.decode_overhead_ms * 1e-3
+        return total / tokens
 
     def mixed_step(self, batch: int, context: int, chunks: list[tuple[int, int, bool]]) -> float:
         """Colocated chunked step (docs/coupled.md): one decode token per running sequence

@@ -320,11 +320,21 @@ def scenario_config(prep) -> RefConfig:
         group_split(c.decode),
         c.decode.power_cap_w,
     )
+    sp = c.decode.speculative
+    if sp is not None:  # §2.11: the draft priced on the decode hardware, by its own shape
+        draft = (
+            model.model_copy(update={"layers": sp.mtp_layers})
+            if sp.method == "mtp"
+            else catalog.get_model(sp.draft_model)
+        )
+        d_acc = catalog.get_accelerator(c.decode.accelerator)
+        d_draft = roofline(draft, d_acc, c.decode.devices, s.efficiency, group_split(c.decode))
+        d_roof.speculate(d_draft, sp.gamma, sp.acceptance)
     link = catalog.get_link(c.link.name)
     colocated = c.mode == "colocated"
     n = c.prefill_instances + c.decode_instances if colocated else c.decode_instances
     if m.kv_budget_gb is not None:
-        budget = int(m.kv_budget_gb * 1e9 / d_roof.kv)
+        budget = int(m.kv_budget_gb * 1e9 / getattr(d_roof, "kv_resident", d_roof.kv))
         if colocated:
             budget = budget * c.decode_instances // n
     else:

@@ -339,6 +339,15 @@ class InstanceCost:
     idle_w: float = 0.0  # the instance's idle power (all its devices), W
     dvfs: float = 0.0  # 1: memory-bound steps run at the lowest clock that keeps them so
     volt_floor: float = 0.5  # clock fraction below which the voltage no longer drops
+    # --- speculative decoding (issue 18, docs/model.md §2.11; defaults: none). A decode
+    # iteration is then one token per sequence of the expected speculative iteration:
+    # γ draft steps plus one verify over γ+1 tokens, divided by the expected tokens τ.
+    spec_tokens: float = 1.0  # γ + 1: tokens per sequence the target verifies per iteration
+    spec_tau: float = 1.0  # τ: expected tokens per sequence per speculative iteration
+    draft_weights: float = 0.0  # γ · draft weight bytes read per speculative iteration
+    draft_kv_bpt: float = 0.0  # γ · draft KV bytes per context token per iteration
+    draft_flops: float = 0.0  # γ · draft FLOPs per sequence (layers + LM head)
+    draft_attn: float = 0.0  # γ · draft attention FLOPs per (query, key) pair
 
     @classmethod
     def build(
@@ -427,6 +436,8 @@ def decode_iteration_time(cost: InstanceCost, batch, context):
     """Time of one decode iteration: ``batch`` sequences attending to ``context`` tokens in all."""
     b = np.asarray(batch, dtype=np.float64)
     ctx = np.asarray(context, dtype=np.float64)
+    if cost.spec_tau != 1.0 or cost.spec_tokens != 1.0:  # --- speculative (issue 18)
+        return speculative_iteration_time(cost, b, ctx)
     flops = b * (cost.linear_flops + cost.lm_head_flops) + cost.attn_coef * ctx
     byts = cost.weights_read(b) + cost.kv_bpt * ctx
     t = np.maximum(flops / cost.flops_rate_decode, byts / cost.byte_rate) + cost.decode_overhead
@@ -450,6 +461,8 @@ def decode_series_coeffs(cost: InstanceCost, batch: int, context0: float) -> tup
     constant while the batch is (§2.8).
     """
     fr, br = cost.flops_rate_decode, cost.byte_rate
+    if cost.spec_tau != 1.0 or cost.spec_tokens != 1.0:  # --- speculative (issue 18)
+        return speculative_series_coeffs(cost, batch, context0)
     a1 = (batch * (cost.linear_flops + cost.lm_head_flops) + cost.attn_coef * context0) / fr
     s1 = cost.attn_coef * batch / fr
     a2 = (float(cost.weights_read(batch)) + cost.kv_bpt * context0) / br
@@ -540,3 +553,82 @@ def ced_prefill_cost(
         comm_per_token=per_token,
         comm_fixed=fixed,
     )
+
+
+# ---------------------------------------------------------------- speculative decoding
+# issue 18, docs/model.md §2.11. A draft (a catalog model, or the target's own MTP layers)
+# proposes γ tokens per sequence, the target verifies all γ+1 in one pass; with
+# acceptance rate α per token the expected tokens per iteration are
+# τ = (1 − α^(γ+1)) / (1 − α) (Leviathan et al., "Fast Inference from Transformers via
+# Speculative Decoding", ICML 2023, eq. 1). The engine uses the expected value
+# (deterministic): every sequence emits τ tokens per iteration, priced as one token per
+# sequence at 1/τ of the iteration.
+
+
+def expected_tokens(gamma: int, alpha: float) -> float:
+    """τ = (1 − α^(γ+1)) / (1 − α); γ + 1 when every draft token is accepted."""
+    if alpha >= 1.0:
+        return float(gamma + 1)
+    return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
+
+
+def speculative_cost(cost: InstanceCost, draft: ModelSpec, gamma: int, alpha: float) -> InstanceCost:
+    """``cost`` (a decode instance's) with a draft of γ steps per iteration: the draft's
+    weights and KV are read once per step (memory-bound: check_draft_bound), its FLOPs
+    counted for the utilisation and energy figures."""
+    from dataclasses import replace
+
+    return replace(
+        cost,
+        spec_tokens=float(gamma + 1),
+        spec_tau=expected_tokens(gamma, alpha),
+        draft_weights=gamma * weights_read_dense(draft),
+        draft_kv_bpt=gamma * float(kv_bytes_per_token(draft)),
+        draft_flops=gamma * (linear_flops_per_token(draft) + lm_head_flops(draft)),
+        draft_attn=gamma * attention_flops_coef(draft),
+    )
+
+
+def check_draft_bound(cost: InstanceCost, max_batch: int) -> None:
+    """The model prices a draft step memory-bound: refuse a draft whose step would be
+    compute-bound at the largest batch (its FLOPs per byte past the device's ridge)."""
+    from .errors import ScenarioError
+
+    if cost.draft_weights == 0.0:
+        return
+    compute = max_batch * cost.draft_flops / cost.flops_rate_decode
+    memory = cost.draft_weights / cost.byte_rate
+    attn = cost.draft_attn / cost.flops_rate_decode
+    if compute > memory or attn > cost.draft_kv_bpt / cost.byte_rate:
+        raise ScenarioError(
+            f"the draft's steps would be compute-bound at batch {max_batch}, which the "
+            "speculative model does not price",
+            where="cluster.decode.speculative",
+            fix="use a smaller draft, or lower cluster.max_decode_batch",
+        )
+
+
+def speculative_iteration_time(cost: InstanceCost, b, ctx):
+    """Time per token per sequence of a speculative iteration (docs/model.md §2.11):
+    [max(verify FLOPs / rate, verify bytes / bandwidth) + draft bytes / bandwidth
+    + (γ+1) overheads + fabric of the verify pass] / τ."""
+    g, tau = cost.spec_tokens, cost.spec_tau
+    vflops = b * g * (cost.linear_flops + cost.lm_head_flops) + cost.attn_coef * g * ctx
+    vbytes = cost.weights_read(b * g) + cost.kv_bpt * ctx
+    verify = np.maximum(vflops / cost.flops_rate_decode, vbytes / cost.byte_rate)
+    draft = (cost.draft_weights + cost.draft_kv_bpt * ctx) / cost.byte_rate
+    return (verify + draft + g * cost.decode_overhead + cost.comm_time(b * g)) / tau
+
+
+def speculative_series_coeffs(cost: InstanceCost, batch: int, context0: float):
+    """decode_series_coeffs of a speculative decode instance (engine.series.coeffs)."""
+    g, tau = cost.spec_tokens, cost.spec_tau
+    fr, br = cost.flops_rate_decode, cost.byte_rate
+    dkv = cost.draft_kv_bpt / br
+    lf = cost.linear_flops + cost.lm_head_flops
+    a1 = ((batch * g * lf + cost.attn_coef * g * context0) / fr + dkv * context0) / tau
+    s1 = (cost.attn_coef * g * batch / fr + dkv * batch) / tau
+    a2 = ((float(cost.weights_read(batch * g)) + cost.kv_bpt * context0) / br + dkv * context0) / tau
+    s2 = (cost.kv_bpt * batch / br + dkv * batch) / tau
+    o = (cost.decode_overhead * g + float(cost.comm_time(batch * g)) + cost.draft_weights / br) / tau
+    return a1, s1, a2, s2, o

@@ -342,6 +342,35 @@ def _check_name(kind: str, value: str) -> str:
     return value
 
 
+class Speculative(_M):
+    """Speculative decoding on the decode pool (issue 18; docs/model.md §2.11)."""
+
+    method: Literal["draft", "mtp"] = Field(
+        "draft",
+        description="draft: a separate draft model (draft_model); mtp: the target's own "
+        "multi-token-prediction layers (mtp_layers of its shape, sharing its LM head).",
+    )
+    draft_model: str | None = Field(
+        None, description="Draft model name from the catalog (method draft)."
+    )
+    mtp_layers: int = Field(1, ge=1, le=16, description="MTP layers (method mtp; 1 to 16).")
+    gamma: int = Field(4, ge=1, le=32, description="Draft tokens proposed per iteration, γ.")
+    acceptance: float = Field(
+        0.7, gt=0, le=1, description="Probability each draft token is accepted, α (0 to 1]."
+    )
+
+    @field_validator("draft_model")
+    @classmethod
+    def _known_draft(cls, v: str | None) -> str | None:
+        return v if v is None else _check_name("model", v)
+
+    @model_validator(mode="after")
+    def _draft_given(self) -> Speculative:
+        if self.method == "draft" and self.draft_model is None:
+            raise ValueError("method draft needs draft_model (a catalog model name)")
+        return self
+
+
 class InstanceGroup(_M):
     accelerator: str = Field(
         "l4",
@@ -375,6 +404,9 @@ class InstanceGroup(_M):
         False,
         description="Lower the core clock on memory-bound steps to the lowest that costs no "
         "time (saves compute energy; latency unchanged).",
+    )
+    speculative: Speculative | None = Field(
+        None, description="Decode only: speculative decoding (draft model or MTP heads)."
     )
 
     @field_validator("accelerator")
@@ -520,6 +552,12 @@ class ClusterSpec(_M):
     decode_router: str = Field(
         "least_load", description="Decode routing: least_load, round_robin, prefix_affinity."
     )
+
+    @model_validator(mode="after")
+    def _speculative_on_decode(self) -> ClusterSpec:
+        if self.prefill.speculative is not None:
+            raise ValueError("speculative decoding runs on the decode pool: set it under decode")
+        return self
 
     @model_validator(mode="after")
     def _paths_fit(self) -> ClusterSpec:

@@ -198,8 +198,16 @@ COST_FIELDS = (
     "idle_w",
     "dvfs",
     "volt_floor",
+    # --- speculative decoding (issue 18): appended
+    "spec_tokens",
+    "spec_tau",
+    "draft_weights",
+    "draft_kv_bpt",
+    "draft_flops",
+    "draft_attn",
 )
 C_CLK, C_JF, C_JB, C_IDLE, C_DVFS, C_VF = range(14, 20)  # --- power (issue 18)
+C_SG, C_STAU, C_SDW, C_SDKV, C_SDF, C_SDA = range(20, 26)  # --- speculative (issue 18)
 NCF = len(COST_FIELDS)
 FP_PC = 4  # prefill InstanceCost fields
 FP_DC = FP_PC + NCF  # decode InstanceCost fields (colocated: the instance's cost)
