@@ -116,7 +116,7 @@ class Split:
 
 
 def cap_clock(accelerator, eff: Efficiency, cap_w: float | None) -> float:
-    """docs/model.md §2.9: the core clock (fraction of nominal) at which one device whose
+    """docs/model.md §2.11: the core clock (fraction of nominal) at which one device whose
     SMs and HBM are both fully busy draws ``cap_w``: idle + memory power (pJ/bit at the
     effective bandwidth) + compute power (TDP − idle − memory at full clock) · clock ·
     max(clock, 0.5)². Found by bisection (the product solves it in closed form)."""
@@ -157,7 +157,7 @@ class Roofline:
         split = split or Split()
         # §2.8: one pipeline stage runs at a time, so a step sees devices / pp of them.
         at_once = devices // split.pp
-        # §2.9: a power cap lowers the core clock, so every FLOP rate, not the HBM rate
+        # §2.11: a power cap lowers the core clock, so every FLOP rate, not the HBM rate
         self.peak = accelerator.peak_tflops * 1e12 * at_once * cap_clock(accelerator, eff, cap_w)
         self.hbm = accelerator.hbm_gbps * 1e9 * at_once  # bytes/s
         self.memory = accelerator.memory_gb * 1e9 * devices  # bytes
@@ -185,7 +185,7 @@ class Roofline:
         self.route_frac = (
             model.experts_per_token / model.n_routed_experts if model.n_routed_experts else 0.0
         )
-        # prefill's own terms: the whole stack, or (§2.10, a causal encoder-decoder) the
+        # prefill's own terms: the whole stack, or (§2.12, a causal encoder-decoder) the
         # first ``encoder_layers`` layers plus k_proj and v_proj of every later layer
         self.p_lin, self.p_attn, self.p_w, self.p_layers = (
             self.f_lin, self.attn, self.w_dense, model.layers
@@ -285,7 +285,7 @@ class Roofline:
         return self._time(flops, nbytes, e.mfu_prefill, e.prefill_overhead_ms) + self.comm(n)
 
     def speculate(self, draft: Roofline, gamma: int, alpha: float) -> None:
-        """§2.11: speculative decoding with ``draft`` (its own roofline on this hardware)
+        """§2.13: speculative decoding with ``draft`` (its own roofline on this hardware)
         proposing ``gamma`` tokens, each accepted with probability ``alpha``."""
         self.spec = (draft, gamma, sum(alpha**i for i in range(gamma + 1)))
         self.kv_resident = self.kv + draft.kv  # the draft keeps its own KV of every token
@@ -300,7 +300,7 @@ class Roofline:
         return self._time(flops, nbytes, e.mfu_decode, e.decode_overhead_ms) + self.comm(batch)
 
     def _speculative_iteration(self, batch: int, context: int) -> float:
-        """§2.11, per token of each sequence: one speculative iteration (γ draft steps, each
+        """§2.13, per token of each sequence: one speculative iteration (γ draft steps, each
         reading the draft's weights and KV, memory-bound; one target pass over γ + 1 tokens
         per sequence reading the target's weights and KV once) over the expected tokens."""
         draft, gamma, tokens = self.spec

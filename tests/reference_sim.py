@@ -321,7 +321,7 @@ def scenario_config(prep) -> RefConfig:
         c.decode.power_cap_w,
     )
     sp = c.decode.speculative
-    if sp is not None:  # §2.11: the draft priced on the decode hardware, by its own shape
+    if sp is not None:  # §2.13: the draft priced on the decode hardware, by its own shape
         draft = (
             model.model_copy(update={"layers": sp.mtp_layers})
             if sp.method == "mtp"

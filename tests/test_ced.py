@@ -1,4 +1,4 @@
-"""Asymmetric models: a causal encoder-decoder's prefill (issue 18; docs/model.md §2.10)."""
+"""Asymmetric models: a causal encoder-decoder's prefill (issue 18; docs/model.md §2.12)."""
 
 from __future__ import annotations
 

@@ -409,7 +409,7 @@ SCENARIOS = [
             "cluster.decode.ep=2",
         ),
     ),
-    (  # §2.9: power caps slow both pools' compute (prefill by 1/clock, decode past its knee)
+    (  # §2.11: power caps slow both pools' compute (prefill by 1/clock, decode past its knee)
         "medium_chat",
         (
             "cluster.prefill.accelerator=h100-sxm",

@@ -1,4 +1,4 @@
-"""Power, the power cap and DVFS (issue 18; docs/model.md §2.9): hand-calculated
+"""Power, the power cap and DVFS (issue 18; docs/model.md §2.11): hand-calculated
 coefficients, energy conservation, and seed 003's three qualitative findings."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Speculative decoding on the decode pool (issue 18; docs/model.md §2.11)."""
+"""Speculative decoding on the decode pool (issue 18; docs/model.md §2.13)."""
 
 from __future__ import annotations
 

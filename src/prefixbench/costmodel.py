@@ -332,14 +332,14 @@ class InstanceCost:
     memory_bytes: float  # instance HBM capacity
     comm_per_token: float = 0.0  # TP/PP/EP fabric seconds per token of a step (§2.8)
     comm_fixed: float = 0.0  # TP/PP/EP fabric latency seconds per step
-    # --- power (issue 18, docs/model.md §2.9; power.py fills them, defaults: not modelled)
+    # --- power (issue 18, docs/model.md §2.11; power.py fills them, defaults: not modelled)
     clock: float = 1.0  # core clock under the power cap, fraction of nominal (rates include it)
     j_per_flop: float = 0.0  # dynamic energy of one FLOP at nominal clock and voltage, J
     j_per_byte: float = 0.0  # energy of one byte to or from device memory, J
     idle_w: float = 0.0  # the instance's idle power (all its devices), W
     dvfs: float = 0.0  # 1: memory-bound steps run at the lowest clock that keeps them so
     volt_floor: float = 0.5  # clock fraction below which the voltage no longer drops
-    # --- speculative decoding (issue 18, docs/model.md §2.11; defaults: none). A decode
+    # --- speculative decoding (issue 18, docs/model.md §2.13; defaults: none). A decode
     # iteration is then one token per sequence of the expected speculative iteration:
     # γ draft steps plus one verify over γ+1 tokens, divided by the expected tokens τ.
     spec_tokens: float = 1.0  # γ + 1: tokens per sequence the target verifies per iteration
@@ -498,7 +498,7 @@ def iterations_within(coeffs: tuple[float, ...], elapsed: float, k_max: int) -> 
 
 
 # ---------------------------------------------------------------- asymmetric models (CED)
-# issue 18, docs/model.md §2.10: a causal encoder-decoder (seed 003, "Asymmetric Models")
+# issue 18, docs/model.md §2.12: a causal encoder-decoder (seed 003, "Asymmetric Models")
 # runs a prompt through its first ``encoder_layers`` layers only and projects every
 # decoder layer's K and V from the last encoder state; a generated token runs all layers.
 
@@ -556,7 +556,7 @@ def ced_prefill_cost(
 
 
 # ---------------------------------------------------------------- speculative decoding
-# issue 18, docs/model.md §2.11. A draft (a catalog model, or the target's own MTP layers)
+# issue 18, docs/model.md §2.13. A draft (a catalog model, or the target's own MTP layers)
 # proposes γ tokens per sequence, the target verifies all γ+1 in one pass; with
 # acceptance rate α per token the expected tokens per iteration are
 # τ = (1 − α^(γ+1)) / (1 − α) (Leviathan et al., "Fast Inference from Transformers via
@@ -609,7 +609,7 @@ def check_draft_bound(cost: InstanceCost, max_batch: int) -> None:
 
 
 def speculative_iteration_time(cost: InstanceCost, b, ctx):
-    """Time per token per sequence of a speculative iteration (docs/model.md §2.11):
+    """Time per token per sequence of a speculative iteration (docs/model.md §2.13):
     [max(verify FLOPs / rate, verify bytes / bandwidth) + draft bytes / bandwidth
     + (γ+1) overheads + fabric of the verify pass] / τ."""
     g, tau = cost.spec_tokens, cost.spec_tau

@@ -1,4 +1,4 @@
-"""Device power, the power cap and DVFS, and a run's energy (issue 18; docs/model.md §2.9).
+"""Device power, the power cap and DVFS, and a run's energy (issue 18; docs/model.md §2.11).
 
 Per device (datasheet TDP, idle power and memory energy per bit from the catalog):
 
@@ -142,6 +142,7 @@ def _role(stats: dict, role: str, cost, window: float) -> dict:
         f"{role}_power_mean_w": sum(mean),
         f"{role}_power_inst_mean_w_max": max(mean),
         f"{role}_power_peak_w": max(peaks),
+        f"{role}_power_peak_sum_w": sum(peaks),
         f"{role}_capped_share": (sum(capped) / (window * len(capped))) if window > 0 else 0.0,
     }
 

@@ -79,6 +79,17 @@ RUN_GROUPS: list[tuple[str, list[tuple[str, str, str]]]] = [
             ("mean_decode_batch", "decode\nbatch", "{:.1f}"),
         ],
     ),
+    (  # --- power (issue 18): shown when the devices have power figures
+        "energy and power (W per pool; docs/model.md §2.11)",
+        [
+            ("energy_per_token_j", "J per\ntoken", "{:.3f}"),
+            ("power_mean_w", "W\nall", "{:.0f}"),
+            ("prefill_power_mean_w", "W\nprefill", "{:.0f}"),
+            ("decode_power_mean_w", "W\ndecode", "{:.0f}"),
+            ("prefill_capped_share", "capped\nprefill", "{:.1%}"),
+            ("decode_capped_share", "capped\ndecode", "{:.1%}"),
+        ],
+    ),
 ]
 
 # (column, label, format) of every metric the run comparison shows, in display order
@@ -98,6 +109,8 @@ LOWER_IS_BETTER = {
     "itl_p50_ms",
     "itl_p90_ms",
     "itl_p99_ms",
+    "energy_per_token_j",
+    "power_mean_w",
 }
 
 _NAME = {"no_wrap": True, "overflow": "fold"}
@@ -184,6 +197,8 @@ def run_table(rows: list[dict], title: str, label: str = "policy") -> Group:
             )
         )
     for group_title, metrics in RUN_GROUPS:
+        if not any(r.get(col) is not None for r in rows for col, _, _ in metrics):
+            continue  # a group no row has (energy without power figures)
         parts.append(_metric_table(rows, group_title, metrics, label))
     return Group(*parts)
 

@@ -121,7 +121,7 @@ def hot_blocks(req: Requests, upto: int, budget_tokens: float) -> list[tuple[int
 
 
 def ced_prefill(p_cost: InstanceCost, model: ModelSpec, layers: int, on: str, c) -> InstanceCost:
-    """The prefill pool's cost of a causal encoder-decoder (docs/model.md §2.10)."""
+    """The prefill pool's cost of a causal encoder-decoder (docs/model.md §2.12)."""
     from .costmodel import ced_prefill_cost
 
     if on == "decode" or c.mode == "colocated":
@@ -136,7 +136,7 @@ def ced_prefill(p_cost: InstanceCost, model: ModelSpec, layers: int, on: str, c)
 
 
 def speculative(d_cost: InstanceCost, model: ModelSpec, c) -> tuple[InstanceCost, ModelSpec]:
-    """The decode pool's cost with speculative decoding, and its draft (docs/model.md §2.11)."""
+    """The decode pool's cost with speculative decoding, and its draft (docs/model.md §2.13)."""
     from .costmodel import check_draft_bound, speculative_cost
 
     sp = c.decode.speculative

@@ -343,7 +343,7 @@ def _check_name(kind: str, value: str) -> str:
 
 
 class Speculative(_M):
-    """Speculative decoding on the decode pool (issue 18; docs/model.md §2.11)."""
+    """Speculative decoding on the decode pool (issue 18; docs/model.md §2.13)."""
 
     method: Literal["draft", "mtp"] = Field(
         "draft",
@@ -392,7 +392,7 @@ class InstanceGroup(_M):
         description="Scale-up fabric between the instance's devices: nvlink3, nvlink4, "
         "nvlink5, pcie4-x16, pcie5-x16 or ideal (default: the accelerator's own).",
     )
-    # --- power (issue 18; docs/model.md §2.9)
+    # --- power (issue 18; docs/model.md §2.11)
     power_cap_w: float | None = Field(
         None,
         gt=0,
@@ -654,7 +654,7 @@ class ModelFormat(_M):
         "quantization_config: fp8 = 1 B + 128x128 block scales, int8 = 1 B, int4 = GPTQ/AWQ "
         "g128 (0.52 B). Sizes the weights in memory and the weight reads of every step.",
     )
-    # --- asymmetric models (issue 18; docs/model.md §2.10)
+    # --- asymmetric models (issue 18; docs/model.md §2.12)
     ced_encoder_layers: int | None = Field(
         None,
         ge=1,

@@ -124,7 +124,7 @@ class AcceleratorSpec(_Spec):
         None, gt=0, le=1e5, description="Board power limit (TDP), W, from the datasheet."
     )
     idle_w: float | None = Field(
-        None, ge=0, le=1e5, description="Power with no kernel running, W (docs/model.md §2.9)."
+        None, ge=0, le=1e5, description="Power with no kernel running, W (docs/model.md §2.11)."
     )
     memory_pj_per_bit: float | None = Field(
         None, gt=0, le=1e3, description="Energy to move one bit to or from device memory, pJ."

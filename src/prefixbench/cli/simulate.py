@@ -219,13 +219,21 @@ def capacity(
         ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    per_watt: Annotated[
+        bool,
+        typer.Option(
+            "--per-watt",
+            help="Also name the probe with the most goodput per watt (req/s per kW) among "
+            "those within the SLOs (docs/model.md §2.11).",
+        ),
+    ] = False,
 ) -> None:
     """Highest arrival rate meeting the scenario's TTFT and TPOT SLOs for `target` of requests."""
     from dataclasses import asdict
 
     from ..loader import load_scenario
     from ..render import kv_table
-    from ..study.capacity import max_rate
+    from ..study.capacity import best_per_watt, max_rate
 
     policy = check_policy(policy.value)
     s = load_scenario(scenario, list(overrides or []))
@@ -247,16 +255,18 @@ def capacity(
 
         path = write_probes(out_dir, s.name, policy, target, rate, probes)
         err.print(f"wrote {path}", markup=False, highlight=False, soft_wrap=True)
+    best = best_per_watt(probes, target) if per_watt else None
     if as_json:
-        echo_json(
-            {
-                "scenario": s.model_dump(mode="json"),
-                "policy": policy,
-                "max_rate_rps": rate,
-                "target": target,
-                "probes": [asdict(p) for p in probes],
-            }
-        )
+        doc = {
+            "scenario": s.model_dump(mode="json"),
+            "policy": policy,
+            "max_rate_rps": rate,
+            "target": target,
+            "probes": [{**asdict(p), "goodput_per_kw": p.goodput_per_kw} for p in probes],
+        }
+        if per_watt:
+            doc["best_per_watt"] = None if best is None else asdict(best)
+        echo_json(doc)
         return
     out.print(
         kv_table(
@@ -268,6 +278,11 @@ def capacity(
                     "goodput req/s": f"{p.goodput_rps:.2f}",
                     "TTFT p99 ms": f"{p.ttft_p99_ms:.0f}",
                     "TPOT p99 ms": f"{p.tpot_p99_ms:.1f}",
+                    **(
+                        {"per kW": "–" if p.goodput_per_kw is None else f"{p.goodput_per_kw:.3f}"}
+                        if per_watt
+                        else {}
+                    ),
                     "stable": "yes" if p.stable else "NO",
                 }
                 for p in sorted(probes, key=lambda p: p.rate)
@@ -279,3 +294,12 @@ def capacity(
         f"TTFT ≤ {s.slo.ttft_ms:g} ms and TPOT ≤ {s.slo.tpot_ms:g} ms",
         highlight=False,
     )
+    if per_watt:
+        out.print(
+            "no probe within the SLOs has power figures"
+            if best is None
+            else f"most goodput per watt: {best.goodput_per_kw:.3f} req/s per kW at "
+            f"{best.rate:.3g} req/s ({best.power_w:.0f} W, {best.energy_per_token_j:.3f} J "
+            "per output token)",
+            highlight=False,
+        )

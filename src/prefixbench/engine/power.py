@@ -1,4 +1,4 @@
-"""Energy of each step, accumulated per instance (issue 18; docs/model.md §2.9).
+"""Energy of each step, accumulated per instance (issue 18; docs/model.md §2.11).
 
 The power cap needs no engine code: it lowers the core clock of a capped instance once,
 before the run (``prefixbench.power``), and the instance's FLOP rates carry it. What the
