@@ -145,3 +145,19 @@ def test_capping_everything_hurts_ttft():
     assert cap["prefill_capped_share"] > 0.3 and base["prefill_capped_share"] == 0.0
     assert cap["prefill_power_peak_w"] <= 4 * 400 * (1 + 1e-9)  # the cap holds
     assert not math.isnan(cap["energy_per_token_j"])
+
+
+def test_best_per_watt_by_hand():
+    """capacity --per-watt: among probes within the SLOs, the most req/s per kW."""
+    from prefixbench.study.capacity import Probe, best_per_watt
+
+    probes = [
+        Probe(4.0, 0.99, 4.0, 900, 18, power_w=2000.0),  # 2.0 req/s per kW
+        Probe(5.0, 0.95, 5.0, 950, 19, power_w=2200.0),  # 2.273
+        Probe(6.0, 0.80, 5.0, 1500, 19, power_w=2300.0),  # misses the target
+        Probe(5.5, 0.92, 5.2, 990, 19, stable=False, power_w=2000.0),  # unstable
+    ]
+    best = best_per_watt(probes, 0.9)
+    assert best.rate == 5.0
+    assert best.goodput_per_kw == pytest.approx(5.0 / 2200.0 * 1e3)
+    assert best_per_watt([Probe(4.0, 0.99, 4.0, 900, 18)], 0.9) is None  # no power figures

@@ -278,11 +278,6 @@ def capacity(
                     "goodput req/s": f"{p.goodput_rps:.2f}",
                     "TTFT p99 ms": f"{p.ttft_p99_ms:.0f}",
                     "TPOT p99 ms": f"{p.tpot_p99_ms:.1f}",
-                    **(
-                        {"per kW": "–" if p.goodput_per_kw is None else f"{p.goodput_per_kw:.3f}"}
-                        if per_watt
-                        else {}
-                    ),
                     "stable": "yes" if p.stable else "NO",
                 }
                 for p in sorted(probes, key=lambda p: p.rate)
@@ -295,6 +290,25 @@ def capacity(
         highlight=False,
     )
     if per_watt:
+        out.print(
+            kv_table(
+                "goodput per watt (power of all instances, docs/model.md §2.11)",
+                [
+                    {
+                        "rate req/s": f"{p.rate:.3g}",
+                        "mean W": "–" if p.power_w is None else f"{p.power_w:.0f}",
+                        "J per token": "–"
+                        if p.energy_per_token_j is None
+                        else f"{p.energy_per_token_j:.3f}",
+                        "req/s per kW": "–"
+                        if p.goodput_per_kw is None
+                        else f"{p.goodput_per_kw:.3f}",
+                        "within SLOs": "yes" if p.meets(target) else "no",
+                    }
+                    for p in sorted(probes, key=lambda p: p.rate)
+                ],
+            )
+        )
         out.print(
             "no probe within the SLOs has power figures"
             if best is None
