@@ -147,6 +147,13 @@ def run(
         f"{len(prep.requests):,} requests (seed {s.seed})"
     )
     out.print(run_table(rows, title))
+    energy = [(r["policy"], r.get("energy_per_token_j")) for r in rows]
+    if any(e is not None for _, e in energy):  # --- power (issue 18; compare has the table)
+        out.print(
+            "energy per output token (J; all figures in --json and summary.parquet): "
+            + ", ".join(f"{p} {e:.3f}" for p, e in energy if e is not None),
+            highlight=False,
+        )
     err.print(f"wrote {', '.join(str(p) for p in paths)}", markup=False, highlight=False)
 
 
@@ -191,6 +198,7 @@ def compare(
             c.rows,
             f"{s.name}: {s.cluster.prefill_instances}P{s.cluster.decode_instances}D vs {n} colocated instances",
             label="system",
+            energy=True,
         )
     )
     rows = [
