@@ -161,3 +161,21 @@ def test_best_per_watt_by_hand():
     assert best.rate == 5.0
     assert best.goodput_per_kw == pytest.approx(5.0 / 2200.0 * 1e3)
     assert best_per_watt([Probe(4.0, 0.99, 4.0, 900, 18)], 0.9) is None  # no power figures
+
+
+def test_user_hardware_file_with_power(tmp_path):
+    """A hardware file's power figures load with the catalog's validation and drive the
+    cap: 500 W TDP, 50 W idle, 4 pJ/bit at 2,000 GB/s and MBU 0.7 -> memory 44.8 W,
+    compute 405.2 W; a 300 W cap gives x = (300 - 94.8) / 405.2 = 0.50642, clock 0.79708."""
+    f = tmp_path / "chip.yaml"
+    f.write_text(
+        "hardware: accelerator\nname: chip\npeak_tflops: 500\nhbm_gbps: 2000\n"
+        "memory_gb: 96\ntdp_w: 500\nidle_w: 50\nmemory_pj_per_bit: 4\nsource: user\n"
+    )
+    sets = [*SEED, f"cluster.decode.accelerator={f}", "cluster.decode.power_cap_w=300"]
+    cost = prepare(load_scenario("seed003", sets)).base.decode_cost
+    assert cost.clock == pytest.approx(((300 - 50 - 44.8) / 405.2) ** (1 / 3), rel=1e-9)
+    assert cost.clock == pytest.approx(0.79708, abs=1e-5)
+    f.write_text(f.read_text().replace("idle_w: 50", "idle_w: -5"))
+    with pytest.raises(PrefixbenchError, match="idle_w"):
+        prepare(load_scenario("seed003", sets))
