@@ -188,7 +188,10 @@ class Roofline:
         # prefill's own terms: the whole stack, or (§2.12, a causal encoder-decoder) the
         # first ``encoder_layers`` layers plus k_proj and v_proj of every later layer
         self.p_lin, self.p_attn, self.p_w, self.p_layers = (
-            self.f_lin, self.attn, self.w_dense, model.layers
+            self.f_lin,
+            self.attn,
+            self.w_dense,
+            model.layers,
         )
         if encoder_layers is not None:
             self._encoder_setup(model, encoder_layers, p, wb)

@@ -572,7 +572,9 @@ def expected_tokens(gamma: int, alpha: float) -> float:
     return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
 
 
-def speculative_cost(cost: InstanceCost, draft: ModelSpec, gamma: int, alpha: float) -> InstanceCost:
+def speculative_cost(
+    cost: InstanceCost, draft: ModelSpec, gamma: int, alpha: float
+) -> InstanceCost:
     """``cost`` (a decode instance's) with a draft of γ steps per iteration: the draft's
     weights and KV are read once per step (memory-bound: check_draft_bound), its FLOPs
     counted for the utilisation and energy figures."""
@@ -628,7 +630,11 @@ def speculative_series_coeffs(cost: InstanceCost, batch: int, context0: float):
     lf = cost.linear_flops + cost.lm_head_flops
     a1 = ((batch * g * lf + cost.attn_coef * g * context0) / fr + dkv * context0) / tau
     s1 = (cost.attn_coef * g * batch / fr + dkv * batch) / tau
-    a2 = ((float(cost.weights_read(batch * g)) + cost.kv_bpt * context0) / br + dkv * context0) / tau
+    a2 = (
+        (float(cost.weights_read(batch * g)) + cost.kv_bpt * context0) / br + dkv * context0
+    ) / tau
     s2 = (cost.kv_bpt * batch / br + dkv * batch) / tau
-    o = (cost.decode_overhead * g + float(cost.comm_time(batch * g)) + cost.draft_weights / br) / tau
+    o = (
+        cost.decode_overhead * g + float(cost.comm_time(batch * g)) + cost.draft_weights / br
+    ) / tau
     return a1, s1, a2, s2, o

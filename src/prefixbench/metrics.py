@@ -11,9 +11,9 @@ import polars as pl
 
 from .engine import REASON_NAMES, Outcome, SimResult
 from .itl import itl_summary
+from .power import energy_figures
 from .runner import Prepared
 from .stability import assess, instance_busy
-from .power import energy_figures
 from .utilisation import instance_figures
 
 MS = 1e3

@@ -35,6 +35,7 @@ from .blocks import (
     rs_trim,
 )
 from .jit import jit, sig
+from .power import decode_record, power_work, prefill_record
 from .queues import (
     batch_pop,
     batch_push,
@@ -45,7 +46,6 @@ from .queues import (
     wq_append,
     wq_remove,
 )
-from .power import decode_record, power_work, prefill_record
 from .series import (
     coeffs,
     comm,

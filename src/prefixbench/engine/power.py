@@ -18,7 +18,20 @@ of ``F``, ``NPW`` floats per instance counted from the end: decode (or colocated
 from __future__ import annotations
 
 from .jit import jit
-from .layout import C_BR, C_CLK, C_DVFS, C_IDLE, C_JB, C_JF, C_VF, IP_ND, NPW, PW_CAPPED, PW_J, PW_PEAK
+from .layout import (
+    C_BR,
+    C_CLK,
+    C_DVFS,
+    C_IDLE,
+    C_JB,
+    C_JF,
+    C_VF,
+    IP_ND,
+    NPW,
+    PW_CAPPED,
+    PW_J,
+    PW_PEAK,
+)
 
 
 @jit
