@@ -129,8 +129,7 @@ def ced_prefill(p_cost: InstanceCost, model: ModelSpec, layers: int, on: str, c)
         raise SimulationError(
             f"the engine does not run {what} yet",
             where="model.ced_replay_on" if on == "decode" else "cluster.mode",
-            fix="use ced_replay_on: prefill in disaggregated mode (prefixbench cost prices "
-            "both placements)",
+            fix="use ced_replay_on: prefill in disaggregated mode",
         )
     return ced_prefill_cost(p_cost, model, layers, c.prefill.devices, c.prefill.parallelism())
 

@@ -664,8 +664,8 @@ class ModelFormat(_M):
     )
     ced_replay_on: Literal["prefill", "decode"] = Field(
         "prefill",
-        description="Where the decoder KV projection runs (with ced_encoder_layers): prefill "
-        "(the engine runs it) or decode (costed by `prefixbench cost`; not in the engine yet).",
+        description="Where the decoder KV projection runs (with ced_encoder_layers): prefill, "
+        "or decode (refused for now: the engine does not model decode-side projection).",
     )
 
 
