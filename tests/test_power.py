@@ -179,3 +179,27 @@ def test_user_hardware_file_with_power(tmp_path):
     f.write_text(f.read_text().replace("idle_w: 50", "idle_w: -5"))
     with pytest.raises(PrefixbenchError, match="idle_w"):
         prepare(load_scenario("seed003", sets))
+
+
+def test_compare_reports_energy_beside_latency():
+    """`compare` rows (and so its table and --json) carry the energy figures of each system;
+    a pool on a device without power figures gets none and no totals are made up."""
+    from prefixbench.study.compare import compare
+
+    c = compare(load_scenario("seed003", SEED), "transfer_per_request")
+    for row in c.rows:
+        assert row["energy_per_token_j"] > 0 and row["ttft_p50_ms"] > 0, row["system"]
+        assert row["power_mean_w"] * 0 == 0
+    colocated = c.rows[1]
+    assert colocated["prefill_energy_j"] is None  # one pool of colocated instances
+
+
+def test_no_totals_without_every_pool(tmp_path):
+    f = tmp_path / "bare.yaml"
+    f.write_text(
+        "hardware: accelerator\nname: bare\npeak_tflops: 989.5\nhbm_gbps: 3350\n"
+        "memory_gb: 80\nsource: user\n"
+    )
+    row = _summary(_row(f"cluster.prefill.accelerator={f}"))
+    assert row["decode_energy_j"] > 0 and row["prefill_energy_j"] is None
+    assert row["energy_j"] is None and row["energy_per_token_j"] is None

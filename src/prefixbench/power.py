@@ -129,6 +129,24 @@ def with_power(cost, dev, devices: int, eff, cap_w: float | None, dvfs: bool, wh
 # ---------------------------------------------------------------- a run's energy
 
 
+ROLE_COLUMNS = (
+    "energy_j",
+    "power_mean_w",
+    "power_inst_mean_w_max",
+    "power_peak_w",
+    "power_peak_sum_w",
+    "capped_share",
+)
+TOTAL_COLUMNS = ("link_energy_j", "energy_j", "power_mean_w", "energy_per_token_j")
+
+
+def energy_columns() -> list[str]:
+    """Every energy column of a summary row, in order (None where not modelled), so rows of
+    different hardware stack into one table."""
+    roles = [f"{r}_{c}" for r in ("prefill", "decode") for c in ROLE_COLUMNS]
+    return [*roles, *TOTAL_COLUMNS]
+
+
 def _role(stats: dict, role: str, cost, window: float) -> dict:
     dyn = stats.get(f"{role}_energy_dyn_j", [])
     if not dyn or cost is None or cost.j_per_byte == 0.0:
@@ -149,16 +167,19 @@ def _role(stats: dict, role: str, cost, window: float) -> dict:
 
 def energy_figures(stats: dict, prefill_cost, decode_cost, tokens_out: int, link_bytes: float):
     """The summary's energy columns: joules, mean and peak power per pool and per instance,
-    share of time capped, link energy and energy per output token (None when the devices
-    have no power figures). Energy per token counts the window's output tokens."""
+    share of time capped, link energy and energy per output token; None where a pool's
+    devices have no power figures (and then no totals). Energy per token counts the output
+    tokens of the measured requests."""
     window = float(stats["t_end"]) - float(stats["t_warm"])
-    out: dict = {}
-    out.update(_role(stats, "prefill", prefill_cost, window))
-    out.update(_role(stats, "decode", decode_cost, window))
-    if not out:
-        return {}
+    out: dict = dict.fromkeys(energy_columns())
+    pre = _role(stats, "prefill", prefill_cost, window)
+    dec = _role(stats, "decode", decode_cost, window)
+    out.update(pre)
+    out.update(dec)
+    if not dec or (stats.get("prefill_energy_dyn_j") and not pre):
+        return out  # a pool without power figures: no totals (they would leave it out)
     link_j = link_bytes * LINK_PJ_PER_BIT * 8e-12
-    total = out.get("prefill_energy_j", 0.0) + out["decode_energy_j"] + link_j
+    total = (out["prefill_energy_j"] or 0.0) + out["decode_energy_j"] + link_j
     out["link_energy_j"] = link_j
     out["energy_j"] = total
     out["power_mean_w"] = total / window if window > 0 else 0.0
