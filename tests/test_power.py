@@ -203,3 +203,22 @@ def test_no_totals_without_every_pool(tmp_path):
     row = _summary(_row(f"cluster.prefill.accelerator={f}"))
     assert row["decode_energy_j"] > 0 and row["prefill_energy_j"] is None
     assert row["energy_j"] is None and row["energy_per_token_j"] is None
+
+
+def test_capacity_file_from_before_power_columns(tmp_path):
+    """capacity --out appends to a capacity.parquet written before power_w existed."""
+    import polars as pl
+
+    from prefixbench.study.capacity import Probe
+    from prefixbench.study.capacity_table import write_probes
+
+    old = Probe(2.0, 0.95, 1.9, 500, 18)
+    write_probes(tmp_path, "a", "transfer_per_request", 0.9, 2.0, [old])
+    path = tmp_path / "capacity.parquet"
+    from prefixbench.artifacts import write_atomic
+
+    write_atomic(pl.read_parquet(path).drop("power_w", "energy_per_token_j"), path, "capacity")
+    new = Probe(4.0, 0.95, 3.9, 500, 18, power_w=2000.0, energy_per_token_j=2.0)
+    write_probes(tmp_path, "b", "transfer_per_request", 0.9, 4.0, [new])
+    df = pl.read_parquet(path).sort("scenario")
+    assert df["power_w"].to_list() == [None, 2000.0]
