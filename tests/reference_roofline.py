@@ -115,17 +115,50 @@ class Split:
     fabric_us: float = 0.0
 
 
+def cap_clock(accelerator, eff: Efficiency, cap_w: float | None) -> float:
+    """docs/model.md §2.11: the core clock (fraction of nominal) at which one device whose
+    SMs and HBM are both fully busy draws ``cap_w``: idle + memory power (pJ/bit at the
+    effective bandwidth) + compute power (TDP − idle − memory at full clock) · clock ·
+    max(clock, 0.5)². Found by bisection (the product solves it in closed form)."""
+    if cap_w is None or cap_w >= accelerator.tdp_w:
+        return 1.0
+    watts_per_bps = accelerator.memory_pj_per_bit * 1e-12 * 8  # J per byte = W per byte/s
+    mem = watts_per_bps * accelerator.hbm_gbps * 1e9 * eff.mbu
+    comp = accelerator.tdp_w - accelerator.idle_w - mem
+
+    def draw(clock: float) -> float:
+        volts = clock if clock > 0.5 else 0.5
+        return accelerator.idle_w + mem + comp * clock * volts * volts
+
+    lo, hi = 0.0, 1.0
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if draw(mid) > cap_w:
+            hi = mid
+        else:
+            lo = mid
+    return lo
+
+
 class Roofline:
     """Step times of one model on one instance (``devices`` accelerators split as §2.8)."""
 
     def __init__(
-        self, model, accelerator, devices: int, eff: Efficiency, split: Split | None = None
+        self,
+        model,
+        accelerator,
+        devices: int,
+        eff: Efficiency,
+        split: Split | None = None,
+        cap_w: float | None = None,
+        encoder_layers: int | None = None,
     ) -> None:
         p = _module_params(model)
         split = split or Split()
         # §2.8: one pipeline stage runs at a time, so a step sees devices / pp of them.
         at_once = devices // split.pp
-        self.peak = accelerator.peak_tflops * 1e12 * at_once  # FLOP/s
+        # §2.11: a power cap lowers the core clock, so every FLOP rate, not the HBM rate
+        self.peak = accelerator.peak_tflops * 1e12 * at_once * cap_clock(accelerator, eff, cap_w)
         self.hbm = accelerator.hbm_gbps * 1e9 * at_once  # bytes/s
         self.memory = accelerator.memory_gb * 1e9 * devices  # bytes
         self.eff = eff
@@ -152,6 +185,31 @@ class Roofline:
         self.route_frac = (
             model.experts_per_token / model.n_routed_experts if model.n_routed_experts else 0.0
         )
+        # prefill's own terms: the whole stack, or (§2.12, a causal encoder-decoder) the
+        # first ``encoder_layers`` layers plus k_proj and v_proj of every later layer
+        self.p_lin, self.p_attn, self.p_w, self.p_layers = (
+            self.f_lin,
+            self.attn,
+            self.w_dense,
+            model.layers,
+        )
+        if encoder_layers is not None:
+            self._encoder_setup(model, encoder_layers, p, wb)
+
+    def _encoder_setup(self, model, encoder: int, p: dict, wb: float) -> None:
+        """Per-layer shares of the dense stack (every layer alike): attention, norms and
+        MLP scale by encoder / layers; the final norm, embedding and LM head do not."""
+        share = encoder / model.layers
+        final_norm = model.hidden_size
+        per_layers = p["attention"] + (p["norms"] - final_norm) + p["dense_mlp"]
+        kv_out = model.kv_heads * model.head_dim
+        k_and_v = 2 * model.hidden_size * kv_out + (2 * kv_out if model.qkv_bias else 0)
+        projections = (model.layers - encoder) * k_and_v
+        self.p_lin = 2.0 * (per_layers * share + final_norm + projections)
+        self.p_attn = self.attn * share
+        head = p["embed"] if model.tied_embeddings else p["lm_head"]
+        self.p_w = (per_layers * share + final_norm + projections + head) * wb
+        self.p_layers = encoder
 
     # ---------------------------------------------------------------- §2.8
 
@@ -165,9 +223,11 @@ class Roofline:
         self.moe_layers = model.layers - model.first_dense_layers if model.n_routed_experts else 0
         self.k = model.experts_per_token
 
-    def comm(self, tokens: float) -> float:
-        """§2.8: fabric seconds of one step of ``tokens`` tokens, collective by collective."""
+    def comm(self, tokens: float, layers: int | None = None) -> float:
+        """§2.8: fabric seconds of one step of ``tokens`` tokens, collective by collective
+        (over ``layers`` layers: the whole stack by default)."""
         tp, pp, ep = self.tp, self.pp, self.ep
+        layers = self.layers if layers is None else layers
         per_group = tokens * tp * pp / self.devices  # tokens one TP×PP group carries
         hidden_bytes = per_group * self.hidden * 2  # bf16 activations
         total = 0.0
@@ -175,7 +235,7 @@ class Roofline:
             # ring all-reduce: reduce-scatter then all-gather, tp − 1 steps each, a 1/tp chunk
             steps = 2 * (tp - 1)
             one = steps * (hidden_bytes / tp) / self.bw + steps * self.hop
-            for _layer in range(self.layers):
+            for _layer in range(layers):
                 total += one  # after attention (o_proj)
                 total += one  # after the MLP (down_proj)
         for _boundary in range(pp - 1):
@@ -211,12 +271,14 @@ class Roofline:
         kv_tokens = 0
         for n, c in parts:
             causal = n * c + n * (n + 1) / 2  # pairs (query, attended key)
-            flops += self.f_lin * n + self.f_head + self.attn * causal
+            flops += self.p_lin * n + self.f_head + self.p_attn * causal
             new += n
             kv_tokens += n + c
-        nbytes = self.weights_read(new) + self.kv * kv_tokens
+        weights = self.p_w if self.w_routed == 0.0 else self.weights_read(new)
+        nbytes = weights + self.kv * kv_tokens
         e = self.eff
-        return self._time(flops, nbytes, e.mfu_prefill, e.prefill_overhead_ms) + self.comm(new)
+        step = self._time(flops, nbytes, e.mfu_prefill, e.prefill_overhead_ms)
+        return step + self.comm(new, self.p_layers)
 
     def recompute(self, n: int, after: int = 0) -> float:
         """Rebuild n prefix tokens on this instance, attending to ``after`` tokens already
@@ -226,12 +288,36 @@ class Roofline:
         e = self.eff
         return self._time(flops, nbytes, e.mfu_prefill, e.prefill_overhead_ms) + self.comm(n)
 
+    def speculate(self, draft: Roofline, gamma: int, alpha: float) -> None:
+        """§2.13: speculative decoding with ``draft`` (its own roofline on this hardware)
+        proposing ``gamma`` tokens, each accepted with probability ``alpha``."""
+        self.spec = (draft, gamma, sum(alpha**i for i in range(gamma + 1)))
+        self.kv_resident = self.kv + draft.kv  # the draft keeps its own KV of every token
+
     def decode_iteration(self, batch: int, context: int) -> float:
         """One decode iteration: ``batch`` sequences attending to ``context`` tokens in all."""
+        if getattr(self, "spec", None):
+            return self._speculative_iteration(batch, context)
         flops = batch * self.f_lin + batch * self.f_head + self.attn * context
         nbytes = self.weights_read(batch) + self.kv * context
         e = self.eff
         return self._time(flops, nbytes, e.mfu_decode, e.decode_overhead_ms) + self.comm(batch)
+
+    def _speculative_iteration(self, batch: int, context: int) -> float:
+        """§2.13, per token of each sequence: one speculative iteration (γ draft steps, each
+        reading the draft's weights and KV, memory-bound; one target pass over γ + 1 tokens
+        per sequence reading the target's weights and KV once) over the expected tokens."""
+        draft, gamma, tokens = self.spec
+        verified = batch * (gamma + 1)
+        flops = verified * (self.f_lin + self.f_head) + self.attn * (gamma + 1) * context
+        nbytes = self.weights_read(verified) + self.kv * context
+        e = self.eff
+        total = self._time(flops, nbytes, e.mfu_decode, 0.0) + self.comm(verified)
+        for _step in range(gamma):
+            total += (draft.w_dense + draft.kv * context) / (self.hbm * e.mbu)
+        for _pass in range(gamma + 1):
+            total += e.decode_overhead_ms * 1e-3
+        return total / tokens
 
     def mixed_step(self, batch: int, context: int, chunks: list[tuple[int, int, bool]]) -> float:
         """Colocated chunked step (docs/coupled.md): one decode token per running sequence

@@ -356,8 +356,12 @@ def config_from(data, prefill: Roofline, decode: Roofline) -> RefConfig:
     return RefConfig(prefill, decode, **{k: getattr(data, k) for k in DATA_FIELDS})
 
 
-def roofline(model, accelerator, devices: int, efficiency, split=None) -> Roofline:
-    return Roofline(model, accelerator, devices, Efficiency.of(efficiency), split)
+def roofline(
+    model, accelerator, devices: int, efficiency, split=None, cap_w=None, encoder_layers=None
+) -> Roofline:
+    return Roofline(
+        model, accelerator, devices, Efficiency.of(efficiency), split, cap_w, encoder_layers
+    )
 
 
 def group_split(group) -> Split:
@@ -388,6 +392,8 @@ def scenario_config(prep) -> RefConfig:
         c.prefill.devices,
         s.efficiency,
         group_split(c.prefill),
+        c.prefill.power_cap_w,
+        s.model_format.ced_encoder_layers,
     )
     d_roof = roofline(
         model,
@@ -395,12 +401,23 @@ def scenario_config(prep) -> RefConfig:
         c.decode.devices,
         s.efficiency,
         group_split(c.decode),
+        c.decode.power_cap_w,
     )
+    sp = c.decode.speculative
+    if sp is not None:  # §2.13: the draft priced on the decode hardware, by its own shape
+        draft = (
+            model.model_copy(update={"layers": sp.mtp_layers})
+            if sp.method == "mtp"
+            else catalog.get_model(sp.draft_model)
+        )
+        d_acc = catalog.get_accelerator(c.decode.accelerator)
+        d_draft = roofline(draft, d_acc, c.decode.devices, s.efficiency, group_split(c.decode))
+        d_roof.speculate(d_draft, sp.gamma, sp.acceptance)
     link = catalog.get_link(c.link.name)
     colocated = c.mode == "colocated"
     n = c.prefill_instances + c.decode_instances if colocated else c.decode_instances
     if m.kv_budget_gb is not None:
-        budget = int(m.kv_budget_gb * 1e9 / d_roof.kv)
+        budget = int(m.kv_budget_gb * 1e9 / getattr(d_roof, "kv_resident", d_roof.kv))
         if colocated:
             budget = budget * c.decode_instances // n
     else:

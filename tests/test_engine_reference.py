@@ -462,6 +462,16 @@ SCENARIOS = [
             "cluster.decode.ep=2",
         ),
     ),
+    (  # §2.11: power caps slow both pools' compute (prefill by 1/clock, decode past its knee)
+        "medium_chat",
+        (
+            "cluster.prefill.accelerator=h100-sxm",
+            "cluster.prefill.power_cap_w=300",
+            "cluster.decode.accelerator=h100-sxm",
+            "cluster.decode.power_cap_w=155",
+            "cluster.decode.dvfs=true",
+        ),
+    ),
 ]
 
 

@@ -332,6 +332,22 @@ class InstanceCost:
     memory_bytes: float  # instance HBM capacity
     comm_per_token: float = 0.0  # TP/PP/EP fabric seconds per token of a step (§2.8)
     comm_fixed: float = 0.0  # TP/PP/EP fabric latency seconds per step
+    # --- power (issue 18, docs/model.md §2.11; power.py fills them, defaults: not modelled)
+    clock: float = 1.0  # core clock under the power cap, fraction of nominal (rates include it)
+    j_per_flop: float = 0.0  # dynamic energy of one FLOP at nominal clock and voltage, J
+    j_per_byte: float = 0.0  # energy of one byte to or from device memory, J
+    idle_w: float = 0.0  # the instance's idle power (all its devices), W
+    dvfs: float = 0.0  # 1: memory-bound steps run at the lowest clock that keeps them so
+    volt_floor: float = 0.5  # clock fraction below which the voltage no longer drops
+    # --- speculative decoding (issue 18, docs/model.md §2.13; defaults: none). A decode
+    # iteration is then one token per sequence of the expected speculative iteration:
+    # γ draft steps plus one verify over γ+1 tokens, divided by the expected tokens τ.
+    spec_tokens: float = 1.0  # γ + 1: tokens per sequence the target verifies per iteration
+    spec_tau: float = 1.0  # τ: expected tokens per sequence per speculative iteration
+    draft_weights: float = 0.0  # γ · draft weight bytes read per speculative iteration
+    draft_kv_bpt: float = 0.0  # γ · draft KV bytes per context token per iteration
+    draft_flops: float = 0.0  # γ · draft FLOPs per sequence (layers + LM head)
+    draft_attn: float = 0.0  # γ · draft attention FLOPs per (query, key) pair
 
     @classmethod
     def build(
@@ -420,6 +436,8 @@ def decode_iteration_time(cost: InstanceCost, batch, context):
     """Time of one decode iteration: ``batch`` sequences attending to ``context`` tokens in all."""
     b = np.asarray(batch, dtype=np.float64)
     ctx = np.asarray(context, dtype=np.float64)
+    if cost.spec_tau != 1.0 or cost.spec_tokens != 1.0:  # --- speculative (issue 18)
+        return speculative_iteration_time(cost, b, ctx)
     flops = b * (cost.linear_flops + cost.lm_head_flops) + cost.attn_coef * ctx
     byts = cost.weights_read(b) + cost.kv_bpt * ctx
     t = np.maximum(flops / cost.flops_rate_decode, byts / cost.byte_rate) + cost.decode_overhead
@@ -443,6 +461,8 @@ def decode_series_coeffs(cost: InstanceCost, batch: int, context0: float) -> tup
     constant while the batch is (§2.8).
     """
     fr, br = cost.flops_rate_decode, cost.byte_rate
+    if cost.spec_tau != 1.0 or cost.spec_tokens != 1.0:  # --- speculative (issue 18)
+        return speculative_series_coeffs(cost, batch, context0)
     a1 = (batch * (cost.linear_flops + cost.lm_head_flops) + cost.attn_coef * context0) / fr
     s1 = cost.attn_coef * batch / fr
     a2 = (float(cost.weights_read(batch)) + cost.kv_bpt * context0) / br
@@ -475,3 +495,146 @@ def iterations_within(coeffs: tuple[float, ...], elapsed: float, k_max: int) -> 
         else:
             hi = mid
     return lo
+
+
+# ---------------------------------------------------------------- asymmetric models (CED)
+# issue 18, docs/model.md §2.12: a causal encoder-decoder (seed 003, "Asymmetric Models")
+# runs a prompt through its first ``encoder_layers`` layers only and projects every
+# decoder layer's K and V from the last encoder state; a generated token runs all layers.
+
+
+def check_ced(m: ModelSpec, encoder_layers: int) -> None:
+    """Refuse a split the model cannot take: CED is modelled for dense, uniform stacks."""
+    from .errors import ScenarioError
+
+    if m.is_moe or m.is_mla or m.linear_layers or m.sliding_layers:
+        raise ScenarioError(
+            f"{m.name}: ced_encoder_layers needs a dense model with identical layers (no MoE, "
+            "MLA, linear or windowed attention)",
+            where="model.ced_encoder_layers",
+            fix="pick a dense model (e.g. llama-3.1-70b) or drop ced_encoder_layers",
+        )
+    if not 1 <= encoder_layers < m.layers:
+        raise ScenarioError(
+            f"ced_encoder_layers={encoder_layers} must be between 1 and {m.layers - 1} "
+            f"({m.name} has {m.layers} layers)",
+            where="model.ced_encoder_layers",
+            fix=f"set it to, e.g., {m.layers // 2}",
+        )
+
+
+def ced_kv_projection_params(m: ModelSpec, encoder_layers: int) -> int:
+    """k_proj + v_proj (and their biases) of the decoder layers: what projects their KV."""
+    kv_out = m.kv_heads * m.head_dim
+    per_layer = 2 * m.hidden_size * kv_out + (2 * kv_out if m.qkv_bias else 0)
+    return (m.layers - encoder_layers) * per_layer
+
+
+def ced_prefill_cost(
+    cost: InstanceCost, m: ModelSpec, encoder_layers: int, devices: int, par: Parallelism | None
+) -> InstanceCost:
+    """A prefill instance's cost for a CED model whose decoder KV is projected on prefill:
+    per token the encoder layers plus the decoder layers' K/V projections, attention over
+    the encoder layers, the weights of both read once per step, TP/PP traffic of the
+    encoder layers. KV bytes per token are the full model's (every layer's KV goes to
+    decode)."""
+    from dataclasses import replace
+
+    check_ced(m, encoder_layers)
+    enc = m.model_copy(update={"layers": encoder_layers})
+    proj = ced_kv_projection_params(m, encoder_layers)
+    par = par or Parallelism(tp=devices)
+    per_token, fixed = comm_coeffs(enc, devices, par)
+    return replace(
+        cost,
+        linear_flops=linear_flops_per_token(enc) + 2.0 * proj,
+        attn_coef=attention_flops_coef(enc),
+        weights=weights_read_dense(enc) + proj * (m.quant_bytes or m.weight_bytes),
+        comm_per_token=per_token,
+        comm_fixed=fixed,
+    )
+
+
+# ---------------------------------------------------------------- speculative decoding
+# issue 18, docs/model.md §2.13. A draft (a catalog model, or the target's own MTP layers)
+# proposes γ tokens per sequence, the target verifies all γ+1 in one pass; with
+# acceptance rate α per token the expected tokens per iteration are
+# τ = (1 − α^(γ+1)) / (1 − α) (Leviathan et al., "Fast Inference from Transformers via
+# Speculative Decoding", ICML 2023, eq. 1). The engine uses the expected value
+# (deterministic): every sequence emits τ tokens per iteration, priced as one token per
+# sequence at 1/τ of the iteration.
+
+
+def expected_tokens(gamma: int, alpha: float) -> float:
+    """τ = (1 − α^(γ+1)) / (1 − α); γ + 1 when every draft token is accepted."""
+    if alpha >= 1.0:
+        return float(gamma + 1)
+    return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
+
+
+def speculative_cost(
+    cost: InstanceCost, draft: ModelSpec, gamma: int, alpha: float
+) -> InstanceCost:
+    """``cost`` (a decode instance's) with a draft of γ steps per iteration: the draft's
+    weights and KV are read once per step (memory-bound: check_draft_bound), its FLOPs
+    counted for the utilisation and energy figures."""
+    from dataclasses import replace
+
+    return replace(
+        cost,
+        spec_tokens=float(gamma + 1),
+        spec_tau=expected_tokens(gamma, alpha),
+        draft_weights=gamma * weights_read_dense(draft),
+        draft_kv_bpt=gamma * float(kv_bytes_per_token(draft)),
+        draft_flops=gamma * (linear_flops_per_token(draft) + lm_head_flops(draft)),
+        draft_attn=gamma * attention_flops_coef(draft),
+    )
+
+
+def check_draft_bound(cost: InstanceCost, max_batch: int) -> None:
+    """The model prices a draft step memory-bound: refuse a draft whose step would be
+    compute-bound at the largest batch (its FLOPs per byte past the device's ridge)."""
+    from .errors import ScenarioError
+
+    if cost.draft_weights == 0.0:
+        return
+    compute = max_batch * cost.draft_flops / cost.flops_rate_decode
+    memory = cost.draft_weights / cost.byte_rate
+    attn = cost.draft_attn / cost.flops_rate_decode
+    if compute > memory or attn > cost.draft_kv_bpt / cost.byte_rate:
+        raise ScenarioError(
+            f"the draft's steps would be compute-bound at batch {max_batch}, which the "
+            "speculative model does not price",
+            where="cluster.decode.speculative",
+            fix="use a smaller draft, or lower cluster.max_decode_batch",
+        )
+
+
+def speculative_iteration_time(cost: InstanceCost, b, ctx):
+    """Time per token per sequence of a speculative iteration (docs/model.md §2.13):
+    [max(verify FLOPs / rate, verify bytes / bandwidth) + draft bytes / bandwidth
+    + (γ+1) overheads + fabric of the verify pass] / τ."""
+    g, tau = cost.spec_tokens, cost.spec_tau
+    vflops = b * g * (cost.linear_flops + cost.lm_head_flops) + cost.attn_coef * g * ctx
+    vbytes = cost.weights_read(b * g) + cost.kv_bpt * ctx
+    verify = np.maximum(vflops / cost.flops_rate_decode, vbytes / cost.byte_rate)
+    draft = (cost.draft_weights + cost.draft_kv_bpt * ctx) / cost.byte_rate
+    return (verify + draft + g * cost.decode_overhead + cost.comm_time(b * g)) / tau
+
+
+def speculative_series_coeffs(cost: InstanceCost, batch: int, context0: float):
+    """decode_series_coeffs of a speculative decode instance (engine.series.coeffs)."""
+    g, tau = cost.spec_tokens, cost.spec_tau
+    fr, br = cost.flops_rate_decode, cost.byte_rate
+    dkv = cost.draft_kv_bpt / br
+    lf = cost.linear_flops + cost.lm_head_flops
+    a1 = ((batch * g * lf + cost.attn_coef * g * context0) / fr + dkv * context0) / tau
+    s1 = (cost.attn_coef * g * batch / fr + dkv * batch) / tau
+    a2 = (
+        (float(cost.weights_read(batch * g)) + cost.kv_bpt * context0) / br + dkv * context0
+    ) / tau
+    s2 = (cost.kv_bpt * batch / br + dkv * batch) / tau
+    o = (
+        cost.decode_overhead * g + float(cost.comm_time(batch * g)) + cost.draft_weights / br
+    ) / tau
+    return a1, s1, a2, s2, o

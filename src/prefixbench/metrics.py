@@ -11,6 +11,7 @@ import polars as pl
 
 from .engine import REASON_NAMES, Outcome, SimResult
 from .itl import itl_summary
+from .power import energy_figures
 from .runner import Prepared
 from .stability import assess, instance_busy
 from .utilisation import instance_figures
@@ -256,4 +257,13 @@ def summarize(prep: Prepared, policy: str, df: pl.DataFrame, res: SimResult) -> 
 
     measured = (np.arange(len(df)) >= s.run.warmup_requests) & ~np.isnan(res.columns["t_admit"])
     row.update(gap_columns(prep, res.columns, measured))
+    row.update(  # --- power (issue 18): None-free, only when the devices have power figures
+        energy_figures(
+            st,
+            prep.base.prefill_cost,
+            prep.base.decode_cost,
+            int(out_tokens),
+            float(steady["transfer_bytes"].sum()) if "transfer_bytes" in steady.columns else 0.0,
+        )
+    )
     return row

@@ -97,6 +97,19 @@ RUN_GROUPS: list[tuple[str, list[tuple[str, str, str]]]] = [
 # (column, label, format) of every metric the run comparison shows, in display order
 RUN_ROWS: list[tuple[str, str, str]] = [m for _, group in RUN_GROUPS for m in group]
 
+# --- power (issue 18): `compare` shows it beside latency (`run` prints one line per policy)
+ENERGY_GROUP: tuple[str, list[tuple[str, str, str]]] = (
+    "energy and power (W per pool; docs/model.md §2.11)",
+    [
+        ("energy_per_token_j", "J per\ntoken", "{:.3f}"),
+        ("power_mean_w", "W\nall", "{:.0f}"),
+        ("prefill_power_mean_w", "W\nprefill", "{:.0f}"),
+        ("decode_power_mean_w", "W\ndecode", "{:.0f}"),
+        ("prefill_capped_share", "capped\nprefill", "{:.1%}"),
+        ("decode_capped_share", "capped\ndecode", "{:.1%}"),
+    ],
+)
+
 LOWER_IS_BETTER = {
     "ttft_mean_ms",
     "ttft_p50_ms",
@@ -111,6 +124,8 @@ LOWER_IS_BETTER = {
     "itl_p50_ms",
     "itl_p90_ms",
     "itl_p99_ms",
+    "energy_per_token_j",
+    "power_mean_w",
 }
 
 _NAME = {"no_wrap": True, "overflow": "fold"}
@@ -184,9 +199,10 @@ def _metric_table(rows: list[dict], title: str, metrics, label: str) -> Table:
     return t
 
 
-def run_table(rows: list[dict], title: str, label: str = "policy") -> Group:
+def run_table(rows: list[dict], title: str, label: str = "policy", energy: bool = False) -> Group:
     """Policies (or systems) as rows, metrics as columns in small themed tables; the best
-    lower-is-better value of each column in green."""
+    lower-is-better value of each column in green; with ``energy`` the energy table too
+    when the rows have power figures."""
     parts = [Text(safe_text(title), style="bold")]
     reusable = [r.get("reusable_rate") for r in rows if r.get("reusable_rate") is not None]
     if reusable:  # a workload property, the same for every policy: the hit-rate ceiling
@@ -196,7 +212,9 @@ def run_table(rows: list[dict], title: str, label: str = "policy") -> Group:
                 " tokens (hit-rate ceiling)"
             )
         )
-    for group_title, metrics in RUN_GROUPS:
+    for group_title, metrics in [*RUN_GROUPS, *([ENERGY_GROUP] if energy else [])]:
+        if not any(r.get(col) is not None for r in rows for col, _, _ in metrics):
+            continue  # a group no row has (energy without power figures)
         parts.append(_metric_table(rows, group_title, metrics, label))
     return Group(*parts)
 

@@ -19,6 +19,7 @@ from .costmodel import InstanceCost, decode_iteration_time, kv_bytes_per_token, 
 from .engine import ColocatedConfig, EngineConfig, SimResult, simulate, simulate_colocated
 from .engine.routing import DECODE_ROUTERS, PREFILL_ROUTERS
 from .errors import ScenarioError, SimulationError
+from .power import with_power
 from .scenario import Scenario, SessionWorkload, SyntheticWorkload, TraceWorkload
 from .suggest import did_you_mean
 from .workload.requests import Requests
@@ -119,11 +120,53 @@ def hot_blocks(req: Requests, upto: int, budget_tokens: float) -> list[tuple[int
     return list(zip(hashes[keep].tolist(), tokens[keep].tolist(), strict=True))
 
 
+def ced_prefill(p_cost: InstanceCost, model: ModelSpec, layers: int, on: str, c) -> InstanceCost:
+    """The prefill pool's cost of a causal encoder-decoder (docs/model.md §2.12)."""
+    from .costmodel import ced_prefill_cost
+
+    if on == "decode" or c.mode == "colocated":
+        what = "ced_replay_on: decode" if on == "decode" else "a CED model in colocated mode"
+        raise SimulationError(
+            f"the engine does not run {what} yet",
+            where="model.ced_replay_on" if on == "decode" else "cluster.mode",
+            fix="use ced_replay_on: prefill in disaggregated mode",
+        )
+    return ced_prefill_cost(p_cost, model, layers, c.prefill.devices, c.prefill.parallelism())
+
+
+def speculative(d_cost: InstanceCost, model: ModelSpec, c) -> tuple[InstanceCost, ModelSpec]:
+    """The decode pool's cost with speculative decoding, and its draft (docs/model.md §2.13)."""
+    from .costmodel import check_draft_bound, speculative_cost
+
+    sp = c.decode.speculative
+    if c.mode == "colocated":
+        raise SimulationError(
+            "the engine does not run speculative decoding in colocated mode",
+            where="cluster.decode.speculative",
+            fix="use mode: disaggregated, or drop speculative",
+        )
+    if sp.method == "mtp":
+        draft = model.model_copy(update={"name": f"{model.name}-mtp", "layers": sp.mtp_layers})
+    else:
+        draft = catalog.get_model(sp.draft_model)
+    if draft.is_moe or draft.is_mla:
+        raise ScenarioError(
+            f"the draft ({draft.name}) is MoE or MLA; speculative drafts are priced dense",
+            where="cluster.decode.speculative",
+            fix="use a dense draft model (e.g. llama-3.1-8b, qwen2-0.5b)",
+        )
+    cost = speculative_cost(d_cost, draft, sp.gamma, sp.acceptance)
+    check_draft_bound(cost, c.max_decode_batch)
+    return cost, draft
+
+
 def prepare(s: Scenario) -> Prepared:
     """Resolve names, generate requests and size the memory budget (policy-independent)."""
     from .sizing import fit_fix
 
-    model = with_formats(catalog.get_model(s.model), **s.model_format.model_dump())
+    fmt = s.model_format.model_dump()
+    ced_layers, ced_on = fmt.pop("ced_encoder_layers"), fmt.pop("ced_replay_on")  # issue 18
+    model = with_formats(catalog.get_model(s.model), **fmt)
     c = s.cluster
     if c.prefill_router not in PREFILL_ROUTERS:
         raise ScenarioError(
@@ -146,18 +189,35 @@ def prepare(s: Scenario) -> Prepared:
     d_cost = InstanceCost.build(
         model, d_dev, c.decode.devices, s.efficiency, c.decode.parallelism()
     )
+    if ced_layers is not None:  # --- asymmetric models (issue 18)
+        p_cost = ced_prefill(p_cost, model, ced_layers, ced_on, c)
+    p_cost = with_power(  # --- power (issue 18): cap folded into the FLOP rates
+        p_cost, p_dev, c.prefill.devices, s.efficiency, c.prefill.power_cap_w,
+        c.prefill.dvfs, "cluster.prefill",
+    )  # fmt: skip
+    d_cost = with_power(
+        d_cost, d_dev, c.decode.devices, s.efficiency, c.decode.power_cap_w,
+        c.decode.dvfs, "cluster.decode",
+    )  # fmt: skip
     kv_bpt = kv_bytes_per_token(model)
     wbytes = weight_bytes(model)
-    for role, cost, grp, dev in (
-        ("prefill", p_cost, c.prefill, p_dev),
-        ("decode", d_cost, c.decode, d_dev),
+    kv_mem = kv_bpt  # --- speculative (issue 18): bytes of decode memory per KV token
+    if c.decode.speculative is not None:
+        d_cost, draft = speculative(d_cost, model, c)
+        kv_mem = kv_bpt + kv_bytes_per_token(draft)
+        dwbytes = wbytes + weight_bytes(draft)
+    else:
+        dwbytes = wbytes
+    for role, cost, grp, dev, wb in (
+        ("prefill", p_cost, c.prefill, p_dev, wbytes),
+        ("decode", d_cost, c.decode, d_dev, dwbytes),
     ):
-        if wbytes >= cost.memory_bytes:
+        if wb >= cost.memory_bytes:
             raise SimulationError(
-                f"{model.name} weights ({wbytes / 1e9:.1f} GB) do not fit a {role} instance "
+                f"{model.name} weights ({wb / 1e9:.1f} GB) do not fit a {role} instance "
                 f"({grp.devices}x {dev.name}, {cost.memory_bytes / 1e9:.0f} GB)",
                 where=f"cluster.{role}",
-                fix=fit_fix(wbytes, role, grp.accelerator, grp.devices),
+                fix=fit_fix(wb, role, grp.accelerator, grp.devices),
             )
 
     from .memcheck import check_fits
@@ -193,19 +253,19 @@ def prepare(s: Scenario) -> Prepared:
     ref, active, ws, batch = reference_demand(req, d_cost, c.decode_instances, c.max_decode_batch)
     m = s.memory
     if m.kv_budget_gb is not None:
-        raw = m.kv_budget_gb * 1e9 / kv_bpt
+        raw = m.kv_budget_gb * 1e9 / kv_mem
     else:
         raw = m.budget_factor * ref
     huge = not raw < 2**62  # beyond any HBM (or inf): refused below without int overflow
     budget = 2**62 if huge else int(raw)
-    free = d_cost.memory_bytes - wbytes
-    if budget * kv_bpt > free:
-        shown = (raw if huge else budget) * kv_bpt / 1e9
+    free = d_cost.memory_bytes - dwbytes
+    if budget * kv_mem > free:
+        shown = (raw if huge else budget) * kv_mem / 1e9
         raise SimulationError(
             f"decode KV budget {shown:.2f} GB exceeds the {free / 1e9:.2f} GB a decode "
             f"instance has left after weights",
             where="memory",
-            fix=fit_fix(wbytes + budget * kv_bpt, "decode", c.decode.accelerator, c.decode.devices)
+            fix=fit_fix(dwbytes + budget * kv_mem, "decode", c.decode.accelerator, c.decode.devices)
             + "; or lower memory.budget_factor / memory.kv_budget_gb",
         )
     smallest = int((req.prompt_len + req.output_len).min())

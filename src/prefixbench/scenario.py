@@ -347,6 +347,35 @@ def _check_name(kind: str, value: str) -> str:
     return value
 
 
+class Speculative(_M):
+    """Speculative decoding on the decode pool (issue 18; docs/model.md §2.13)."""
+
+    method: Literal["draft", "mtp"] = Field(
+        "draft",
+        description="draft: a separate draft model (draft_model); mtp: the target's own "
+        "multi-token-prediction layers (mtp_layers of its shape, sharing its LM head).",
+    )
+    draft_model: str | None = Field(
+        None, description="Draft model name from the catalog (method draft)."
+    )
+    mtp_layers: int = Field(1, ge=1, le=16, description="MTP layers (method mtp; 1 to 16).")
+    gamma: int = Field(4, ge=1, le=32, description="Draft tokens proposed per iteration, γ.")
+    acceptance: float = Field(
+        0.7, gt=0, le=1, description="Probability each draft token is accepted, α (0 to 1]."
+    )
+
+    @field_validator("draft_model")
+    @classmethod
+    def _known_draft(cls, v: str | None) -> str | None:
+        return v if v is None else _check_name("model", v)
+
+    @model_validator(mode="after")
+    def _draft_given(self) -> Speculative:
+        if self.method == "draft" and self.draft_model is None:
+            raise ValueError("method draft needs draft_model (a catalog model name)")
+        return self
+
+
 class InstanceGroup(_M):
     accelerator: str = Field(
         "l4",
@@ -379,6 +408,22 @@ class InstanceGroup(_M):
         le=1e6,
         description="Host DRAM per instance, GB (default: 256 per device, as a DGX H100's "
         "2 TB for 8 GPUs); memory.host_kv_gb must fit in it.",
+    )
+    # --- power (issue 18; docs/model.md §2.11)
+    power_cap_w: float | None = Field(
+        None,
+        gt=0,
+        le=1e5,
+        description="Power cap per device, W (at most the TDP; default: capped at TDP). The "
+        "core clock drops until a step at the ridge fits; compute-bound steps slow.",
+    )
+    dvfs: bool = Field(
+        False,
+        description="Lower the core clock on memory-bound steps to the lowest that costs no "
+        "time (saves compute energy; latency unchanged).",
+    )
+    speculative: Speculative | None = Field(
+        None, description="Decode only: speculative decoding (draft model or MTP heads)."
     )
 
     @field_validator("accelerator")
@@ -560,6 +605,12 @@ class ClusterSpec(_M):
     )
 
     @model_validator(mode="after")
+    def _speculative_on_decode(self) -> ClusterSpec:
+        if self.prefill.speculative is not None:
+            raise ValueError("speculative decoding runs on the decode pool: set it under decode")
+        return self
+
+    @model_validator(mode="after")
     def _paths_fit(self) -> ClusterSpec:
         if self.link.topology == "shared_nics" and self.link.channels != 1:
             raise ValueError(
@@ -674,6 +725,19 @@ class ModelFormat(_M):
         description="Weight format of the linear layers, overriding the config's "
         "quantization_config: fp8 = 1 B + 128x128 block scales, int8 = 1 B, int4 = GPTQ/AWQ "
         "g128 (0.52 B). Sizes the weights in memory and the weight reads of every step.",
+    )
+    # --- asymmetric models (issue 18; docs/model.md §2.12)
+    ced_encoder_layers: int | None = Field(
+        None,
+        ge=1,
+        le=10_000,
+        description="Causal encoder-decoder: prefill runs only the first N layers and "
+        "projects the decoder layers' KV from the last encoder state (dense models only).",
+    )
+    ced_replay_on: Literal["prefill", "decode"] = Field(
+        "prefill",
+        description="Where the decoder KV projection runs (with ced_encoder_layers): prefill, "
+        "or decode (refused for now: the engine does not model decode-side projection).",
     )
 
 

@@ -9,6 +9,21 @@ from __future__ import annotations
 
 from .specs import AcceleratorSpec
 
+# --- power (issue 18; docs/model.md §2.11). TDP is each datasheet's board power limit (the
+# comment on each preset). Idle power is an assumption: 11.5 % of TDP, the share one
+# third-party measurement found on an H200 SXM (80.3 W idle against a 700 W TDP,
+# https://api.serialalice.pt/alice-benchmark); vendors publish no idle figure. Memory
+# energy: HBM2 moves a bit for about 3.9 pJ (O'Connor et al., "Fine-Grained DRAM", MICRO
+# 2017, https://doi.org/10.1145/3123939.3124545), used for HBM2e/HBM3/HBM3e too; GDDR6 is
+# taken as twice that (assumption: GDDR-class memory costs about twice HBM per bit).
+IDLE_SHARE = 0.115
+HBM_PJ_PER_BIT = 3.9
+GDDR6_PJ_PER_BIT = 7.8
+POWER_SOURCE = (
+    "TDP: the datasheet above; idle: 11.5 % of TDP (assumption, H200 measurement); "
+    "memory: O'Connor et al. MICRO 2017 (HBM2 3.9 pJ/bit)"
+)
+
 _PRESETS = [
     AcceleratorSpec(
         name="l4",
@@ -17,6 +32,10 @@ _PRESETS = [
         hbm_gbps=300.0,  # GDDR6, 300 GB/s
         memory_gb=24.0,
         source="https://www.nvidia.com/en-us/data-center/l4/",
+        tdp_w=72.0,  # L4 datasheet: max thermal design power 72 W
+        idle_w=round(IDLE_SHARE * 72.0, 1),
+        memory_pj_per_bit=GDDR6_PJ_PER_BIT,
+        power_source=POWER_SOURCE,
     ),
     AcceleratorSpec(
         name="a10g",
@@ -33,6 +52,10 @@ _PRESETS = [
             "https://aws.amazon.com/ec2/instance-types/g5/ ; "
             "https://www.baseten.co/blog/nvidia-a10-vs-a10g-for-ml-model-inference/"
         ),
+        tdp_w=300.0,  # no datasheet: the power limit nvidia-smi shows on EC2 g5 (assumption; A10 card: 150 W)
+        idle_w=round(IDLE_SHARE * 300.0, 1),
+        memory_pj_per_bit=GDDR6_PJ_PER_BIT,
+        power_source=POWER_SOURCE,
     ),
     AcceleratorSpec(
         name="l40s",
@@ -41,6 +64,10 @@ _PRESETS = [
         hbm_gbps=864.0,  # GDDR6, 864 GB/s
         memory_gb=48.0,
         source="https://www.nvidia.com/en-us/data-center/l40s/",
+        tdp_w=350.0,  # L40S datasheet: max power consumption 350 W
+        idle_w=round(IDLE_SHARE * 350.0, 1),
+        memory_pj_per_bit=GDDR6_PJ_PER_BIT,
+        power_source=POWER_SOURCE,
     ),
     AcceleratorSpec(
         name="a100-40gb",
@@ -52,6 +79,10 @@ _PRESETS = [
             "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/"
             "nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf"
         ),
+        tdp_w=400.0,  # A100 datasheet: max TDP 400 W (SXM)
+        idle_w=round(IDLE_SHARE * 400.0, 1),
+        memory_pj_per_bit=HBM_PJ_PER_BIT,
+        power_source=POWER_SOURCE,
     ),
     AcceleratorSpec(
         name="a100-80gb",
@@ -63,6 +94,10 @@ _PRESETS = [
             "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/"
             "nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf"
         ),
+        tdp_w=400.0,  # A100 datasheet: max TDP 400 W (SXM)
+        idle_w=round(IDLE_SHARE * 400.0, 1),
+        memory_pj_per_bit=HBM_PJ_PER_BIT,
+        power_source=POWER_SOURCE,
     ),
     AcceleratorSpec(
         name="h100-sxm",
@@ -71,6 +106,10 @@ _PRESETS = [
         hbm_gbps=3350.0,  # HBM3, 3.35 TB/s
         memory_gb=80.0,
         source="https://www.nvidia.com/en-us/data-center/h100/",
+        tdp_w=700.0,  # H100 datasheet: max TDP up to 700 W (SXM)
+        idle_w=round(IDLE_SHARE * 700.0, 1),
+        memory_pj_per_bit=HBM_PJ_PER_BIT,
+        power_source=POWER_SOURCE,
     ),
     AcceleratorSpec(
         name="h200",
@@ -79,6 +118,10 @@ _PRESETS = [
         hbm_gbps=4800.0,  # HBM3e, 4.8 TB/s
         memory_gb=141.0,
         source="https://www.nvidia.com/en-us/data-center/h200/",
+        tdp_w=700.0,  # H200 datasheet: max TDP up to 700 W (SXM)
+        idle_w=round(IDLE_SHARE * 700.0, 1),
+        memory_pj_per_bit=HBM_PJ_PER_BIT,
+        power_source=POWER_SOURCE,
     ),
     AcceleratorSpec(
         name="b200",
@@ -91,6 +134,10 @@ _PRESETS = [
         hbm_gbps=7700.0,
         memory_gb=180.0,
         source="https://www.nvidia.com/en-us/data-center/hgx/",
+        tdp_w=1000.0,  # HGX B200 / DGX B200: 1,000 W per GPU
+        idle_w=round(IDLE_SHARE * 1000.0, 1),
+        memory_pj_per_bit=HBM_PJ_PER_BIT,
+        power_source=POWER_SOURCE,
     ),
 ]
 

@@ -119,6 +119,17 @@ class AcceleratorSpec(_Spec):
     hbm_gbps: float = Field(gt=0, le=1e6, description="Memory bandwidth, GB/s (10^9 bytes/s).")
     memory_gb: float = Field(gt=0, le=1e5, description="Memory capacity, GB (10^9 bytes).")
     source: str = Field("", description="Datasheet the numbers come from.")
+    # --- power (issue 18): None means "not modelled" (a user file may leave them out)
+    tdp_w: float | None = Field(
+        None, gt=0, le=1e5, description="Board power limit (TDP), W, from the datasheet."
+    )
+    idle_w: float | None = Field(
+        None, ge=0, le=1e5, description="Power with no kernel running, W (docs/model.md §2.11)."
+    )
+    memory_pj_per_bit: float | None = Field(
+        None, gt=0, le=1e3, description="Energy to move one bit to or from device memory, pJ."
+    )
+    power_source: str = Field("", description="Where the power figures come from.")
 
 
 class LinkSpec(_Spec):

@@ -40,6 +40,9 @@ UNITS = {
     "memory_gb": "GB",
     "bandwidth_gbps": "GB/s",
     "latency_us": "µs",
+    "tdp_w": "W",  # --- power (issue 18)
+    "idle_w": "W",
+    "memory_pj_per_bit": "pJ/bit",
 }
 MAX_BYTES = 64 * 1024  # a hardware file is a dozen lines
 # Where a scenario names hardware: (path in the scenario, kind of hardware).

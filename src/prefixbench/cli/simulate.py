@@ -147,6 +147,13 @@ def run(
         f"{len(prep.requests):,} requests (seed {s.seed})"
     )
     out.print(run_table(rows, title))
+    energy = [(r["policy"], r.get("energy_per_token_j")) for r in rows]
+    if any(e is not None for _, e in energy):  # --- power (issue 18; compare has the table)
+        out.print(
+            "energy per output token (J; all figures in --json and summary.parquet): "
+            + ", ".join(f"{p} {e:.3f}" for p, e in energy if e is not None),
+            highlight=False,
+        )
     err.print(f"wrote {', '.join(str(p) for p in paths)}", markup=False, highlight=False)
 
 
@@ -191,6 +198,7 @@ def compare(
             c.rows,
             f"{s.name}: {s.cluster.prefill_instances}P{s.cluster.decode_instances}D vs {n} colocated instances",
             label="system",
+            energy=True,
         )
     )
     rows = [
@@ -219,13 +227,21 @@ def capacity(
         ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    per_watt: Annotated[
+        bool,
+        typer.Option(
+            "--per-watt",
+            help="Also name the probe with the most goodput per watt (req/s per kW) among "
+            "those within the SLOs (docs/model.md §2.11).",
+        ),
+    ] = False,
 ) -> None:
     """Highest arrival rate meeting the scenario's TTFT and TPOT SLOs for `target` of requests."""
     from dataclasses import asdict
 
     from ..loader import load_scenario
     from ..render import kv_table
-    from ..study.capacity import max_rate
+    from ..study.capacity import best_per_watt, max_rate
 
     policy = check_policy(policy.value)
     s = load_scenario(scenario, list(overrides or []))
@@ -247,16 +263,18 @@ def capacity(
 
         path = write_probes(out_dir, s.name, policy, target, rate, probes)
         err.print(f"wrote {path}", markup=False, highlight=False, soft_wrap=True)
+    best = best_per_watt(probes, target) if per_watt else None
     if as_json:
-        echo_json(
-            {
-                "scenario": s.model_dump(mode="json"),
-                "policy": policy,
-                "max_rate_rps": rate,
-                "target": target,
-                "probes": [asdict(p) for p in probes],
-            }
-        )
+        doc = {
+            "scenario": s.model_dump(mode="json"),
+            "policy": policy,
+            "max_rate_rps": rate,
+            "target": target,
+            "probes": [{**asdict(p), "goodput_per_kw": p.goodput_per_kw} for p in probes],
+        }
+        if per_watt:
+            doc["best_per_watt"] = None if best is None else asdict(best)
+        echo_json(doc)
         return
     out.print(
         kv_table(
@@ -279,3 +297,31 @@ def capacity(
         f"TTFT ≤ {s.slo.ttft_ms:g} ms and TPOT ≤ {s.slo.tpot_ms:g} ms",
         highlight=False,
     )
+    if per_watt:
+        out.print(
+            kv_table(
+                "goodput per watt (power of all instances, docs/model.md §2.11)",
+                [
+                    {
+                        "rate req/s": f"{p.rate:.3g}",
+                        "mean W": "–" if p.power_w is None else f"{p.power_w:.0f}",
+                        "J per token": "–"
+                        if p.energy_per_token_j is None
+                        else f"{p.energy_per_token_j:.3f}",
+                        "req/s per kW": "–"
+                        if p.goodput_per_kw is None
+                        else f"{p.goodput_per_kw:.3f}",
+                        "within SLOs": "yes" if p.meets(target) else "no",
+                    }
+                    for p in sorted(probes, key=lambda p: p.rate)
+                ],
+            )
+        )
+        out.print(
+            "no probe within the SLOs has power figures"
+            if best is None
+            else f"most goodput per watt: {best.goodput_per_kw:.3f} req/s per kW at "
+            f"{best.rate:.3g} req/s ({best.power_w:.0f} W, {best.energy_per_token_j:.3f} J "
+            "per output token)",
+            highlight=False,
+        )

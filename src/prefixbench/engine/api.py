@@ -150,7 +150,22 @@ def _work(IS: np.ndarray, F: np.ndarray, n_prefill: int, n_decode: int) -> dict:
         "prefill_bytes": [float(F[pw + 2 * p + 1]) for p in range(n_prefill)],
         "decode_flops": [float(F[f + L.DF_FLOPS]) for f in dw],
         "decode_bytes": [float(F[f + L.DF_BYTES]) for f in dw],
+        **_power(IS, F, n_prefill, n_decode),
     }
+
+
+def _power(IS: np.ndarray, F: np.ndarray, n_prefill: int, n_decode: int) -> dict:
+    """--- power (issue 18): each instance's dynamic joules, seconds the cap slowed and
+    highest step-average power (engine/power.py; records counted from the end of F)."""
+    end, nd = F.shape[0], int(IS[L.IP_ND])
+    dec = [end - L.NPW * (d + 1) for d in range(n_decode)]
+    pre = [end - L.NPW * (nd + p + 1) for p in range(n_prefill)]
+    out = {}
+    for role, at in (("prefill", pre), ("decode", dec)):
+        out[f"{role}_energy_dyn_j"] = [float(F[a + L.PW_J]) for a in at]
+        out[f"{role}_capped_s"] = [float(F[a + L.PW_CAPPED]) for a in at]
+        out[f"{role}_peak_w"] = [float(F[a + L.PW_PEAK]) for a in at]
+    return out
 
 
 def _costs(*costs) -> list[float]:
@@ -277,11 +292,13 @@ def simulate(
     r = _Run(req, ip, fp, hot_h)
     u = int(r.IS[L.IP_U])
     refresh = cfg.hot_refresh_s if cfg.policy == "replicate_hotset" and cfg.hot_blocks else 0.0
+    npw = L.NPW * (cfg.n_prefill + cfg.n_decode)  # the power records stay last (power.py)
     r.F = np.concatenate(
         (
-            r.F,
+            r.F[:-npw],
             tail_init(cfg.n_decode, u),  # costaware.tail
             rf.init(u, refresh, cfg.hot_cap_tokens, cfg.prewarm == "link"),  # refresh.section
+            r.F[-npw:],
         )
     )
     IS, F = r.IS, r.F

@@ -15,9 +15,16 @@ import math
 from .jit import jit, sig
 from .layout import (
     C_ATT,
+    C_FRD,
     C_KV,
     C_LF,
     C_LMH,
+    C_SDA,
+    C_SDF,
+    C_SDKV,
+    C_SDW,
+    C_SG,
+    C_STAU,
     D_B,
     D_CTX,
     D_HSZ,
@@ -51,6 +58,7 @@ from .layout import (
     T_GAP,
     T_LAST,
 )
+from .power import decode_record, power_work
 from .queues import push
 from .series import coeffs, iterations_within, series_time, weights_read
 
@@ -190,9 +198,16 @@ def segment_work(F, d, nb, ctx, k):
     c0 = FP_DC
     kf = float(k)
     toks = kf * ctx + nb * kf * (kf - 1.0) / 2.0  # context tokens attended, summed over j
-    flops = kf * nb * (F[c0 + C_LF] + F[c0 + C_LMH]) + F[c0 + C_ATT] * toks
-    bytes_ = kf * weights_read(F, c0, nb) + F[c0 + C_KV] * toks
+    # --- speculative decoding (issue 18): the verify pass and the draft steps per token
+    g, tau = F[c0 + C_SG], F[c0 + C_STAU]
+    flops = kf * nb * g * (F[c0 + C_LF] + F[c0 + C_LMH]) + F[c0 + C_ATT] * g * toks
+    flops = (flops + (kf * nb * F[c0 + C_SDF] + F[c0 + C_SDA] * toks)) / tau
+    bytes_ = kf * weights_read(F, c0, nb * int(g)) + F[c0 + C_KV] * toks
+    bytes_ = (bytes_ + (kf * F[c0 + C_SDW] + F[c0 + C_SDKV] * toks)) / tau
     add_work(F, DF0 + d * NDF + DF_FLOPS, flops, bytes_)
+    a1, s1, a2, s2, o = coeffs(F, nb, ctx)  # --- power (issue 18)
+    dur = series_time(a1, s1, a2, s2, o, k)
+    power_work(F, decode_record(F, d), c0, F[c0 + C_FRD], flops, bytes_, dur)
 
 
 @sig("void(int64[::1], float64[::1], int64, int64, boolean)")

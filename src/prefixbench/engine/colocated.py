@@ -34,6 +34,7 @@ from .batch import (
 from .blocks import pc_insert, pc_match
 from .disagg import least_loaded, mem_changed
 from .jit import jit, sig
+from .power import decode_record, power_work
 from .queues import batch_pop, batch_push, push, step_append, wq_append, wq_remove
 from .series import comm, prefill_step_time, prompt_flops, roofline, weights_read
 from .timeline import record
@@ -230,6 +231,10 @@ def prefill_step(IS, F, R, B32, TLF, TLI, bid, bt, i, t):
     dur = prefill_step_time(F, c0, flops, new_sum, kv_io)
     if t >= F[L.FP_TWARM]:
         add_work(F, L.DF0 + i * L.NDF + L.DF_FLOPS, flops, weights_read(F, c0, new_sum) + kv_io)
+        power_work(  # --- power (issue 18)
+            F, decode_record(F, i), c0, F[c0 + L.C_FRP], flops,
+            weights_read(F, c0, new_sum) + kv_io, dur,
+        )  # fmt: skip
     end = t + dur
     stall_gaps(IS, F, i, end, False)  # running sequences stall for the whole prefill step
     complete_prompts(IS, F, R, B32, TLF, TLI, bid, bt, i, t, end, first, False)
@@ -307,6 +312,10 @@ def chunked_step(IS, F, R, B32, TLF, TLI, bid, bt, i, t):
     if t >= F[L.FP_TWARM]:
         pw = L.DF0 + i * L.NDF + L.DF_FLOPS
         add_work(F, pw, flops, weights_read(F, c0, nb + chunk_sum) + kv_io)
+        power_work(  # --- power (issue 18)
+            F, decode_record(F, i), c0, F[c0 + L.C_FRD], flops,
+            weights_read(F, c0, nb + chunk_sum) + kv_io, dur,
+        )  # fmt: skip
     end = t + dur
     stall_gaps(IS, F, i, end, True)  # running sequences emit one token in this step
     IS[b + L.D_IT] += 1  # the step is one decode iteration for the running batch

@@ -214,6 +214,13 @@ def _check_stream(cfg: EngineConfig) -> None:
             "cluster.link.streaming",
             "set cluster.link.topology: shared_nics, or streaming: after_prefill",
         )
+    if cfg.policy in ("recompute_on_decode", "cost_aware") and cfg.decode_cost.spec_tau != 1.0:
+        _refuse(
+            "speculative decoding beside recompute chunks in decode iterations is not "
+            "modelled yet",
+            "cluster.decode.speculative",
+            "drop speculative for recompute_on_decode and cost_aware, or run another policy",
+        )
     if cfg.policy in ("recompute_on_decode", "cost_aware") and cfg.recompute_chunk_tokens <= cfg.max_batch:
         _refuse(
             f"chunk_token_budget {cfg.recompute_chunk_tokens} leaves no room for a recompute "

@@ -41,6 +41,7 @@ from .blocks import (
 from .hostpath import host_path_move
 from .hosttier import ht_account, ht_match, ht_take, promote_or_send
 from .jit import jit, sig
+from .power import decode_record, power_work, prefill_record
 from .queues import (
     batch_pop,
     batch_push,
@@ -175,6 +176,10 @@ def start_prefill(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, p, t):
         F[IS[L.H_FPB] + p] += dur
         pw = IS[L.H_FCH] + IS[L.IP_NP] * IS[L.IP_ND] * IS[L.IP_NC] + 2 * p
         add_work(F, pw, flops, weights_read(F, c0, new_sum) + kv_io)
+        power_work(  # --- power (issue 18)
+            F, prefill_record(IS, F, p), c0, F[c0 + L.C_FRP], flops,
+            weights_read(F, c0, new_sum) + kv_io, dur,
+        )  # fmt: skip
     IS[pb + L.P_BH] = first
     push(EHT, EHI, IS, t + dur, L.EV_PREFILL, p, 0)
     if IS[L.IP_REC]:

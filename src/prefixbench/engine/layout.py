@@ -214,7 +214,23 @@ COST_FIELDS = (
     "expert_frac",
     "comm_per_token",
     "comm_fixed",
+    # --- power (issue 18): appended
+    "clock",
+    "j_per_flop",
+    "j_per_byte",
+    "idle_w",
+    "dvfs",
+    "volt_floor",
+    # --- speculative decoding (issue 18): appended
+    "spec_tokens",
+    "spec_tau",
+    "draft_weights",
+    "draft_kv_bpt",
+    "draft_flops",
+    "draft_attn",
 )
+C_CLK, C_JF, C_JB, C_IDLE, C_DVFS, C_VF = range(14, 20)  # --- power (issue 18)
+C_SG, C_STAU, C_SDW, C_SDKV, C_SDF, C_SDA = range(20, 26)  # --- speculative (issue 18)
 NCF = len(COST_FIELDS)
 FP_PC = 4  # prefill InstanceCost fields
 FP_DC = FP_PC + NCF  # decode InstanceCost fields (colocated: the instance's cost)
@@ -236,6 +252,10 @@ DF_HP_FREE, DF_HP_BUSY, DF_HP_BYTES, DF_HP_BPS, DF_HP_LAT, DF_HAREA = range(7, 1
 NDF = 13
 # after the link channels' free times: FLOPs and bytes of each prefill instance's steps
 # started in the measured window, at F[IS[H_FCH] + P·D·C + 2·p] and the next one
+# --- power (issue 18): NPW floats per instance at the very end of F (engine/power.py):
+# dynamic joules, seconds the cap slowed, highest step-average power
+PW_J, PW_CAPPED, PW_PEAK = range(3)
+NPW = 3
 # per-request time rows: the 10 result columns, arrival, then (with gaps) gap and last token
 T_PS, T_PE, T_AD, T_XS, T_XE, T_RS, T_RE, T_DS, T_FT, T_DN, T_ARR, T_GAP, T_LAST = range(13)
 # replicate_tiered only: when the request's promoted host blocks land (-inf: none), so that
@@ -298,7 +318,7 @@ def allocate(
     rows = T_LAST + 1 if ip[IP_GAPS] else T_ARR + 1
     if ip[IP_POLICY] == POL_TIERED:
         rows = T_PROMO + 1
-    F = np.zeros(f_t + rows * n)
+    F = np.zeros(f_t + rows * n + NPW * (P + D))  # + power records (issue 18)
     F[:NFP] = fp
     F[G_ITL_MIN], F[G_ITL_MAX] = INF, -INF
     dF = F[DF0:f_pb].reshape(D, NDF)

@@ -23,6 +23,7 @@ import math
 from . import layout as L
 from .batch import add_work, itl_add, schedule
 from .jit import jit
+from .power import decode_record, power_work
 from .queues import q_append
 from .series import comm, roofline, weights_read
 from .timeline import record
@@ -182,6 +183,7 @@ def mixed_step(IS, F, R, B8, bid, EHT, EHI, TLF, TLI, d, t, nj):
     end = t + dur
     if t >= F[L.FP_TWARM]:
         add_work(F, L.DF0 + d * L.NDF + L.DF_FLOPS, flops, bytes_)
+        power_work(F, decode_record(F, d), c0, F[c0 + L.C_FRD], flops, bytes_, dur)
     prev = -1
     a = IS[b + L.D_RQH]
     while a != -1:  # what the step computes, known at its start

@@ -27,6 +27,10 @@ from .layout import (
     C_LF,
     C_LMH,
     C_POV,
+    C_SDKV,
+    C_SDW,
+    C_SG,
+    C_STAU,
     C_W,
     FP_DC,
 )
@@ -163,8 +167,15 @@ def coeffs(F, batch, ctx):
     c0 = FP_DC
     fr, br = F[c0 + C_FRD], F[c0 + C_BR]
     att, kv = F[c0 + C_ATT], F[c0 + C_KV]
-    a1 = (batch * (F[c0 + C_LF] + F[c0 + C_LMH]) + att * ctx) / fr
-    s1 = att * batch / fr
-    a2 = (weights_read(F, c0, batch) + kv * ctx) / br
-    s2 = kv * batch / br
-    return a1, s1, a2, s2, F[c0 + C_DOV] + comm(F, c0, float(batch))
+    # --- speculative decoding (issue 18; exactly the plain iteration with the defaults
+    # g = tau = 1, draft terms 0): verify g tokens per sequence, the draft's memory-bound
+    # steps added to both roofline terms, all divided by the expected tokens tau
+    g, tau = F[c0 + C_SG], F[c0 + C_STAU]
+    ver = batch * int(g)
+    dkv = F[c0 + C_SDKV] / br
+    a1 = ((batch * g * (F[c0 + C_LF] + F[c0 + C_LMH]) + att * g * ctx) / fr + dkv * ctx) / tau
+    s1 = (att * g * batch / fr + dkv * batch) / tau
+    a2 = ((weights_read(F, c0, ver) + kv * ctx) / br + dkv * ctx) / tau
+    s2 = (kv * batch / br + dkv * batch) / tau
+    o = (F[c0 + C_DOV] * g + comm(F, c0, float(ver)) + F[c0 + C_SDW] / br) / tau
+    return a1, s1, a2, s2, o

@@ -25,9 +25,24 @@ class Probe:
     tpot_p99_ms: float
     stable: bool = True
     saturated_stage: str | None = None
+    power_w: float | None = None  # --- power (issue 18): mean power of the whole system
+    energy_per_token_j: float | None = None
 
     def meets(self, target: float) -> bool:
         return self.stable and self.attainment >= target
+
+    @property
+    def goodput_per_kw(self) -> float | None:
+        """Requests per second within the SLOs per kW drawn (None without power figures)."""
+        return self.goodput_rps / self.power_w * 1e3 if self.power_w else None
+
+
+def best_per_watt(probes: list[Probe], target: float) -> Probe | None:
+    """The probe meeting ``target`` with the most goodput per watt (issue 18): the rate at
+    which the system turns energy into SLO-meeting requests best, which can sit below the
+    highest rate when latency degrades before the idle power is amortised."""
+    ok = [p for p in probes if p.meets(target) and p.goodput_per_kw is not None]
+    return max(ok, key=lambda p: (p.goodput_per_kw, p.rate)) if ok else None
 
 
 def _turns(w) -> float:
@@ -59,6 +74,8 @@ def probe(s: Scenario, policy: str, rate: float) -> Probe:
         row["tpot_p99_ms"],
         row["stable"],
         row["saturated_stage"],
+        row.get("power_mean_w"),
+        row.get("energy_per_token_j"),
     )
 
 
