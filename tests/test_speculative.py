@@ -5,13 +5,11 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-
-from prefixbench.errors import SimulationError
 from reference_sim import ReferenceSim, scenario_config
 from test_engine_reference import POLICIES, assert_same
 
 from prefixbench.costmodel import decode_iteration_time, expected_tokens
-from prefixbench.errors import PrefixbenchError
+from prefixbench.errors import PrefixbenchError, SimulationError
 from prefixbench.loader import load_scenario
 from prefixbench.runner import prepare, simulate_policy
 

@@ -27,7 +27,7 @@ import numpy as np
 from . import costaware as ca
 from . import layout as L
 from . import refresh as rf
-from .batch import add_work, interrupt, record_gaps, run_to_next_finish, schedule, segment_work
+from .batch import add_work, interrupt, record_gaps, run_to_next_finish, segment_work
 from .blocks import (
     pc_insert,
     pc_match,
@@ -41,7 +41,7 @@ from .blocks import (
 from .hostpath import host_path_move
 from .hosttier import ht_account, ht_match, ht_take, promote_or_send
 from .jit import jit, sig
-from .power import decode_record, power_work, prefill_record
+from .power import power_work, prefill_record
 from .queues import (
     batch_pop,
     batch_push,
