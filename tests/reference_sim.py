@@ -823,7 +823,8 @@ class ReferenceSim:
                     break
                 hit_blocks.append(h)
         host_run: list[int] = []  # replicate_tiered: host blocks continuing the HBM run
-        if cfg.policy == "replicate_tiered":
+        tier = cfg.policy in ("replicate_tiered", "cost_aware")  # a host tier under HBM
+        if tier:
             for h, _ in r.chain[len(hit_blocks) :]:
                 if h not in dec.host:
                     break
@@ -851,9 +852,9 @@ class ReferenceSim:
             victim = min(idle, key=lambda h: dec.replicas[h].idle_since)
             tok = dec.replicas.pop(victim).tokens
             free += tok
-            if cfg.policy == "replicate_tiered":
+            if tier:
                 self.demote(dec, victim, tok, t)
-        if cfg.policy == "replicate_tiered":  # a chain block past a gap, trimmed and
+        if tier:  # a chain block past a gap, trimmed and
             for h, _ in r.chain[len(hit_blocks) :]:  # demoted, goes back to HBM now
                 dec.host.pop(h, None)
         persisted = 0
@@ -882,11 +883,16 @@ class ReferenceSim:
         elif cfg.policy == "recompute_on_decode":
             xfer, rc = r.prompt - r.prefill_hit_tokens, r.prefill_hit_tokens
         elif cfg.policy == "cost_aware":
-            xfer, rc = self.cost_aware_choice(r, d, t, hit)
+            xfer, rc, promote = self.cost_aware_choice(r, d, t, hit, host_tok if host_run else 0)
         else:
             xfer, rc = r.prompt - hit, 0
         promo_land = None
-        if host_run:
+        if host_run and cfg.policy == "cost_aware":
+            if promote:
+                promo_land = self.host_move(dec, t, host_tok * cfg.decode.kv)
+                r.promo_land = promo_land
+                r.host_hit_blocks, r.host_hit_tokens = len(host_run), host_tok
+        elif host_run:
             rest_tok = xfer - host_tok
             kv = cfg.decode.kv
             promo = (
@@ -1146,11 +1152,28 @@ class ReferenceSim:
             ctx += nb
         return span, extra
 
-    def cost_aware_choice(self, r: Req, d: int, t: float, hit: int) -> tuple[int, int]:
-        dec = self.dc[d]
+    def cost_aware_choice(
+        self, r: Req, d: int, t: float, hit: int, host_tok: int
+    ) -> tuple[int, int, bool]:
+        """(Tokens sent, tokens recomputed, promote the host run): the cheapest of sending
+        the missing KV, promoting the host run and sending the rest, and recomputing the
+        prefill-cached part (plus its delay to the batch); ties: send, promote, recompute."""
+        dec, cfg = self.dc[d], self.cfg
+        full = r.prompt - hit
+        cost = self.land_time(r, d, t, full) - t
+        choice = (full, 0, False)
+        if host_tok > 0:
+            promo = (
+                max(t, dec.host_free)
+                + host_tok * cfg.decode.kv / cfg.host_path_bytes_per_s
+                + cfg.host_path_latency_s
+            )
+            ready_p = max(promo, self.land_time(r, d, t, full - host_tok))
+            if ready_p - t <= cost:
+                cost, choice = ready_p - t, (full - host_tok, 0, True)
         ph = r.prefill_hit_tokens
         if ph <= hit:
-            return r.prompt - hit, 0
+            return choice
         m = ph - hit
         start = t
         for q in dec.recompute:
@@ -1159,8 +1182,7 @@ class ReferenceSim:
         span, extra = self.recompute_price(d, m, hit)
         ready_rc = max(self.land_time(r, d, t, r.prompt - ph), start + span)
         cost_rc = ready_rc - t + len(dec.running) * extra
-        cost_xfer = self.land_time(r, d, t, r.prompt - hit) - t
-        return (r.prompt - ph, m) if cost_rc < cost_xfer else (r.prompt - hit, 0)
+        return (r.prompt - ph, m, False) if cost_rc < cost else choice
 
     # ------------------------------------------------------------------ link
 

@@ -199,3 +199,40 @@ def test_a_promotion_queues_behind_the_demotion_its_admission_caused():
     assert ready == pytest.approx((256 + 192) * 12_288 / PCIE5 + 1e-6, rel=1e-9)
     assert res.state.IS[L.DI0 + L.D_HUSED] == 256  # X is in the pool now, A, B, C in HBM
     assert audit(res.state) == []
+
+
+def _cost_aware_spill(**kw):
+    """cost_aware keeps A, B, C once r1 reuses them within a half-life (budget 400 tokens /
+    (200 tokens / 0.5 s) = 1 s: count 1 + 2^-0.5 = 1.71 >= 1.5), r2 trims them into the host
+    tier, and r3 wants them again: HBM miss, host hit, prefill-cache hit."""
+    req = make_requests(
+        [0.0, 0.5, 1.0, 3.0],
+        [200, 200, 390, 200],
+        [2, 2, 2, 2],
+        [[A, B, C], [A, B, C], [], [A, B, C]],
+    )
+    cfg = _cfg("cost_aware", budget_tokens=400, host_kv_tokens=1000, **kw)
+    return simulate(req, cfg, keep_state=True)
+
+
+def test_cost_aware_promotes_from_the_host_tier_when_that_is_cheapest():
+    """r3's options: send 200 tokens (200 x 12,288 / 3.125e9 = 0.79 ms), promote the 192
+    host tokens over PCIe Gen5 (192 x 12,288 / 63.0e9 + 1 µs = 38.4 µs, after the 8-token
+    suffix's 31.5 µs on the link), or rebuild 192 tokens on the L4 (milliseconds): it
+    promotes, and its KV is ready when the promotion lands."""
+    res = _cost_aware_spill()
+    cols = res.columns
+    assert cols["hbm_hit_blocks"][1] == 0 and cols["persisted_tokens"][1] == 192
+    assert cols["host_hit_blocks"][3] == 3 and cols["host_hit_tokens"][3] == 192
+    assert cols["transfer_tokens"][3] == 8 and cols["recompute_tokens"][3] == 0
+    ready = cols["t_transfer_end"][3] - cols["t_admit"][3]
+    assert ready == pytest.approx(192 * 12_288 / PCIE5 + 1e-6, rel=1e-9)
+    assert audit(res.state) == []
+
+
+def test_cost_aware_sends_when_the_host_path_is_slower_than_the_link():
+    """At 0.1 GB/s the promotion takes 23.6 ms against 0.79 ms to send all 200 tokens:
+    cost_aware sends them."""
+    cols = _cost_aware_spill(host_path_bytes_per_s=0.1e9).columns
+    assert cols["host_hit_blocks"][3] == 0 and cols["transfer_tokens"][3] == 200
+    assert cols["recompute_tokens"][3] == 0

@@ -202,7 +202,7 @@ def _host_tier(cfg: EngineConfig, IS: np.ndarray, F: np.ndarray) -> None:
     """replicate_tiered's host pool and host path on every decode instance."""
     D = cfg.n_decode
     dI = IS[L.DI0 : L.DI0 + D * L.NDI].reshape(D, L.NDI)
-    dI[:, L.D_HCAP] = cfg.host_kv_tokens if cfg.policy == "replicate_tiered" else 0
+    dI[:, L.D_HCAP] = cfg.host_kv_tokens if cfg.policy in ("replicate_tiered", "cost_aware") else 0
     dF = F[L.DF0 : L.DF0 + D * L.NDF].reshape(D, L.NDF)
     dF[:, L.DF_HP_BPS] = cfg.host_path_bytes_per_s
     dF[:, L.DF_HP_LAT] = cfg.host_path_latency_s

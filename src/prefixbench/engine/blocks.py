@@ -40,6 +40,7 @@ from .layout import (
     PC_NEXT,
     PC_PREV,
     PC_TOK,
+    POL_COST_AWARE,
     POL_TIERED,
     RS_NEXT,
     RS_PREV,
@@ -154,7 +155,7 @@ def rs_trim(IS, F, B32, B8, d, need, now):
     to the host tier at ``now`` (hosttier.ht_demote)."""
     base = 4 * IS[IP_U] * d
     b = DI0 + d * NDI
-    tiered = IS[IP_POLICY] == POL_TIERED
+    tiered = IS[IP_POLICY] == POL_TIERED or IS[IP_POLICY] == POL_COST_AWARE
     freed = 0
     while freed < need and IS[b + D_LRUH] != -1:
         h = IS[b + D_LRUH]

@@ -15,10 +15,11 @@ prices each way of getting them and takes the cheapest:
   The mixed iterations are longer than plain ones, which delays every sequence in the
   batch, so the option is charged ``extra time × batch size`` on top (the TPOT delay it
   imposes);
-* **promote from a host tier**: ``promote_ready`` (the tiered helper's hook; no tier here,
-  so never chosen).
+* **promote from the host tier** (the same host-DRAM tier as ``replicate_tiered``): the
+  host run's tokens come back over the host path (``promote_ready``), the rest of the
+  missing KV crosses the link; ready at the later of the two.
 
-Cost = (ready time − now) + delay imposed on others; ties go to transfer. Everything read
+Cost = (ready time − now) + delay imposed on others; ties go to transfer, then promotion. Everything read
 is what a real decode scheduler knows at that moment: its own batch size and context,
 its recompute queue, the NIC queues' free times (it posted or is told of the transfers in
 flight), its resident blocks, and the prefill's cached-token count (returned with the
@@ -49,6 +50,7 @@ import numpy as np
 
 from . import layout as L
 from .jit import entry, jit
+from .hostpath import host_path_free
 from .series import comm, roofline, weights_read
 
 KEEP_MIN = 1.5  # decayed uses (this one included) to keep a block: a reuse within one half-life
@@ -66,7 +68,7 @@ def tail_init(n_decode: int, n_ids: int) -> np.ndarray:
 def tail(IS):
     """Offset of the tail section: right after the per-request time rows."""
     rows = L.T_LAST + 1 if IS[L.IP_GAPS] else L.T_ARR + 1
-    if IS[L.IP_POLICY] == L.POL_TIERED:
+    if IS[L.IP_POLICY] == L.POL_TIERED or IS[L.IP_POLICY] == L.POL_COST_AWARE:
         rows = L.T_PROMO + 1
     return IS[L.H_FT] + rows * IS[L.IP_N]
 
@@ -155,35 +157,46 @@ def recompute_start(IS, F, R, d, t):
 
 
 @jit
-def promote_ready(IS, F, rid, d, t, tokens):
-    """Hook for the host tier (issue 13, replicate_tiered): when ``tokens`` of the request's
-    missing prefix would be on the GPU if promoted from the decode instance's host tier now.
-    No tier in this build: never (the option is never taken)."""
-    return L.INF
+def promote_ready(F, d, t, tokens):
+    """When ``tokens`` of the request's host run would be in HBM if promoted now: the
+    instance's host-path queue as it is (hostpath.host_path_move, without moving)."""
+    f = L.DF0 + d * L.NDF
+    return host_path_free(F, d, t) + tokens * F[L.FP_DC + L.C_KV] / F[f + L.DF_HP_BPS] + F[
+        f + L.DF_HP_LAT
+    ]
 
 
 @jit
-def choose(IS, F, R, rid, d, t, prompt, hit_tok):
-    """The hand-off of a cost_aware request: (tokens that cross the link, prefix tokens
-    the decode instance recomputes)."""
+def choose(IS, F, R, rid, d, t, prompt, hit_tok, host_tok):
+    """The hand-off of a cost_aware request: (tokens that cross the link, prefix tokens the
+    decode instance recomputes, whether the ``host_tok`` tokens of the host run are
+    promoted). Costs are ready time − now, plus the delay a recompute imposes on the batch;
+    ties prefer transfer, then promotion, then recompute."""
     n, io = IS[L.IP_N], IS[L.H_O]
     kv = F[L.FP_DC + L.C_KV]
     full = prompt - hit_tok
-    ready_x = link_ready(IS, F, rid, d, t, full * kv)
+    cost = link_ready(IS, F, rid, d, t, full * kv) - t
+    xfer, rc, promote = full, np.int64(0), False
+    if host_tok > 0:
+        ready_p = promote_ready(F, d, t, host_tok)
+        rest = link_ready(IS, F, rid, d, t, (full - host_tok) * kv)
+        if rest > ready_p:
+            ready_p = rest
+        if ready_p - t <= cost:  # ties promote, as replicate_tiered: the link stays free
+            cost, xfer, promote = ready_p - t, full - host_tok, True
     ph = np.int64(IS[io + L.O_PH * n + rid])
     m = ph - hit_tok
     if m <= 0:
-        return full, np.int64(0)
+        return xfer, rc, promote
     span, extra = recompute_time(IS, F, d, m, hit_tok)
     done = recompute_start(IS, F, R, d, t) + span
     ready_r = link_ready(IS, F, rid, d, t, (prompt - ph) * kv)
     if done > ready_r:
         ready_r = done
-    batch = IS[L.DI0 + d * L.NDI + L.D_B]
-    cost_r = (ready_r - t) + batch * extra
-    if cost_r < ready_x - t:
-        return prompt - ph, m
-    return full, np.int64(0)
+    cost_r = (ready_r - t) + IS[L.DI0 + d * L.NDI + L.D_B] * extra
+    if cost_r < cost:
+        return prompt - ph, m, False
+    return xfer, rc, promote
 
 
 # ---------------------------------------------------------------- residency

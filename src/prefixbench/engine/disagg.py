@@ -420,8 +420,9 @@ def admit(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t):
     hit_tok = 0
     for j in range(i0, i0 + nhit):
         hit_tok += bt[j]
-    nhost = 0  # replicate_tiered: the host tier continues the HBM run
-    if IS[L.IP_POLICY] == L.POL_TIERED and i1 > i0 + nhit:
+    tier = IS[L.IP_POLICY] == L.POL_TIERED or IS[L.IP_POLICY] == L.POL_COST_AWARE
+    nhost = 0  # replicate_tiered, cost_aware: the host tier continues the HBM run
+    if tier and i1 > i0 + nhit:
         nhost = ht_match(IS, B32, d, bid, i0 + nhit, i1)
     prompt = np.int64(R[rr + L.R_PROMPT])
     need = prompt + R[rr + L.R_OUTPUT] - hit_tok
@@ -434,12 +435,12 @@ def admit(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t):
         if free + IS[b + L.D_IDLE] - idle_hit < need:
             return False
     host_tok = 0
-    if IS[L.IP_POLICY] == L.POL_TIERED:  # out of the pool first: the trim demotes into it
+    if tier:  # out of the pool first: the trim demotes into it
         host_tok = ht_take(IS, B32, d, bid, i0 + nhit, i0 + nhit + nhost, i1)
     rs_acquire(IS, B32, B8, bid, d, i0, i0 + nhit)
     if free < need:
         rs_trim(IS, F, B32, B8, d, need - free, t)
-        if IS[L.IP_POLICY] == L.POL_TIERED:  # a chain block past a gap, trimmed and
+        if tier:  # a chain block past a gap, trimmed and
             ht_take(IS, B32, d, bid, i0 + nhit, i0 + nhit, i1)  # demoted: back to HBM now
     ptoks = 0
     cost_aware = IS[L.IP_POLICY] == L.POL_COST_AWARE
@@ -459,15 +460,17 @@ def admit(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t):
     F[ft + L.T_AD * n + rid] = t
     mem_changed(IS, F, TLF, TLI, d, t)
 
-    if IS[L.IP_POLICY] == L.POL_COST_AWARE:
-        xfer, rc = ca.choose(IS, F, R, rid, d, t, prompt, hit_tok)
+    if cost_aware:  # transfer, promote from the host tier or recompute (costaware.py)
+        xfer, rc, promote = ca.choose(IS, F, R, rid, d, t, prompt, hit_tok, host_tok)
     else:
         xfer, rc = handoff(IS, rid, prompt, hit_tok)
+        promote = nhost > 0 and promote_or_send(
+            IS, F, d, t, link_start(IS, F, rid, d, t), xfer - host_tok, host_tok
+        )
     promo_land = -1.0
-    if nhost and promote_or_send(
-        IS, F, d, t, link_start(IS, F, rid, d, t), xfer - host_tok, host_tok
-    ):
-        xfer -= host_tok
+    if promote:
+        if not cost_aware:  # (cost_aware's choice has taken the host run off already)
+            xfer -= host_tok
         promo_land = host_path_move(IS, F, d, t, host_tok * F[L.FP_DC + L.C_KV])
         F[ft + L.T_PROMO * n + rid] = promo_land
         IS[io + L.O_HOSTB * n + rid] = nhost

@@ -86,6 +86,12 @@ POL_TRANSFER, POL_RECOMPUTE, POL_HOTSET, POL_ALL_LRU = 0, 1, 2, 3
 POL_TIERED = 4  # --- tiered (issue 13): all-LRU over HBM plus a host-DRAM tier
 # --- policy (issue 19)
 POL_COST_AWARE = 5  # uses replicas (codes >= POL_HOTSET do); engine/costaware.py
+
+
+def has_host_tier(policy) -> bool:
+    """The policies with a host-DRAM tier under decode HBM (hosttier.py)."""
+    return policy == POL_TIERED or policy == POL_COST_AWARE
+
 NTL_F, NTL_I = 2, 5  # timeline record: floats (t0, t1), ints (kind, track, a, b, c)
 
 # ---------------------------------------------------------------- IS (int64)
@@ -316,7 +322,7 @@ def allocate(
     f_nic = f_ch + P * D * C + 2 * P
     f_t = f_nic + 2 * (P + D)
     rows = T_LAST + 1 if ip[IP_GAPS] else T_ARR + 1
-    if ip[IP_POLICY] == POL_TIERED:
+    if has_host_tier(ip[IP_POLICY]):
         rows = T_PROMO + 1
     F = np.zeros(f_t + rows * n + NPW * (P + D))  # + power records (issue 18)
     F[:NFP] = fp
@@ -328,12 +334,12 @@ def allocate(
     F[f_t + T_ARR * n : f_t + (T_ARR + 1) * n] = arrival
     if ip[IP_GAPS]:
         F[f_t + T_LAST * n : f_t + (T_LAST + 1) * n] = np.nan
-    if ip[IP_POLICY] == POL_TIERED:
+    if has_host_tier(ip[IP_POLICY]):
         F[f_t + T_PROMO * n : f_t + (T_PROMO + 1) * n] = -INF
     IS[H_FPB], IS[H_FCH], IS[H_FT] = f_pb, f_ch, f_t
     IS[H_FNIC] = f_nic
 
-    host = D if ip[IP_POLICY] == POL_TIERED else 0  # replicate_tiered: + the host tiers
+    host = D if has_host_tier(ip[IP_POLICY]) else 0  # + the host tiers
     B32 = np.zeros(4 * (D + P + host) * U, dtype=np.int32)
     B8 = np.zeros(D * U + nb + U, dtype=np.uint8)
     IS[H_PC], IS[H_PFLAG], IS[H_HOT] = 4 * D * U, D * U, D * U + nb

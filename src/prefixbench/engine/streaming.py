@@ -78,7 +78,8 @@ def _land(IS, F, R, EHT, EHI, TLF, TLI, rid, d, last_end):
     ft = IS[L.H_FT]
     F[ft + L.T_XE * n + rid] = last_end
     land = last_end + F[L.FP_LINK_LAT]
-    if IS[L.IP_POLICY] == L.POL_TIERED and F[ft + L.T_PROMO * n + rid] > land:
+    tier = IS[L.IP_POLICY] == L.POL_TIERED or IS[L.IP_POLICY] == L.POL_COST_AWARE
+    if tier and F[ft + L.T_PROMO * n + rid] > land:
         land = F[ft + L.T_PROMO * n + rid]  # the promoted host blocks land later
     push(EHT, EHI, IS, land, L.EV_TRANSFER, rid, 0)
     if IS[L.IP_REC]:

@@ -517,7 +517,7 @@ def _warmup_section(agg: pl.DataFrame) -> list[str]:
         "KV that `replicate_hotset` moves to warm its hot set, over all decode instances (the "
         "first set and every refresh, `memory.hotset_refresh_s`), and how long the first set "
         "takes to land when it crosses the link (`cluster.link.prewarm: link`; `free`: ready "
-        "at time 0, the bytes are what a deployment would have to move; docs/model.md §1.14).",
+        "at time 0, the bytes are what a deployment would have to move; docs/model.md §1.15).",
         "",
         md_table(["Model", "Workload", "Budget", "Warm-up GB", "of which refresh", "Lands in (ms)"], rows),
         "",
