@@ -225,6 +225,14 @@ class Roofline:
         e = self.eff
         return self._time(flops, nbytes, e.mfu_prefill, e.prefill_overhead_ms) + self.comm(n)
 
+    def reprefill(self, n: int, cached: int) -> float:
+        """Rebuild a preempted sequence's n tokens of KV attending to ``cached`` resident
+        ones (docs/model.md "Paged admission and preemption"): a prefill without logits."""
+        flops = self.f_lin * n + self.attn * (n * cached + n * (n + 1) / 2)
+        nbytes = self.weights_read(n) + self.kv * (n + cached)
+        e = self.eff
+        return self._time(flops, nbytes, e.mfu_prefill, e.prefill_overhead_ms) + self.comm(n)
+
     def decode_iteration(self, batch: int, context: int) -> float:
         """One decode iteration: ``batch`` sequences attending to ``context`` tokens in all."""
         flops = batch * self.f_lin + batch * self.f_head + self.attn * context

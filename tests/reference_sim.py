@@ -129,6 +129,7 @@ import numpy as np
 from reference_roofline import Efficiency, Roofline, Split, reference_demand
 
 DECODE, TRANSFER, PREFILL, TIMEOUT, ARRIVAL = range(5)
+SWAPPED = "swapped"  # a TRANSFER event's payload tag: a swapped-out sequence's KV is back
 PENDING, COMPLETED, REJECTED = 0, 1, 2
 NO_REASON, NO_MEMORY, TIMED_OUT, TOO_LARGE = 0, 1, 2, 3
 NAN = math.nan
@@ -161,6 +162,10 @@ class Req:
     recompute_tokens: int = 0
     transfer_tokens: int = 0
     persisted_tokens: int = 0
+    preemptions: int = 0
+    preempt_tokens: int = 0  # re-prefilled (recompute) or swapped out (swap)
+    preempt_delay_s: float = 0.0
+    resumes: int = 0  # paged: times it got its blocks back (each preemption: one resume)
     # state
     prefill_done: bool = False
     landed: bool = False
@@ -171,6 +176,12 @@ class Req:
     max_token_gap: float = 0.0
     done: int = 0  # colocated: prompt tokens prefilled (or cached) so far
     gaps: list[float] = field(default_factory=list)  # every inter-token gap, in order
+    # paged admission
+    own0: int = 0  # prompt tokens not in replicas it reuses
+    persisted_held: int = 0  # of which in the replicas it persisted (and still references)
+    aseq: int = 0  # admission (or resume) order
+    preempted_at: float = NAN  # while preempted
+    reprefill: bool = False  # its resume re-prefill is queued
 
     def emit(self, t: float) -> None:
         """One output token at ``t``."""
@@ -200,6 +211,7 @@ TIME_COLUMNS = (
     "t_decode_start",
     "t_first_token",
     "t_done",
+    "preempt_delay_s",
     "max_token_gap",
 )
 INT_COLUMNS = (
@@ -212,6 +224,8 @@ INT_COLUMNS = (
     "recompute_tokens",
     "transfer_tokens",
     "persisted_tokens",
+    "preemptions",
+    "preempt_tokens",
 )
 
 
@@ -239,6 +253,12 @@ class RefConfig:
     wait_timeout_s: float = 2.0
     prefill_router: str = "least_tokens"
     decode_router: str = "least_load"
+    admission: str = "reserve"
+    block_size: int = 16
+    preemption: str = "recompute"
+    queue_timeout_s: float | None = None
+    host_bytes_per_s: float = 63e9
+    host_latency_s: float = 2e-6
     # colocated mode
     instances: int = 1
     scheduler: str = "prefill_priority"
@@ -264,6 +284,12 @@ DATA_FIELDS = (
     "wait_timeout_s",
     "prefill_router",
     "decode_router",
+    "admission",
+    "block_size",
+    "preemption",
+    "queue_timeout_s",
+    "host_bytes_per_s",
+    "host_latency_s",
 )
 
 
@@ -389,6 +415,8 @@ class DecodeInstance:
         self.waiting: list[Req] = []
         self.replicas: dict[int, Replica] = {}
         self.state = "idle"  # idle | wake (boundary scheduled now) | iter | stall
+        self.resume: list[Req] = []  # paged: preempted sequences, next to resume first
+        self.host_free = 0.0  # paged swap: when the host path is next free
 
 
 class ReferenceSim:
@@ -409,6 +437,7 @@ class ReferenceSim:
         self.rr_prefill = 0
         self.rr_decode = 0
         self.clock = 0  # logical clock for LRU stamps
+        self.aseq = 0  # paged: admission (and resume) counter
         self.events: list = []
         self.seq = 0
         self.hot = [h for h, _ in cfg.hot_blocks]
@@ -456,6 +485,8 @@ class ReferenceSim:
                 self.on_arrival(payload, t)
             elif kind == PREFILL:
                 self.on_prefill_end(payload, t)
+            elif kind == TRANSFER and isinstance(payload, tuple):
+                self.on_swapped_in(payload[1], t)
             elif kind == TRANSFER:
                 self.on_landed(payload, t)
             elif kind == TIMEOUT:
@@ -568,18 +599,24 @@ class ReferenceSim:
 
     def hand_off(self, r: Req, d: int, t: float) -> None:
         dec = self.dc[d]
-        if self.cfg.on_full == "wait" and dec.waiting:  # only live waiters stay in the list
+        queues = self.cfg.on_full == "wait" or self.paged
+        if queues and (dec.waiting or dec.resume):  # only live waiters stay in the lists
             self.wait(r, d, t)
             return
         if not self.try_admit(r, d, t):
-            if self.cfg.on_full == "wait":
+            if queues:
                 self.wait(r, d, t)
             else:
                 self.reject(r, t, NO_MEMORY)
 
     def wait(self, r: Req, d: int, t: float) -> None:
         self.dc[d].waiting.append(r)
-        self.schedule(t + self.cfg.wait_timeout_s, TIMEOUT, r)
+        timeout = self.cfg.wait_timeout_s
+        if self.paged:
+            if self.cfg.queue_timeout_s is None:
+                return  # wait for ever
+            timeout = self.cfg.queue_timeout_s
+        self.schedule(t + timeout, TIMEOUT, r)
 
     def on_timeout(self, r: Req, t: float) -> None:
         if r.outcome == PENDING and math.isnan(r.t_admit):
@@ -603,6 +640,15 @@ class ReferenceSim:
                 hit_blocks.append(h)
         hit = sum(tok for _, tok in r.chain[: len(hit_blocks)])
         need = r.prompt + r.output - hit
+        if self.paged:
+            # the prompt's own blocks now; too large when even alone it could not finish
+            # (its last iteration holds own prompt + output - 1 tokens, plus its hit)
+            # (or, its hit evicted while it is preempted, in private blocks)
+            whole = self.blocks(r.prompt + r.output - 1)
+            if hit + self.blocks(need - 1) > cfg.budget_tokens or whole > cfg.budget_tokens:
+                self.reject(r, t, TOO_LARGE)
+                return True
+            need = self.blocks(r.prompt - hit)
         if need > cfg.budget_tokens:
             self.reject(r, t, TOO_LARGE)
             return True
@@ -630,6 +676,9 @@ class ReferenceSim:
         r.replica_hit_tokens = hit
         r.persisted_tokens = persisted
         r.t_admit = t
+        r.own0 = r.prompt - hit
+        r.persisted_held = persisted
+        r.aseq = self.next_aseq()
         self.peak_used = max(self.peak_used, self.used(d))
         self.check_books(d)
 
@@ -701,7 +750,7 @@ class ReferenceSim:
                     self.complete(r, dec, t)
                     freed = True
         # (after a stall nothing finishes: its recomputed requests are already in dec.ready)
-        if freed:
+        if freed and self.resume_preempted(d, t):
             while dec.waiting:
                 head = dec.waiting[0]
                 if not self.try_admit(head, d, t):
@@ -710,6 +759,12 @@ class ReferenceSim:
         if dec.recompute:
             end = t
             for r in dec.recompute:
+                if r.reprefill:  # a resumed sequence rebuilds the KV it held
+                    m, c = self.reprefill_tokens(r)
+                    end += cfg.decode.reprefill(m, c)
+                    r.reprefill = False
+                    dec.ready.append(r)
+                    continue
                 r.t_recompute_start = end
                 end += cfg.decode.recompute(r.recompute_tokens)
                 r.t_recompute_end = end
@@ -721,8 +776,18 @@ class ReferenceSim:
             return
         while dec.ready and len(dec.running) < cfg.max_batch:
             r = dec.ready.pop(0)
-            r.t_decode_start = t
+            if not r.generated:
+                r.t_decode_start = t
+            if not math.isnan(r.preempted_at):
+                r.preempt_delay_s += t - r.preempted_at
+                r.preempted_at = NAN
             dec.running.append(r)
+        if self.paged and dec.running:
+            self.take_blocks(d, t)
+            if not dec.running and dec.ready:  # all preempted: the ready ones join now
+                dec.state = "wake"
+                self.schedule(t, DECODE, d)
+                return
         if not dec.running:
             dec.state = "idle"
             return
@@ -750,7 +815,14 @@ class ReferenceSim:
         r.outcome = COMPLETED
         r.t_done = t
         dec.running.remove(r)
+        self.release(r, dec)
+        r.private = 0
+        self.check_books(r.decode_instance)
+
+    def release(self, r: Req, dec: DecodeInstance) -> None:
+        """Drop ``r``'s references on its replica blocks."""
         pinned = set(r.pinned)
+        r.pinned = []
         for h, _ in reversed(r.chain):  # tail first: the root stays freshest
             if h in pinned:
                 rep = dec.replicas[h]
@@ -761,8 +833,122 @@ class ReferenceSim:
                         rep.idle_since = self.tick()
                     else:
                         del dec.replicas[h]
+
+    # ------------------------------------------------------------------ paged KV
+
+    @property
+    def paged(self) -> bool:
+        return self.cfg.admission == "paged"
+
+    def next_aseq(self) -> int:
+        self.aseq += 1
+        return self.aseq
+
+    def blocks(self, tokens: int) -> int:
+        """``tokens`` rounded up to whole blocks, in tokens."""
+        bs = self.cfg.block_size
+        return -(-tokens // bs) * bs
+
+    def holds(self, r: Req, g: int) -> int:
+        """Private tokens of ``r`` for its iteration after ``g`` generated tokens: own tokens
+        (own prompt + g) in whole blocks, less the blocks it persisted as replicas."""
+        return self.blocks(r.own0 + g) - r.persisted_held
+
+    def trim(self, d: int, need: int) -> None:
+        """Trim idle replicas LRU until ``need`` tokens are free (or none is idle)."""
+        dec = self.dc[d]
+        while self.cfg.budget_tokens - self.used(d) < need:
+            idle = [h for h, rep in dec.replicas.items() if rep.refs == 0]
+            if not idle:
+                return
+            del dec.replicas[min(idle, key=lambda h: dec.replicas[h].idle_since)]
+
+    def take_blocks(self, d: int, t: float) -> None:
+        """An iteration starts: each running sequence takes the blocks its context now
+        needs; short of memory, trim idle replicas, then preempt the most recently admitted
+        running sequence, until the iteration fits."""
+        dec = self.dc[d]
+        while dec.running:
+            need = sum(max(0, self.holds(r, r.generated) - r.private) for r in dec.running)
+            self.trim(d, need)
+            if need <= self.cfg.budget_tokens - self.used(d):
+                break
+            self.preempt(max(dec.running, key=lambda r: r.aseq), d, t)
+        for r in dec.running:
+            r.private = max(r.private, self.holds(r, r.generated))
+        self.peak_used = max(self.peak_used, self.used(d))
+        self.check_books(d)
+
+    def preempt(self, r: Req, d: int, t: float) -> None:
+        dec = self.dc[d]
+        dec.running.remove(r)
+        r.preemptions += 1
+        r.preempted_at = t
+        self.release(r, dec)  # its replica blocks stay resident, idle unless shared
+        r.persisted_held = 0
+        if self.cfg.preemption == "swap":  # its whole context, copied out over the host path
+            tokens = self.blocks(r.prompt + max(r.generated - 1, 0))
+            r.preempt_tokens += tokens
+            self.host_move(d, t, tokens)
         r.private = 0
-        self.check_books(r.decode_instance)
+        dec.resume.insert(0, r)
+
+    def host_move(self, d: int, t: float, tokens: int) -> float:
+        dec, cfg = self.dc[d], self.cfg
+        start = max(t, dec.host_free)
+        dec.host_free = start + tokens * cfg.decode.kv / cfg.host_bytes_per_s
+        return dec.host_free + cfg.host_latency_s
+
+    def reprefill_tokens(self, r: Req) -> tuple[int, int]:
+        """(tokens rebuilt, cached tokens attended): the context it held (prompt + tokens
+        generated before its last iteration), less the replica blocks it found resident."""
+        cached = r.prompt - r.own0
+        return r.prompt + max(r.generated - 1, 0) - cached, cached
+
+    def resume_preempted(self, d: int, t: float) -> bool:
+        """Memory freed: resume preempted sequences first; True when none is left."""
+        dec = self.dc[d]
+        while dec.resume:
+            r = dec.resume[0]
+            hit_blocks: list[int] = []
+            if self.uses_replicas() and self.cfg.preemption == "recompute":
+                for h, _ in r.chain:  # the prefix cache again, as vLLM's resume does
+                    rep = dec.replicas.get(h)
+                    if rep is None or not rep.ready:
+                        break
+                    hit_blocks.append(h)
+            hit = sum(tok for _, tok in r.chain[: len(hit_blocks)])
+            need = self.blocks(r.prompt - hit + max(r.generated - 1, 0))
+            trimmable = sum(
+                rep.tokens
+                for h, rep in dec.replicas.items()
+                if rep.refs == 0 and h not in hit_blocks
+            )
+            free = self.cfg.budget_tokens - self.used(d)
+            if free < need and free + trimmable < need:
+                return False
+            for h in hit_blocks:
+                dec.replicas[h].refs += 1
+            r.pinned = hit_blocks
+            r.own0 = r.prompt - hit
+            self.trim(d, need)
+            dec.resume.pop(0)
+            r.resumes += 1
+            r.private = need
+            r.aseq = self.next_aseq()
+            self.peak_used = max(self.peak_used, self.used(d))
+            if self.cfg.preemption == "swap":
+                self.schedule(self.host_move(d, t, need), TRANSFER, (SWAPPED, r))
+            else:
+                r.preempt_tokens += self.reprefill_tokens(r)[0]
+                r.reprefill = True
+                dec.recompute.append(r)
+                self.wake(d, t)
+        return True
+
+    def on_swapped_in(self, r: Req, t: float) -> None:
+        self.dc[r.decode_instance].ready.append(r)
+        self.wake(r.decode_instance, t)
 
     # ------------------------------------------------------------------ output
 

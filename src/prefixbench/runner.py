@@ -14,6 +14,7 @@ import numpy as np
 from . import catalog
 from .catalog.describe import run_notes
 from .catalog.formats import with_formats
+from .catalog.hostpaths import get_host_path
 from .catalog.specs import ModelSpec
 from .costmodel import InstanceCost, decode_iteration_time, kv_bytes_per_token, weight_bytes
 from .engine import ColocatedConfig, EngineConfig, SimResult, simulate, simulate_colocated
@@ -140,6 +141,7 @@ def prepare(s: Scenario) -> Prepared:
     p_dev = catalog.get_accelerator(c.prefill.accelerator)
     d_dev = catalog.get_accelerator(c.decode.accelerator)
     link = catalog.get_link(c.link.name)
+    host = get_host_path(c.decode.host_path)
     p_cost = InstanceCost.build(
         model, p_dev, c.prefill.devices, s.efficiency, c.prefill.parallelism()
     )
@@ -244,6 +246,12 @@ def prepare(s: Scenario) -> Prepared:
         prefill_router=c.prefill_router,
         decode_router=c.decode_router,
         warmup_requests=s.run.warmup_requests,
+        admission=m.admission,
+        block_size=c.block_size,
+        preemption=m.preemption,
+        queue_timeout_s=m.queue_timeout_s,
+        host_bytes_per_s=host.bandwidth_gbps * 1e9 * c.decode.devices,
+        host_latency_s=host.latency_us / 1e6,
     )
     if s.run.warmup_requests >= len(req):
         raise ScenarioError(

@@ -363,6 +363,23 @@ class InstanceGroup(_M):
         description="Scale-up fabric between the instance's devices: nvlink3, nvlink4, "
         "nvlink5, pcie4-x16, pcie5-x16 or ideal (default: the accelerator's own).",
     )
+    host_path: str = Field(
+        "pcie5-x16",
+        description="Host<->GPU path of each device (decode: swap and host tier): pcie4-x16, "
+        "pcie5-x16 or nvlink-c2c.",
+    )
+
+    @field_validator("host_path")
+    @classmethod
+    def _known_host_path(cls, v: str) -> str:
+        from .catalog.hostpaths import get_host_path
+        from .errors import CatalogError
+
+        try:
+            get_host_path(v)
+        except CatalogError as e:  # as ValueError, so pydantic adds the field path
+            raise ValueError(f"{e.what}; {e.fix}") from None
+        return v
 
     @field_validator("accelerator")
     @classmethod
@@ -545,9 +562,28 @@ class MemorySpec(_M):
         le=1,
         description="replicate_hotset: share of the budget prewarmed with hot prefixes.",
     )
+    # --- paged (issue 15)
+    admission: Literal["paged", "reserve"] = Field(
+        "paged",
+        description="Decode KV admission: paged (blocks as tokens are generated, FCFS queue, "
+        "preemption; as vLLM/SGLang) or reserve (prompt + output up front; on_full decides).",
+    )
+    preemption: Literal["recompute", "swap"] = Field(
+        "recompute",
+        description="paged: a preempted request re-prefills its context on resume (recompute) "
+        "or moves its KV to host memory and back (swap, over cluster.decode.host_path).",
+    )
+    queue_timeout_s: float | None = Field(
+        None,
+        ge=0,
+        le=1e6,
+        description="paged: reject a request still queued for admission after this long (s, "
+        "up to 10⁶); null waits for ever.",
+    )
     on_full: Literal["reject", "wait"] = Field(
         "reject",
-        description="When admission finds no room after trimming replicas: reject or wait.",
+        description="reserve: when admission finds no room after trimming replicas, reject or "
+        "wait.",
     )
     wait_timeout_s: float = Field(
         2.0,

@@ -4,6 +4,7 @@ compiled loop, unpack columns and stats (and hand the timeline log to a recorder
 
 from __future__ import annotations
 
+import math
 from dataclasses import fields, replace
 
 import numpy as np
@@ -89,7 +90,11 @@ class _Run:
         """Result columns: views into the state, no copy."""
         n, IS, F = self.n, self.IS, self.F
         io, ft = int(IS[L.H_O]), int(IS[L.H_FT])
-        cols = {name: F[ft + i * n : ft + (i + 1) * n] for i, name in enumerate(TIME_COLUMNS)}
+        cols = {
+            name: F[ft + i * n : ft + (i + 1) * n] for i, name in enumerate(TIME_COLUMNS[:-1])
+        }
+        pg = int(IS[L.H_PGF])
+        cols["preempt_delay_s"] = F[pg : pg + n]
         cols.update(
             {name: IS[io + i * n : io + (i + 1) * n] for i, name in enumerate(L.INT_COLUMNS)}
         )
@@ -199,7 +204,7 @@ def simulate(
             cfg.prefill_token_budget,
             min(cfg.prefill_cache_tokens, 2**61),
             cfg.budget_tokens,
-            cfg.on_full == "wait",
+            cfg.on_full == "wait" or cfg.admission == "paged",
             POLICIES[cfg.policy].code,
             PREFILL_ROUTERS[cfg.prefill_router].code,
             DECODE_ROUTERS[cfg.decode_router].code,
@@ -211,8 +216,12 @@ def simulate(
     )
     t_warm = _t_warm(req, cfg.warmup_requests)
     shared = cfg.link_topology == "shared_nics"
+    paged = cfg.admission == "paged"
+    timeout = cfg.wait_timeout_s
+    if paged:
+        timeout = math.inf if cfg.queue_timeout_s is None else cfg.queue_timeout_s
     fp = np.array(
-        [link_rate(cfg), cfg.link_latency_s, cfg.wait_timeout_s, t_warm]
+        [link_rate(cfg), cfg.link_latency_s, timeout, t_warm]
         + _costs(cfg.prefill_cost, cfg.decode_cost)
     )
     hot_h = np.array([h for h, _ in cfg.hot_blocks], dtype=np.int64)
@@ -221,6 +230,9 @@ def simulate(
     IS, F = r.IS, r.F
     F[L.G_ITL_NW] = cfg.warmup_requests
     IS[L.IP_SHARED] = shared
+    IS[L.IP_PAGED], IS[L.IP_BS] = paged, cfg.block_size
+    IS[L.IP_SWAP] = cfg.preemption == "swap"
+    F[L.FP_HOST_BPS], F[L.FP_HOST_LAT] = cfg.host_bytes_per_s, cfg.host_latency_s
     if cfg.policy == "replicate_hotset" and hot_h.shape[0] > 0:
         prewarm(IS, r.B32, r.B8, _c64(r.hot_ids), hot_t)
         IS[L.GI_PEAK_REP] = IS[L.GI_PEAK_USED] = IS[L.DI0 + L.D_USED]
@@ -255,6 +267,7 @@ def simulate(
         "decode_busy_s": d_busy,
         **_work(IS, F, cfg.n_prefill, n_dec),
         **_itl_stats(F),
+        "host_busy_s": [float(F[L.DF0 + d * L.NDF + L.DF_HOST_BUSY]) for d in range(n_dec)],
     }
     del n
     return SimResult(r.columns(bool(cfg.track_gaps)), stats, r if keep_state else None)

@@ -23,6 +23,8 @@ SCHEDULERS = {
     "chunked": "Sarathi-Serve: one decode token per sequence plus prefill chunks per step",
 }
 ON_FULL = ("reject", "wait")
+ADMISSIONS = ("reserve", "paged")
+PREEMPTIONS = ("recompute", "swap")
 LINK_TOPOLOGIES = ("shared_nics", "private_paths")
 
 # The per-request timestamp columns every run returns (SimResult.columns), in order.
@@ -37,6 +39,7 @@ TIME_COLUMNS = (
     "t_decode_start",
     "t_first_token",
     "t_done",
+    "preempt_delay_s",  # paged: summed time from each preemption to rejoining the batch
 )
 INT32_MAX = 2**31 - 1
 
@@ -72,6 +75,15 @@ class EngineConfig:
     link_topology: str = "shared_nics"
     nics_prefill: int = 1
     nics_decode: int = 1
+    # decode KV admission (docs/model.md "Paged admission and preemption"): reserve (prompt
+    # + output up front, on_full decides) or paged (blocks as tokens are generated, FCFS
+    # queue with queue_timeout_s, None = wait for ever; preemption recompute or swap)
+    admission: str = "reserve"
+    block_size: int = 16
+    preemption: str = "recompute"
+    queue_timeout_s: float | None = None
+    host_bytes_per_s: float = 63e9  # the decode instance's host path (all its devices)
+    host_latency_s: float = 2e-6
 
 
 @dataclass
@@ -159,8 +171,17 @@ def check_engine_config(cfg: EngineConfig) -> None:
             "cluster.link.channels",
             "set cluster.link.nics_per_instance for shared NICs, or topology: private_paths",
         )
+    if cfg.admission not in ADMISSIONS:
+        _refuse(f"unknown admission '{cfg.admission}'", "memory.admission", "use paged or reserve")
+    if cfg.preemption not in PREEMPTIONS:
+        _refuse(
+            f"unknown preemption '{cfg.preemption}'", "memory.preemption", "use recompute or swap"
+        )
+    if not cfg.host_bytes_per_s > 0:
+        _refuse("the host path needs a positive bandwidth", "cluster.decode.host_path", "fix it")
     _check_ints(
         [
+            ("cluster.block_size", cfg.block_size, 1, INT32_MAX),
             ("cluster.prefill_token_budget", cfg.prefill_token_budget, 1, 2**62),
             ("prefill_cache_tokens", min(cfg.prefill_cache_tokens, 2**61), 0, 2**62),
         ]

@@ -23,6 +23,7 @@ import math
 import numpy as np
 
 from . import layout as L
+from . import paging as pg
 from .batch import add_work, interrupt, record_gaps, run_to_next_finish, schedule, segment_work
 from .blocks import (
     pc_insert,
@@ -191,12 +192,17 @@ def prefill_done(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, p, t):
             pc_insert(IS, B32, p, bid, bt, i0, i1)
         rid = R[rid * L.NR + L.R_PBN]
     wait = IS[L.IP_WAIT] != 0
+    if IS[L.IP_PAGED]:  # paged: the books up to now (lazy trims change what is resident)
+        for d in range(IS[L.IP_ND]):
+            if pg.sync(IS, F, R, B32, B8, d, t):
+                mem_changed(IS, F, TLF, TLI, d, t)
     rid = first
     while rid != -1:
         d = route_decode(IS, B8, bid, rid)
         IS[io + L.O_DI * n + rid] = d
         IS[L.DI0 + d * L.NDI + L.D_LOAD] += 1
-        if IS[L.DI0 + d * L.NDI + L.D_WQH] != -1 and wait:
+        queued = IS[L.DI0 + d * L.NDI + L.D_WQH] != -1 or IS[L.DI0 + d * L.NDI + L.D_PQH] != -1
+        if queued and wait:
             wait_for_room(IS, F, R, EHT, EHI, rid, d, t)  # first come, first admitted
         elif not admit(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t):
             if wait:
@@ -253,7 +259,8 @@ def reject(IS, F, rid, d, t, reason):
 @jit
 def wait_for_room(IS, F, R, EHT, EHI, rid, d, t):
     wq_append(IS, R, L.DI0 + d * L.NDI + L.D_WQH, rid)
-    push(EHT, EHI, IS, t + F[L.FP_WAIT_TO], L.EV_TIMEOUT, rid, 0)
+    if F[L.FP_WAIT_TO] < L.INF:  # paged with no queue timeout: wait for ever
+        push(EHT, EHI, IS, t + F[L.FP_WAIT_TO], L.EV_TIMEOUT, rid, 0)
 
 
 @jit
@@ -348,6 +355,14 @@ def admit(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t):
         hit_tok += bt[j]
     prompt = np.int64(R[rr + L.R_PROMPT])
     need = prompt + R[rr + L.R_OUTPUT] - hit_tok
+    if IS[L.IP_PAGED]:  # own prompt blocks now; too large if alone it could not finish
+        bs = IS[L.IP_BS]
+        own = prompt - hit_tok
+        whole = (prompt + R[rr + L.R_OUTPUT] - 1 + bs - 1) // bs * bs  # if its hit is lost
+        if hit_tok + (need - 1 + bs - 1) // bs * bs > budget or whole > budget:
+            need = budget + 1
+        else:
+            need = (own + bs - 1) // bs * bs
     if need > budget:
         reject(IS, F, rid, d, t, L.R_TOO_LARGE)
         return True
@@ -371,6 +386,12 @@ def admit(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t):
     ft = IS[L.H_FT]
     F[ft + L.T_AD * n + rid] = t
     mem_changed(IS, F, TLF, TLI, d, t)
+    if IS[L.IP_PAGED]:
+        R[rr + L.R_OWN0] = prompt - hit_tok
+        R[rr + L.R_PTH] = ptoks
+        IS[L.GI_ASEQ] += 1
+        R[rr + L.R_ASEQ] = IS[L.GI_ASEQ]
+        pg.guard(IS, F, R, EHT, EHI, d, t)
 
     xfer, rc = handoff(IS, rid, prompt, hit_tok)
     IS[io + L.O_XT * n + rid] = xfer
@@ -394,6 +415,11 @@ def drain_waiting(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, d, t):
     """Memory freed on ``d``: admit waiting requests in order until one does not fit."""
     n, io = IS[L.IP_N], IS[L.H_O]
     hp = L.DI0 + d * L.NDI + L.D_WQH
+    if IS[L.DI0 + d * L.NDI + L.D_PQH] != -1:  # paged: preempted sequences resume first
+        done = pg.resume_waiting(IS, F, R, B32, B8, EHT, EHI, bid, bt, d, t)
+        mem_changed(IS, F, TLF, TLI, d, t)
+        if not done:
+            return
     while IS[hp] != -1:
         rid = IS[hp]
         if IS[io + L.O_OUT * n + rid] == L.OUT_REJECTED:
@@ -454,6 +480,10 @@ def run_recompute(IS, F, R, EHT, EHI, TLF, TLI, d, t):
     end = t
     while IS[b + L.D_RQH] != -1:
         rid = q_popleft(IS, R, b + L.D_RQH, L.R_RQN)
+        if R[rid * L.NR + L.R_FLAGS] & L.F_REPF:  # paged: a resumed sequence's re-prefill
+            end = pg.reprefill(IS, F, R, d, rid, end, t)
+            q_append(IS, R, b + L.D_JQH, L.R_JQN, rid)
+            continue
         m = IS[io + L.O_RC * n + rid]
         flops = m * lf + att * m * (m + 1) / 2.0
         bytes_ = weights_read(F, c0, m) + kv * m
@@ -539,6 +569,8 @@ def join_batch(IS, F, R, d, t):
     while IS[b + L.D_JQH] != -1 and IS[b + L.D_B] < maxb:
         rid = q_popleft(IS, R, b + L.D_JQH, L.R_JQN)
         IS[b + L.D_B] += 1
+        if IS[L.IP_PAGED] and pg.rejoin(IS, F, R, d, it, rid, t):
+            continue  # a resumed sequence: it keeps its decode start and first token
         IS[b + L.D_CTX] += R[rid * L.NR + L.R_PROMPT]
         batch_push(IS, d, it + R[rid * L.NR + L.R_OUTPUT], rid)
         F[ft + L.T_DS * n + rid] = t
@@ -560,6 +592,9 @@ def decode_boundary(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, d, version, 
     if version != IS[b + L.D_VER]:
         return False  # superseded by an earlier boundary
     it = advance(IS, F, TLF, TLI, d, t, True)
+    paged = IS[L.IP_PAGED] != 0
+    if paged and pg.alloc_through(IS, R, B32, B8, d, it - 1):  # the segment's last blocks
+        mem_changed(IS, F, TLF, TLI, d, t)
     freed = False
     top = IS[L.H_DH] + 2 * IS[L.H_CAPB] * d
     while IS[b + L.D_HSZ] > 0 and IS[top] == it:
@@ -573,6 +608,13 @@ def decode_boundary(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, d, version, 
         run_recompute(IS, F, R, EHT, EHI, TLF, TLI, d, t)
         return True
     join_batch(IS, F, R, d, t)
-    if IS[b + L.D_B] > 0:
+    if paged and IS[b + L.D_B] > 0:
+        pg.prepare_iteration(IS, F, R, B32, B8, bid, d, t)
+        mem_changed(IS, F, TLF, TLI, d, t)
+        if IS[b + L.D_B] > 0:
+            pg.schedule_segment(IS, F, R, EHT, EHI, d, t)
+        elif IS[b + L.D_JQH] != -1:  # it preempted every sequence: the join queue goes next
+            schedule(IS, F, EHT, EHI, d, t, 0)
+    elif IS[b + L.D_B] > 0:
         run_to_next_finish(IS, F, EHT, EHI, d, t)
     return True

@@ -110,7 +110,11 @@ H_PI, H_DH, H_CAPB, H_JN, H_PTR, H_O, H_FPB, H_FCH, H_FT, H_PC, H_PFLAG, H_HOT =
 # instance, ingress free time per decode instance, then their busy times), and whether the
 # link is shared NIC groups (1) or private per-pair channels (0)
 H_FNIC, IP_SHARED = 36, 37
-DI0 = 38
+# --- paged (issue 15): admission mode (0 reserve, 1 paged), block size in tokens, preemption
+# mode (0 recompute, 1 swap), the F section of per-request preemption times, the admission
+# sequence counter (preemption picks the most recently admitted running sequence)
+IP_PAGED, IP_BS, IP_SWAP, H_PGF, GI_ASEQ = 38, 39, 40, 41, 42
+DI0 = 43
 # decode instance fields (queue head/tail pairs adjacent)
 (
     D_B,  # sequences in the batch
@@ -134,12 +138,16 @@ DI0 = 38
     D_HSZ,  # sequences in the batch heap
     D_LREP,
     D_LUSED,  # replica and total KV since the last memory change (time integrals)
-) = range(21)
-NDI = 21
+    # --- paged (issue 15)
+    D_PQH,
+    D_PQT,  # preempted sequences waiting to resume (ahead of the admission queue)
+) = range(23)
+NDI = 23
 P_LOAD, P_QH, P_QT, P_BH, P_USED, P_LRUH, P_LRUT, P_QN = range(8)
 NPI = 8
 # integer result columns
 O_PI, O_DI, O_OUT, O_REA, O_PH, O_RH, O_RC, O_XT, O_PT = range(9)
+O_NPRE, O_PTOK = 9, 10  # --- paged (issue 15): preemptions, tokens re-prefilled or swapped
 INT_COLUMNS = (
     "prefill_instance",
     "decode_instance",
@@ -150,7 +158,11 @@ INT_COLUMNS = (
     "recompute_tokens",
     "transfer_tokens",
     "persisted_tokens",
+    # --- paged (issue 15)
+    "preemptions",
+    "preempt_tokens",
 )
+NIC = len(INT_COLUMNS)
 
 # ---------------------------------------------------------------- R (int32), per request
 # private KV tokens (colocated: reserved), held replica blocks (colocated: prompt tokens
@@ -168,9 +180,20 @@ INT_COLUMNS = (
     R_PROMPT,
     R_OUTPUT,
     R_CHUNK,
-) = range(12)
-NR = 12
+    # --- paged (issue 15): iteration at which generated token 0 would have run (the
+    # sequence's g-th token is iteration R_J0 + g), own prompt tokens (prompt - replica hit),
+    # tokens generated when preempted, admission sequence number, resume queue link, its
+    # persisted tokens it holds as replicas
+    R_J0,
+    R_OWN0,
+    R_GEN,
+    R_ASEQ,
+    R_PGN,
+    R_PTH,
+) = range(18)
+NR = 18
 F_RC, F_XD, F_PERS = 1, 2, 4  # recompute pending, KV landed, has persisted blocks
+F_PRE, F_REPF = 8, 16  # --- paged: preempted (until it rejoins), its re-prefill is queued
 
 # ---------------------------------------------------------------- F (float64)
 FP_LINK_BPS, FP_LINK_LAT, FP_WAIT_TO, FP_TWARM = range(4)
@@ -204,10 +227,14 @@ G_NOW, G_LINK, G_REP_AREA, G_USED_AREA, G_BATCH_AREA = range(NFP, NFP + 5)
 G_ITL_NW, G_ITL_SUM, G_ITL_CNT, G_ITL_MIN, G_ITL_MAX = range(NFP + 5, NFP + 10)
 ITL_LOG10_LO, ITL_BPD, ITL_NB = -7.0, 400, 4800
 G_ITL_H = NFP + 10
-DF0 = G_ITL_H + ITL_NB
+# --- paged (issue 15): the decode instance's host<->GPU path (bytes/s of one instance, i.e.
+# one path per device times the devices; latency s)
+FP_HOST_BPS, FP_HOST_LAT = G_ITL_H + ITL_NB, G_ITL_H + ITL_NB + 1
+DF0 = G_ITL_H + ITL_NB + 2
 DF_TSEG, DF_STALL_END, DF_NEXT_T, DF_BUSY, DF_MEM_T = range(5)
 DF_FLOPS, DF_BYTES = 5, 6  # FLOPs and bytes of the steps started in the measured window
-NDF = 7
+DF_HOST_FREE, DF_HOST_BUSY = 7, 8  # --- paged/tiered: host path free time, busy time
+NDF = 9
 # after the link channels' free times: FLOPs and bytes of each prefill instance's steps
 # started in the measured window, at F[IS[H_FCH] + P·D·C + 2·p] and the next one
 # per-request time rows: the 10 result columns, arrival, then (with gaps) gap and last token
@@ -243,13 +270,13 @@ def allocate(
     o_jn = o_dh + 2 * capb * D
     o_ptr = o_jn + capb
     o_out = o_ptr + n + 1
-    IS = np.zeros(o_out + 9 * n, dtype=np.int64)
+    IS = np.zeros(o_out + NIC * n, dtype=np.int64)
     IS[:NIP] = ip
     IS[IP_N], IS[IP_U] = n, U
     IS[H_PI], IS[H_DH], IS[H_CAPB] = o_pi, o_dh, capb
     IS[H_JN], IS[H_PTR], IS[H_O] = o_jn, o_ptr, o_out
     dI = IS[DI0:o_pi].reshape(D, NDI)
-    dI[:, [D_JQH, D_JQT, D_RQH, D_RQT, D_WQH, D_WQT, D_LRUH, D_LRUT]] = -1
+    dI[:, [D_JQH, D_JQT, D_RQH, D_RQT, D_WQH, D_WQT, D_LRUH, D_LRUT, D_PQH, D_PQT]] = -1
     IS[o_pi:o_dh].reshape(P, NPI)[:, [P_QH, P_QT, P_BH, P_LRUH, P_LRUT]] = -1
     IS[o_ptr:o_out] = blk_ptr
 
@@ -263,7 +290,8 @@ def allocate(
     f_nic = f_ch + P * D * C + 2 * P
     f_t = f_nic + 2 * (P + D)
     rows = T_LAST + 1 if ip[IP_GAPS] else T_ARR + 1
-    F = np.zeros(f_t + rows * n)
+    f_pg = f_t + rows * n  # paged: per-request preemption delay (s), then preempted-at time
+    F = np.zeros(f_pg + 2 * n)
     F[:NFP] = fp
     F[G_ITL_MIN], F[G_ITL_MAX] = INF, -INF
     dF = F[DF0:f_pb].reshape(D, NDF)
@@ -272,9 +300,10 @@ def allocate(
     F[f_t : f_t + T_ARR * n] = np.nan
     F[f_t + T_ARR * n : f_t + (T_ARR + 1) * n] = arrival
     if ip[IP_GAPS]:
-        F[f_t + T_LAST * n :] = np.nan
+        F[f_t + T_LAST * n : f_pg] = np.nan
     IS[H_FPB], IS[H_FCH], IS[H_FT] = f_pb, f_ch, f_t
     IS[H_FNIC] = f_nic
+    IS[H_PGF] = f_pg
 
     B32 = np.zeros(4 * (D + P) * U, dtype=np.int32)
     B8 = np.zeros(D * U + nb + U, dtype=np.uint8)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from . import colocated as co
 from . import disagg as dis
+from . import paging as pg
 from .jit import entry, jit
 from .layout import (
     EV_DECODE,
@@ -67,7 +68,10 @@ def run_disaggregated(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt):
         if kind == EV_DECODE:
             dis.decode_boundary(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, a, b, t)
         elif kind == EV_TRANSFER:
-            dis.landed(IS, F, R, B8, EHT, EHI, bid, a, t)
+            if b == 1:  # paged swap: a preempted sequence's KV is back from host memory
+                pg.swapped_in(IS, F, R, EHT, EHI, a, t)
+            else:
+                dis.landed(IS, F, R, B8, EHT, EHI, bid, a, t)
         elif kind == EV_PREFILL:
             dis.prefill_done(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, a, t)
         elif kind == EV_TIMEOUT:
