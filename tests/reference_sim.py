@@ -348,7 +348,14 @@ def scenario_config(prep) -> RefConfig:
             budget = budget * c.decode_instances // n
     else:
         budget = int(
-            m.budget_factor * reference_demand(prep.requests, d_roof, n, c.max_decode_batch)
+            m.budget_factor
+            * reference_demand(
+                prep.requests,
+                d_roof,
+                n,
+                c.max_decode_batch,
+                c.block_size if m.admission == "paged" and not colocated else 1,
+            )
         )
     return RefConfig(
         p_roof,
@@ -372,12 +379,32 @@ def scenario_config(prep) -> RefConfig:
         wait_timeout_s=m.wait_timeout_s,
         prefill_router=c.prefill_router,
         decode_router=c.decode_router,
+        admission=m.admission,
+        block_size=c.block_size,
+        preemption=m.preemption,
+        queue_timeout_s=m.queue_timeout_s,
+        host_bytes_per_s=host_path_rate(c.decode),
+        host_latency_s=host_path_latency(c.decode),
         instances=n,
         scheduler=c.colocated_scheduler,
         step_token_budget=c.prefill_token_budget
         if c.colocated_scheduler == "prefill_priority"
         else c.chunk_token_budget,
     )
+
+
+def host_path_rate(group) -> float:
+    """Bytes/s of a decode instance's host path: the preset's per-device GB/s times its
+    devices (catalog data)."""
+    from prefixbench.catalog.hostpaths import get_host_path
+
+    return get_host_path(group.host_path).bandwidth_gbps * 1e9 * group.devices
+
+
+def host_path_latency(group) -> float:
+    from prefixbench.catalog.hostpaths import get_host_path
+
+    return get_host_path(group.host_path).latency_us / 1e6
 
 
 def _chains(req) -> list[Req]:

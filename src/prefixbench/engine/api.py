@@ -122,6 +122,17 @@ def _t_warm(req: Requests, warmup: int) -> float:
     return float(req.arrival[min(warmup, n - 1)]) if n else 0.0
 
 
+def _t_steady(req: Requests, t_warm: float) -> float:
+    """The end of the steady window: the last arrival (inf when no arrival follows the
+    warm-up: then the run is measured to the end of its drain)."""
+    last = float(req.arrival[-1]) if len(req) else 0.0
+    return last if last > t_warm else math.inf
+
+
+def _steady_end(t_end: float, t_steady: float) -> float:
+    return t_steady if math.isfinite(t_steady) else t_end
+
+
 def _itl_stats(F: np.ndarray) -> dict:
     """The pooled inter-token gaps of the measured requests (batch.itl_series): exact
     count, sum, min and max, and the log-binned histogram (its filled bins) with its bin
@@ -230,6 +241,8 @@ def simulate(
     IS, F = r.IS, r.F
     F[L.G_ITL_NW] = cfg.warmup_requests
     IS[L.IP_SHARED] = shared
+    t_steady = _t_steady(req, t_warm)
+    F[L.FP_TSTEADY] = t_steady
     IS[L.IP_PAGED], IS[L.IP_BS] = paged, cfg.block_size
     IS[L.IP_SWAP] = cfg.preemption == "swap"
     F[L.FP_HOST_BPS], F[L.FP_HOST_LAT] = cfg.host_bytes_per_s, cfg.host_latency_s
@@ -246,7 +259,7 @@ def simulate(
     r.log(recorder, "disaggregated", (cfg.n_prefill, cfg.n_decode, cfg.link_channels))
 
     t_end = float(F[L.G_NOW])
-    window = _window(t_end, t_warm)
+    window = _window(_steady_end(t_end, t_steady), t_warm)
     n_dec = cfg.n_decode
     fpb = int(IS[L.H_FPB])
     p_busy = F[fpb : fpb + cfg.n_prefill].tolist()
@@ -254,6 +267,7 @@ def simulate(
     stats = {
         "t_warm": t_warm,
         "t_end": t_end,
+        "t_steady": _steady_end(t_end, t_steady),
         "budget_tokens": float(cfg.budget_tokens),
         "mean_replica_tokens": float(F[L.G_REP_AREA]) / window / n_dec,
         "peak_replica_tokens": float(IS[L.GI_PEAK_REP]),
@@ -303,6 +317,8 @@ def simulate_colocated(req: Requests, cfg: ColocatedConfig, recorder=None) -> Si
     r = _Run(req, ip, fp, np.zeros(0, dtype=np.int64))
     IS, F = r.IS, r.F
     F[L.G_ITL_NW] = cfg.warmup_requests
+    t_steady = _t_steady(req, t_warm)
+    F[L.FP_TSTEADY] = t_steady
     args = lambda: (IS, F, r.R, r.B32, r.EHT, r.EHI, r.TLF, r.TLI, r.bid, r.bt)  # noqa: E731
     while (status := _run_colocated(*args())) != DONE:
         r.grow(status)
@@ -312,11 +328,12 @@ def simulate_colocated(req: Requests, cfg: ColocatedConfig, recorder=None) -> Si
 
     cols = r.columns(True)
     cols["t_decode_start"][:] = cols["t_prefill_end"]  # no hand-off: t_transfer_* stay NaN
-    window = _window(t_end, t_warm)
+    window = _window(_steady_end(t_end, t_steady), t_warm)
     busy = sum(float(F[L.DF0 + i * L.NDF + L.DF_BUSY]) for i in range(k))
     stats = {
         "t_warm": t_warm,
         "t_end": t_end,
+        "t_steady": _steady_end(t_end, t_steady),
         "budget_tokens": float(cfg.budget_tokens),
         "mean_replica_tokens": 0.0,
         "peak_replica_tokens": 0.0,

@@ -56,6 +56,7 @@ from .series import (
     weights_read,
 )
 from .timeline import record
+from .window import clipped, in_window, iterations_in
 
 # ---------------------------------------------------------------- accounting
 
@@ -68,9 +69,10 @@ def mem_changed(IS, F, TLF, TLI, d, t):
     lo = F[f + L.DF_MEM_T]
     if F[L.FP_TWARM] > lo:
         lo = F[L.FP_TWARM]
-    if t > lo:
-        F[L.G_REP_AREA] += IS[b + L.D_LREP] * (t - lo)
-        F[L.G_USED_AREA] += IS[b + L.D_LUSED] * (t - lo)
+    hi = t if t < F[L.FP_TSTEADY] else F[L.FP_TSTEADY]  # the steady window only
+    if hi > lo:
+        F[L.G_REP_AREA] += IS[b + L.D_LREP] * (hi - lo)
+        F[L.G_USED_AREA] += IS[b + L.D_LUSED] * (hi - lo)
     F[f + L.DF_MEM_T] = t
     rep = IS[b + L.D_USED]
     used = rep + IS[b + L.D_PRIV]
@@ -165,8 +167,8 @@ def start_prefill(IS, F, R, B32, EHT, EHI, TLF, TLI, bid, bt, p, t):
         flops += prompt_flops(lf, lmh, att, n_new, hit)
         kv_io += kv * prompt
     dur = prefill_step_time(F, c0, flops, new_sum, kv_io)
-    if t >= F[L.FP_TWARM]:
-        F[IS[L.H_FPB] + p] += dur
+    if in_window(F, t):
+        F[IS[L.H_FPB] + p] += clipped(F, t, t + dur)
         pw = IS[L.H_FCH] + IS[L.IP_NP] * IS[L.IP_ND] * IS[L.IP_NC] + 2 * p
         add_work(F, pw, flops, weights_read(F, c0, new_sum) + kv_io)
     IS[pb + L.P_BH] = first
@@ -326,11 +328,12 @@ def send_kv(IS, F, TLF, TLI, rid, d, t, nbytes):
         if F[ch + c] > start:
             start = F[ch + c]
         F[ch + c] = start + occupy
-    if start >= F[L.FP_TWARM]:
-        F[L.G_LINK] += occupy
+    if in_window(F, start):
+        busy = clipped(F, start, start + occupy)
+        F[L.G_LINK] += busy
         nn = IS[L.IP_NP] + IS[L.IP_ND]
-        F[eg + nn] += occupy
-        F[ig + nn] += occupy
+        F[eg + nn] += busy
+        F[ig + nn] += busy
     F[IS[L.H_FT] + L.T_XS * n + rid] = start
     if IS[L.IP_REC]:
         track = (p * IS[L.IP_ND] + d) * nc + c
@@ -488,7 +491,7 @@ def run_recompute(IS, F, R, EHT, EHI, TLF, TLI, d, t):
         flops = m * lf + att * m * (m + 1) / 2.0
         bytes_ = weights_read(F, c0, m) + kv * m
         F[ft + L.T_RS * n + rid] = end
-        if t >= F[L.FP_TWARM]:  # the stall is busy time when it starts in the window
+        if in_window(F, t):  # the stall is busy time when it starts in the window
             add_work(F, f + L.DF_FLOPS, flops, bytes_)
         step = roofline(flops, bytes_, F[c0 + L.C_FRP], F[c0 + L.C_BR], F[c0 + L.C_POV])
         end += step + comm(F, c0, float(m))
@@ -538,11 +541,13 @@ def advance(IS, F, TLF, TLI, d, t, first_token_in_batch):
     f = L.DF0 + d * L.NDF
     k = IS[b + L.D_NK]
     nb = IS[b + L.D_B]
-    if (nb > 0 or IS[b + L.D_STALL]) and F[f + L.DF_TSEG] >= F[L.FP_TWARM]:
-        F[f + L.DF_BUSY] += t - F[f + L.DF_TSEG]
-        F[L.G_BATCH_AREA] += nb * (t - F[f + L.DF_TSEG])
+    tseg = F[f + L.DF_TSEG]
+    if (nb > 0 or IS[b + L.D_STALL]) and in_window(F, tseg):
+        F[f + L.DF_BUSY] += clipped(F, tseg, t)
+        F[L.G_BATCH_AREA] += nb * clipped(F, tseg, t)
         if k > 0:
-            segment_work(F, d, nb, IS[b + L.D_CTX], k)
+            ks = iterations_in(F, nb, IS[b + L.D_CTX], tseg, t, k)
+            segment_work(F, d, nb, IS[b + L.D_CTX], ks)
     if k > 0 and IS[L.IP_GAPS]:
         record_gaps(IS, F, d, k, first_token_in_batch)
     if k > 0 and IS[L.IP_REC]:

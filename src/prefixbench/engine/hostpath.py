@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from . import layout as L
 from .jit import jit
+from .window import clipped
 
 
 @jit
@@ -21,6 +22,5 @@ def host_path_move(IS, F, d, t, nbytes):
         start = F[f + L.DF_HOST_FREE]
     occupy = nbytes / F[L.FP_HOST_BPS]
     F[f + L.DF_HOST_FREE] = start + occupy
-    if start >= F[L.FP_TWARM]:
-        F[f + L.DF_HOST_BUSY] += occupy
+    F[f + L.DF_HOST_BUSY] += clipped(F, start, start + occupy)
     return start + occupy + F[L.FP_HOST_LAT]

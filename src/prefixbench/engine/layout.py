@@ -230,7 +230,10 @@ G_ITL_H = NFP + 10
 # --- paged (issue 15): the decode instance's host<->GPU path (bytes/s of one instance, i.e.
 # one path per device times the devices; latency s)
 FP_HOST_BPS, FP_HOST_LAT = G_ITL_H + ITL_NB, G_ITL_H + ITL_NB + 1
-DF0 = G_ITL_H + ITL_NB + 2
+# the end of the steady window (the last arrival; inf: measure to the end of the drain):
+# busy times, work and memory integrals count steps started in [FP_TWARM, FP_TSTEADY), clipped
+FP_TSTEADY = G_ITL_H + ITL_NB + 2
+DF0 = G_ITL_H + ITL_NB + 3
 DF_TSEG, DF_STALL_END, DF_NEXT_T, DF_BUSY, DF_MEM_T = range(5)
 DF_FLOPS, DF_BYTES = 5, 6  # FLOPs and bytes of the steps started in the measured window
 DF_HOST_FREE, DF_HOST_BUSY = 7, 8  # --- paged/tiered: host path free time, busy time

@@ -39,6 +39,7 @@ from .hostpath import host_path_move
 from .jit import jit
 from .queues import batch_push, push, q_append, q_popleft
 from .series import coeffs, comm, iterations_within, roofline, series_time, weights_read
+from .window import in_window
 
 
 @jit
@@ -390,7 +391,7 @@ def reprefill(IS, F, R, d, rid, start, t):
     lf, att, kv = F[c0 + L.C_LF], F[c0 + L.C_ATT], F[c0 + L.C_KV]
     flops = m * lf + att * (m * c + m * (m + 1) / 2.0)
     bytes_ = weights_read(F, c0, m) + kv * (m + c)
-    if t >= F[L.FP_TWARM]:
+    if in_window(F, t):
         add_work(F, L.DF0 + d * L.NDF + L.DF_FLOPS, flops, bytes_)
     R[rid * L.NR + L.R_FLAGS] &= ~L.F_REPF
     step = roofline(flops, bytes_, F[c0 + L.C_FRP], F[c0 + L.C_BR], F[c0 + L.C_POV])
