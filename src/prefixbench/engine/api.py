@@ -90,9 +90,7 @@ class _Run:
         """Result columns: views into the state, no copy."""
         n, IS, F = self.n, self.IS, self.F
         io, ft = int(IS[L.H_O]), int(IS[L.H_FT])
-        cols = {
-            name: F[ft + i * n : ft + (i + 1) * n] for i, name in enumerate(TIME_COLUMNS[:-1])
-        }
+        cols = {name: F[ft + i * n : ft + (i + 1) * n] for i, name in enumerate(TIME_COLUMNS[:-1])}
         pg = int(IS[L.H_PGF])
         cols["preempt_delay_s"] = F[pg : pg + n]
         cols.update(

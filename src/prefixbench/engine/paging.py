@@ -424,4 +424,3 @@ def rejoin(IS, F, R, d, it, rid, t):
     IS[b + L.D_CTX] += np.int64(R[rr + L.R_PROMPT]) + g
     batch_push(IS, d, it + R[rr + L.R_OUTPUT] - g, rid)
     return True
-

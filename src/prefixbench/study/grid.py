@@ -48,7 +48,9 @@ class SweepSpec(BaseModel):
         "auto", description="Trace format."
     )
 
-    @field_validator("models", "workloads", "budgets", "policies", "seeds", "admissions", mode="before")
+    @field_validator(
+        "models", "workloads", "budgets", "policies", "seeds", "admissions", mode="before"
+    )
     @classmethod
     def _no_bools(cls, v):
         if isinstance(v, list) and any(isinstance(x, bool) for x in v):
