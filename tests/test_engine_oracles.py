@@ -341,6 +341,7 @@ def test_policies_that_must_coincide_with_sharing(name, budget, on_full):
     common = (
         "workload.share_fraction=0.8",
         f"memory.budget_factor={budget}",
+        "memory.admission=reserve",
         f"memory.on_full={on_full}",
     )
     off = _prep(name, *common, "cluster.prefill_cache_fraction=0", "memory.hotset_share=0")

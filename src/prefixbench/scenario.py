@@ -713,6 +713,22 @@ class Scenario(_M):
         return _check_name("model", v)
 
     @model_validator(mode="after")
+    def _admission_fields(self) -> Scenario:
+        # a field of the other admission mode, given explicitly, would be silently ignored
+        m = self.memory
+        if self.cluster.mode == "colocated":
+            return self  # colocated instances always reserve (docs/model.md §1.5)
+        other = ("on_full", "wait_timeout_s") if m.admission == "paged" else ("queue_timeout_s",)
+        given = [f for f in other if f in m.model_fields_set]
+        if given:
+            mode = "reserve" if m.admission == "paged" else "paged"
+            raise ValueError(
+                f"memory.{given[0]} applies to memory.admission={mode} only (this scenario "
+                f"uses {m.admission}); drop it, or set memory.admission={mode}"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _warmup(self) -> Scenario:
         if self.run.requests is not None and self.run.warmup_requests >= self.run.requests:
             raise ValueError(
