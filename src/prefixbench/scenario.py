@@ -714,12 +714,14 @@ class Scenario(_M):
 
     @model_validator(mode="after")
     def _admission_fields(self) -> Scenario:
-        # a field of the other admission mode, given explicitly, would be silently ignored
+        # a field of the other admission mode set away from its default would be silently
+        # ignored (its default is fine: a dumped scenario, e.g. a result's, carries it)
         m = self.memory
         if self.cluster.mode == "colocated":
             return self  # colocated instances always reserve (docs/model.md §1.5)
         other = ("on_full", "wait_timeout_s") if m.admission == "paged" else ("queue_timeout_s",)
-        given = [f for f in other if f in m.model_fields_set]
+        fields = type(m).model_fields
+        given = [f for f in other if getattr(m, f) != fields[f].default]
         if given:
             mode = "reserve" if m.admission == "paged" else "paged"
             raise ValueError(
