@@ -436,7 +436,12 @@ def test_colocated_matches_reference(case):
 
 SCENARIOS = [
     ("tool_call", ()),
-    ("enterprise_hotset", ("memory.budget_factor=0.35", "memory.on_full=wait")),
+    (
+        "enterprise_hotset",
+        ("memory.budget_factor=0.35", "memory.admission=reserve", "memory.on_full=wait"),
+    ),
+    ("tool_call", ("memory.budget_factor=0.35",)),  # paged (the default), recompute preemption
+    ("medium_chat", ("memory.budget_factor=0.35", "memory.preemption=swap")),  # paged, swap
     (
         "medium_chat",
         (
