@@ -64,11 +64,9 @@ def tail_init(n_decode: int, n_ids: int) -> np.ndarray:
 
 @entry  # also called from Python (through refresh.section)
 def tail(IS):
-    """Offset of the tail section: right after the per-request time rows."""
-    rows = L.T_LAST + 1 if IS[L.IP_GAPS] else L.T_ARR + 1
-    if IS[L.IP_POLICY] == L.POL_TIERED:
-        rows = L.T_PROMO + 1
-    return IS[L.H_FT] + rows * IS[L.IP_N]
+    """Offset of the tail section: right after the per-request time rows and paged's two
+    per-request preemption rows that follow them (layout.allocate)."""
+    return IS[L.H_PGF] + 2 * IS[L.IP_N]
 
 
 # ---------------------------------------------------------------- the recompute's price
