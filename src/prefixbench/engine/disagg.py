@@ -667,10 +667,12 @@ def decode_boundary(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, d, version, 
     b = L.DI0 + d * L.NDI
     if version != IS[b + L.D_VER]:
         return False  # superseded by an earlier boundary
-    it = advance(IS, F, TLF, TLI, d, t, True)
     paged = IS[L.IP_PAGED] != 0
-    if paged and pg.alloc_through(IS, F, R, B32, B8, d, it - 1, t):  # the segment's last blocks
-        mem_changed(IS, F, TLF, TLI, d, t)
+    if paged:  # the segment's last blocks (before advance: trims time its iterations)
+        g = IS[b + L.D_IT] + IS[b + L.D_NK] - 1
+        if pg.alloc_through(IS, F, R, B32, B8, d, g, t):
+            mem_changed(IS, F, TLF, TLI, d, t)
+    it = advance(IS, F, TLF, TLI, d, t, True)
     freed = False
     top = IS[L.H_DH] + 2 * IS[L.H_CAPB] * d
     while IS[b + L.D_HSZ] > 0 and IS[top] == it:

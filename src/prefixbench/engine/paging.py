@@ -95,22 +95,51 @@ def alloc_through(IS, F, R, B32, B8, d, G, t):
     idle replicas LRU when free memory is short; callers make sure it fits); True if memory
     changed (the caller then calls disagg.mem_changed)."""
     b = L.DI0 + d * L.NDI
+    add = demand(IS, R, d, G)
+    if add == 0:
+        return False
+    free = IS[L.IP_BUDGET] - IS[b + L.D_PRIV] - IS[b + L.D_USED]
+    if free < add:
+        if IS[L.IP_POLICY] == L.POL_TIERED:
+            trim_by_iteration(IS, F, R, B32, B8, d, G, t)
+        else:
+            rs_trim(IS, F, B32, B8, d, add - free, t)
     rb = IS[L.H_DH] + 2 * IS[L.H_CAPB] * d + IS[L.H_CAPB]
-    add = 0
     for i in range(IS[b + L.D_HSZ]):
         rid = IS[rb + i]
         rr = rid * L.NR
         x = target(IS, R, rid, G - R[rr + L.R_J0]) - R[rr + L.R_PRIV]
         if x > 0:
             R[rr + L.R_PRIV] += x
-            add += x
-    if add == 0:
-        return False
-    free = IS[L.IP_BUDGET] - IS[b + L.D_PRIV] - IS[b + L.D_USED]
-    if free < add:
-        rs_trim(IS, F, B32, B8, d, add - free, t)
     IS[b + L.D_PRIV] += add
     return True
+
+
+@jit
+def trim_by_iteration(IS, F, R, B32, B8, d, G, t):
+    """replicate_tiered: make the trims iterations up to ``G`` need at the start of the
+    iteration that needs each (a trim demotes over the host path at that time, as a
+    per-iteration allocation would; the running segment started iteration D_IT at
+    DF_TSEG)."""
+    b = L.DI0 + d * L.NDI
+    f = L.DF0 + d * L.NDF
+    it0 = IS[b + L.D_IT]
+    seg = IS[b + L.D_B] > 0 and IS[b + L.D_STALL] == 0
+    a1, s1, a2, s2, o = coeffs(F, IS[b + L.D_B], IS[b + L.D_CTX])
+    lo = it0
+    while lo <= G:
+        free = IS[L.IP_BUDGET] - IS[b + L.D_PRIV] - IS[b + L.D_USED]
+        g = first_short(IS, R, d, lo, G, free)
+        if g == -1:
+            return
+        when = t
+        if seg and g > it0:
+            when = F[f + L.DF_TSEG] + series_time(a1, s1, a2, s2, o, g - it0)
+            if when > t:
+                when = t
+        if rs_trim(IS, F, B32, B8, d, demand(IS, R, d, g) - free, when) == 0:
+            return
+        lo = g + 1
 
 
 @jit
