@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from prefixbench.cli import app
 from prefixbench.loader import load_scenario
+from prefixbench.scenario import POLICIES
 from prefixbench.stability import TREND_Z, queue_lengths, trend
 from prefixbench.study.runs import run_scenario
 
@@ -208,10 +209,10 @@ def test_recommend_refuses_to_rank_the_overloaded_example(tmp_path):
         ],
     )
     assert sweep.exit_code == 0, sweep.stderr
-    assert "warning: 5 of 5 points are unstable (decode batch slots: 5)" in sweep.stderr
+    assert "warning: 6 of 6 points are unstable (decode batch slots: 6)" in sweep.stderr
     agg = read_artifact(tmp_path / "agg.parquet", "agg")
-    assert agg["stable"].to_list() == [False] * 5
-    assert agg["unstable_seeds"].to_list() == [1] * 5
+    assert agg["stable"].to_list() == [False] * len(POLICIES)
+    assert agg["unstable_seeds"].to_list() == [1] * len(POLICIES)
     assert set(agg["saturated_stage"]) == {"decode_slots"}
     runs = read_artifact(tmp_path / "runs.parquet", "runs")
     assert runs.filter(pl.col("stable")).height == 0
@@ -239,7 +240,7 @@ def test_recommend_refuses_to_rank_the_overloaded_example(tmp_path):
 
     run_crossover(tmp_path)
     text = write_report(tmp_path).read_text()
-    assert "5 of 5 points are unstable" in text and "`none (unstable)`" in text
+    assert "6 of 6 points are unstable" in text and "`none (unstable)`" in text
 
 
 def test_admission_cliff_under_reject_is_a_loss_not_an_unstable_queue():

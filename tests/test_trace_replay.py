@@ -127,5 +127,5 @@ def test_cli_sweep_trace(tmp_path):
     import polars as pl
 
     runs = pl.read_parquet(tmp_path / "runs.parquet")
-    # 2 budgets x 5 policies
-    assert runs.height == 10 and set(runs["scenario"]) == {"conversation_trace_head300"}
+    # 2 budgets x 6 policies
+    assert runs.height == 12 and set(runs["scenario"]) == {"conversation_trace_head300"}
