@@ -293,6 +293,13 @@ class Roofline:
         proposing ``gamma`` tokens, each accepted with probability ``alpha``."""
         self.spec = (draft, gamma, sum(alpha**i for i in range(gamma + 1)))
         self.kv_resident = self.kv + draft.kv  # the draft keeps its own KV of every token
+    def reprefill(self, n: int, cached: int) -> float:
+        """Rebuild a preempted sequence's n tokens of KV attending to ``cached`` resident
+        ones (docs/model.md "Paged admission and preemption"): a prefill without logits."""
+        flops = self.f_lin * n + self.attn * (n * cached + n * (n + 1) / 2)
+        nbytes = self.weights_read(n) + self.kv * (n + cached)
+        e = self.eff
+        return self._time(flops, nbytes, e.mfu_prefill, e.prefill_overhead_ms) + self.comm(n)
 
     def decode_iteration(self, batch: int, context: int) -> float:
         """One decode iteration: ``batch`` sequences attending to ``context`` tokens in all."""
@@ -344,8 +351,11 @@ class Roofline:
 # ---------------------------------------------------------------- §3.1 reference demand
 
 
-def reference_demand(req, decode: Roofline, instances: int, max_batch: int) -> float:
-    """Reference decode KV demand per instance, tokens (docs/model.md §3.1)."""
+def reference_demand(
+    req, decode: Roofline, instances: int, max_batch: int, block: int = 1
+) -> float:
+    """Reference decode KV demand per instance, tokens (docs/model.md §3.1); with paged
+    admission the largest request in whole blocks of ``block`` tokens."""
     n = len(req)
     arrival = [float(x) for x in req.arrival]
     prompt = [int(x) for x in req.prompt_len]
@@ -362,9 +372,8 @@ def reference_demand(req, decode: Roofline, instances: int, max_batch: int) -> f
         if abs(new - L) < 1e-9:
             break
         L = (L + new) / 2
-    active = (L + 3 * math.sqrt(L)) * (e_prompt + e_out) + max(
-        p + o for p, o in zip(prompt, output, strict=True)
-    )
+    largest = max(p + o for p, o in zip(prompt, output, strict=True))
+    active = (L + 3 * math.sqrt(L)) * (e_prompt + e_out) + math.ceil(largest / block) * block
     # working set: shared blocks (>= 2 references), most referenced first (ties by hash),
     # carrying >= 90 % of the references to shared blocks
     refs: dict[int, int] = {}

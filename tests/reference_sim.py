@@ -175,6 +175,7 @@ import numpy as np
 from reference_roofline import Efficiency, Roofline, Split, reference_demand
 
 DECODE, TRANSFER, PREFILL, TIMEOUT, ARRIVAL = range(5)
+SWAPPED = "swapped"  # a TRANSFER event's payload tag: a swapped-out sequence's KV is back
 PENDING, COMPLETED, REJECTED = 0, 1, 2
 NO_REASON, NO_MEMORY, TIMED_OUT, TOO_LARGE = 0, 1, 2, 3
 NAN = math.nan
@@ -211,6 +212,10 @@ class Req:
     host_hit_blocks: int = 0
     link_blocks: int = 0
     host_hit_tokens: int = 0
+    preemptions: int = 0
+    preempt_tokens: int = 0  # re-prefilled (recompute) or swapped out (swap)
+    preempt_delay_s: float = 0.0
+    resumes: int = 0  # paged: times it got its blocks back (each preemption: one resume)
     # state
     prefill_done: bool = False
     landed: bool = False
@@ -231,6 +236,11 @@ class Req:
     last_chunk_end: float = NAN
     promo_land: float = -math.inf  # replicate_tiered: when its promoted host blocks land
     gaps: list[float] = field(default_factory=list)  # every inter-token gap, in order
+    # paged admission
+    own0: int = 0  # prompt tokens not in replicas it reuses
+    persisted_held: int = 0  # of which in the replicas it persisted (and still references)
+    aseq: int = 0  # admission (or resume) order
+    preempted_at: float = NAN  # while preempted
 
     def emit(self, t: float) -> None:
         """One output token at ``t``."""
@@ -260,6 +270,7 @@ TIME_COLUMNS = (
     "t_decode_start",
     "t_first_token",
     "t_done",
+    "preempt_delay_s",
     "max_token_gap",
 )
 INT_COLUMNS = (
@@ -276,6 +287,8 @@ INT_COLUMNS = (
     "host_hit_blocks",
     "link_blocks",
     "host_hit_tokens",
+    "preemptions",
+    "preempt_tokens",
 )
 
 
@@ -313,6 +326,10 @@ class RefConfig:
     prewarm: str = "free"  # replicate_hotset: free (ready at 0) or link (sent at the start)
     hot_refresh_s: float = 0.0  # replicate_hotset: re-rank and re-warm this often (0: never)
     hot_cap_tokens: int = 0  # the hot set's capacity in tokens
+    admission: str = "reserve"
+    block_size: int = 16
+    preemption: str = "recompute"
+    queue_timeout_s: float | None = None
     # colocated mode
     instances: int = 1
     scheduler: str = "prefill_priority"
@@ -347,6 +364,10 @@ DATA_FIELDS = (
     "prewarm",
     "hot_refresh_s",
     "hot_cap_tokens",
+    "admission",
+    "block_size",
+    "preemption",
+    "queue_timeout_s",
 )
 
 
@@ -422,7 +443,14 @@ def scenario_config(prep) -> RefConfig:
             budget = budget * c.decode_instances // n
     else:
         budget = int(
-            m.budget_factor * reference_demand(prep.requests, d_roof, n, c.max_decode_batch)
+            m.budget_factor
+            * reference_demand(
+                prep.requests,
+                d_roof,
+                n,
+                c.max_decode_batch,
+                c.block_size if m.admission == "paged" and not colocated else 1,
+            )
         )
     from prefixbench.catalog.hostpaths import HOST_DRAM_GB_PER_DEVICE, get_host_path
 
@@ -462,6 +490,10 @@ def scenario_config(prep) -> RefConfig:
         prewarm=c.link.prewarm,
         hot_refresh_s=m.hotset_refresh_s or 0.0,
         hot_cap_tokens=int(min(m.hotset_share * budget, 2**62)),
+        admission=m.admission,
+        block_size=c.block_size,
+        preemption=m.preemption,
+        queue_timeout_s=m.queue_timeout_s,
         instances=n,
         scheduler=c.colocated_scheduler,
         step_token_budget=c.prefill_token_budget
@@ -511,6 +543,8 @@ class DecodeInstance:
         self.uses: dict[int, list[float]] = {}  # cost_aware: hash -> [decayed count, last t]
         self.first_admit = NAN
         self.admitted_tokens = 0
+        self.resume: list[Req] = []  # paged: preempted sequences, next to resume first
+        self.reprefill: list[Req] = []  # paged: resumed sequences whose re-prefill is due
 
 
 class ReferenceSim:
@@ -533,6 +567,7 @@ class ReferenceSim:
         self.rr_decode = 0
         self.clock = 0  # logical clock for LRU stamps
         self.host_decisions: list[bool] = []  # replicate_tiered: promoted (True) or sent
+        self.aseq = 0  # paged: admission (and resume) counter
         self.events: list = []
         self.seq = 0
         self.hot = [h for h, _ in cfg.hot_blocks]
@@ -663,7 +698,10 @@ class ReferenceSim:
             elif kind == PREFILL:
                 self.on_prefill_end(payload, t)
             elif kind == TRANSFER and isinstance(payload, tuple):
-                self.on_prewarm_landed(payload[1])
+                if payload[0] == SWAPPED:
+                    self.on_swapped_in(payload[1], t)
+                else:
+                    self.on_prewarm_landed(payload[1])
             elif kind == TRANSFER:
                 self.on_landed(payload, t)
             elif kind == TIMEOUT and isinstance(payload, tuple):
@@ -789,18 +827,24 @@ class ReferenceSim:
 
     def hand_off(self, r: Req, d: int, t: float) -> None:
         dec = self.dc[d]
-        if self.cfg.on_full == "wait" and dec.waiting:  # only live waiters stay in the list
+        queues = self.cfg.on_full == "wait" or self.paged
+        if queues and (dec.waiting or dec.resume):  # only live waiters stay in the lists
             self.wait(r, d, t)
             return
         if not self.try_admit(r, d, t):
-            if self.cfg.on_full == "wait":
+            if queues:
                 self.wait(r, d, t)
             else:
                 self.reject(r, t, NO_MEMORY)
 
     def wait(self, r: Req, d: int, t: float) -> None:
         self.dc[d].waiting.append(r)
-        self.schedule(t + self.cfg.wait_timeout_s, TIMEOUT, r)
+        timeout = self.cfg.wait_timeout_s
+        if self.paged:
+            if self.cfg.queue_timeout_s is None:
+                return  # wait for ever
+            timeout = self.cfg.queue_timeout_s
+        self.schedule(t + timeout, TIMEOUT, r)
 
     def on_timeout(self, r: Req, t: float) -> None:
         if r.outcome == PENDING and math.isnan(r.t_admit):
@@ -831,6 +875,15 @@ class ReferenceSim:
                 host_run.append(h)
         hit = sum(tok for _, tok in r.chain[: len(hit_blocks)])
         need = r.prompt + r.output - hit
+        if self.paged:
+            # the prompt's own blocks now; too large when even alone it could not finish
+            # (its last iteration holds own prompt + output - 1 tokens, plus its hit)
+            # (or, its hit evicted while it is preempted, in private blocks)
+            whole = self.blocks(r.prompt + r.output - 1)
+            if hit + self.blocks(need - 1) > cfg.budget_tokens or whole > cfg.budget_tokens:
+                self.reject(r, t, TOO_LARGE)
+                return True
+            need = self.blocks(r.prompt - hit)
         if need > cfg.budget_tokens:
             self.reject(r, t, TOO_LARGE)
             return True
@@ -875,6 +928,9 @@ class ReferenceSim:
         r.replica_hit_tokens = hit
         r.persisted_tokens = persisted
         r.t_admit = t
+        r.own0 = r.prompt - hit
+        r.persisted_held = persisted
+        r.aseq = self.next_aseq()
         self.peak_used = max(self.peak_used, self.used(d))
         self.check_books(d)
 
@@ -1217,18 +1273,39 @@ class ReferenceSim:
                 if r.generated == r.output:
                     self.complete(r, dec, t)
                     freed = True
-        if freed:
+        # (after a stall nothing finishes: its recomputed requests are already in dec.ready)
+        if freed and self.resume_preempted(d, t):
             while dec.waiting:
                 head = dec.waiting[0]
                 if not self.try_admit(head, d, t):
                     break
                 dec.waiting.pop(0)
+        if dec.reprefill:  # paged: resumed sequences rebuild the KV they held, as a stall
+            end = t
+            for r in dec.reprefill:
+                m, c = self.reprefill_tokens(r)
+                end += cfg.decode.reprefill(m, c)
+                dec.ready.append(r)
+            dec.reprefill = []
+            dec.state = "stall"
+            self.schedule(end, DECODE, d)
+            return
         if dec.recompute:
             self.resolve_waits(dec, t)
         while dec.ready and len(dec.running) < cfg.max_batch:
             r = dec.ready.pop(0)
-            r.t_decode_start = t
+            if not r.generated:
+                r.t_decode_start = t
+            if not math.isnan(r.preempted_at):
+                r.preempt_delay_s += t - r.preempted_at
+                r.preempted_at = NAN
             dec.running.append(r)
+        if self.paged and dec.running:
+            self.take_blocks(d, t)
+            if not dec.running and dec.ready:  # all preempted: the ready ones join now
+                dec.state = "wake"
+                self.schedule(t, DECODE, d)
+                return
         if dec.recompute:
             self.mixed_recompute(d, t)
             return
@@ -1263,7 +1340,14 @@ class ReferenceSim:
         r.outcome = COMPLETED
         r.t_done = t
         dec.running.remove(r)
+        self.release(r, dec)
+        r.private = 0
+        self.check_books(r.decode_instance)
+
+    def release(self, r: Req, dec: DecodeInstance) -> None:
+        """Drop ``r``'s references on its replica blocks."""
         pinned = set(r.pinned)
+        r.pinned = []
         for h, _ in reversed(r.chain):  # tail first: the root stays freshest
             if h in pinned:
                 rep = dec.replicas[h]
@@ -1274,8 +1358,120 @@ class ReferenceSim:
                         rep.idle_since = self.tick()
                     else:
                         del dec.replicas[h]
+
+    # ------------------------------------------------------------------ paged KV
+
+    @property
+    def paged(self) -> bool:
+        return self.cfg.admission == "paged"
+
+    def next_aseq(self) -> int:
+        self.aseq += 1
+        return self.aseq
+
+    def blocks(self, tokens: int) -> int:
+        """``tokens`` rounded up to whole blocks, in tokens."""
+        bs = self.cfg.block_size
+        return -(-tokens // bs) * bs
+
+    def holds(self, r: Req, g: int) -> int:
+        """Private tokens of ``r`` for its iteration after ``g`` generated tokens: own tokens
+        (own prompt + g) in whole blocks, less the blocks it persisted as replicas."""
+        return self.blocks(r.own0 + g) - r.persisted_held
+
+    def trim(self, d: int, need: int, t: float) -> None:
+        """Trim idle replicas LRU until ``need`` tokens are free (or none is idle);
+        replicate_tiered demotes each to the host tier."""
+        dec = self.dc[d]
+        while self.cfg.budget_tokens - self.used(d) < need:
+            idle = [h for h, rep in dec.replicas.items() if rep.refs == 0]
+            if not idle:
+                return
+            victim = min(idle, key=lambda h: dec.replicas[h].idle_since)
+            tok = dec.replicas.pop(victim).tokens
+            if self.cfg.policy in ("replicate_tiered", "cost_aware"):
+                self.demote(dec, victim, tok, t)
+
+    def take_blocks(self, d: int, t: float) -> None:
+        """An iteration starts: each running sequence takes the blocks its context now
+        needs; short of memory, trim idle replicas, then preempt the most recently admitted
+        running sequence, until the iteration fits."""
+        dec = self.dc[d]
+        while dec.running:
+            need = sum(max(0, self.holds(r, r.generated) - r.private) for r in dec.running)
+            self.trim(d, need, t)
+            if need <= self.cfg.budget_tokens - self.used(d):
+                break
+            self.preempt(max(dec.running, key=lambda r: r.aseq), d, t)
+        for r in dec.running:
+            r.private = max(r.private, self.holds(r, r.generated))
+        self.peak_used = max(self.peak_used, self.used(d))
+        self.check_books(d)
+
+    def preempt(self, r: Req, d: int, t: float) -> None:
+        dec = self.dc[d]
+        dec.running.remove(r)
+        r.preemptions += 1
+        r.preempted_at = t
+        self.release(r, dec)  # its replica blocks stay resident, idle unless shared
+        r.persisted_held = 0
+        if self.cfg.preemption == "swap":  # its whole context, copied out over the host path
+            tokens = self.blocks(r.prompt + max(r.generated - 1, 0))
+            r.preempt_tokens += tokens
+            self.host_move(dec, t, tokens * self.cfg.decode.kv)
         r.private = 0
-        self.check_books(r.decode_instance)
+        dec.resume.insert(0, r)
+
+    def reprefill_tokens(self, r: Req) -> tuple[int, int]:
+        """(tokens rebuilt, cached tokens attended): the context it held (prompt + tokens
+        generated before its last iteration), less the replica blocks it found resident."""
+        cached = r.prompt - r.own0
+        return r.prompt + max(r.generated - 1, 0) - cached, cached
+
+    def resume_preempted(self, d: int, t: float) -> bool:
+        """Memory freed: resume preempted sequences first; True when none is left."""
+        dec = self.dc[d]
+        while dec.resume:
+            r = dec.resume[0]
+            hit_blocks: list[int] = []
+            if self.uses_replicas() and self.cfg.preemption == "recompute":
+                for h, _ in r.chain:  # the prefix cache again, as vLLM's resume does
+                    rep = dec.replicas.get(h)
+                    if rep is None or not rep.ready:
+                        break
+                    hit_blocks.append(h)
+            hit = sum(tok for _, tok in r.chain[: len(hit_blocks)])
+            need = self.blocks(r.prompt - hit + max(r.generated - 1, 0))
+            trimmable = sum(
+                rep.tokens
+                for h, rep in dec.replicas.items()
+                if rep.refs == 0 and h not in hit_blocks
+            )
+            free = self.cfg.budget_tokens - self.used(d)
+            if free < need and free + trimmable < need:
+                return False
+            for h in hit_blocks:
+                dec.replicas[h].refs += 1
+            r.pinned = hit_blocks
+            r.own0 = r.prompt - hit
+            self.trim(d, need, t)
+            dec.resume.pop(0)
+            r.resumes += 1
+            r.private = need
+            r.aseq = self.next_aseq()
+            self.peak_used = max(self.peak_used, self.used(d))
+            if self.cfg.preemption == "swap":
+                land = self.host_move(self.dc[d], t, need * self.cfg.decode.kv)
+                self.schedule(land, TRANSFER, (SWAPPED, r))
+            else:
+                r.preempt_tokens += self.reprefill_tokens(r)[0]
+                dec.reprefill.append(r)
+                self.wake(d, t)
+        return True
+
+    def on_swapped_in(self, r: Req, t: float) -> None:
+        self.dc[r.decode_instance].ready.append(r)
+        self.wake(r.decode_instance, t)
 
     # ------------------------------------------------------------------ output
 

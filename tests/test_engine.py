@@ -54,7 +54,8 @@ def digest(res):
 out = {}
 sets = ["run.requests=120", "run.warmup_requests=10", "memory.budget_factor=0.4",
         "cluster.prefill_instances=2", "cluster.decode_instances=2",
-        "cluster.decode_router=prefix_affinity", "memory.on_full=wait"]
+        "cluster.decode_router=prefix_affinity", "memory.admission=reserve",
+        "memory.on_full=wait"]
 prep = prepare(load_scenario("tool_call", sets))
 for policy in ("transfer_per_request", "recompute_on_decode", "replicate_hotset", "replicate_all_lru"):
     cfg = dataclasses.replace(prep.base, policy=policy, track_gaps=True)

@@ -255,8 +255,21 @@ def disagg_cases(draw, policies=POLICIES, tight: bool = False):
         ),
         host_path_bytes_per_s=draw(st.sampled_from([0.2e9, 3e9, 63e9, 450e9])),
         host_path_latency_s=draw(st.sampled_from([1e-6, 1e-3])),
+        **_admission(draw),
     )
     return req, cfg, ref
+
+
+def _admission(draw) -> dict:
+    """reserve (the seed's) or paged KV with its block size, preemption and queue timeout."""
+    if draw(st.booleans()):
+        return {"admission": "reserve"}
+    return {
+        "admission": "paged",
+        "block_size": draw(st.sampled_from([1, 16, 64])),
+        "preemption": draw(st.sampled_from(["recompute", "swap"])),
+        "queue_timeout_s": draw(st.sampled_from([None, None, 0.05, 1.0])),
+    }
 
 
 def assert_same(prod: dict, ref: dict, what: str, case=None) -> None:
@@ -299,8 +312,10 @@ def _check_disagg(case) -> None:
     res = simulate(req, cfg)
     ref_sim = ReferenceSim(req, ref_cfg)
     ref = ref_sim.run()
-    assert_same(res.columns, ref, f"{cfg.policy}, {cfg.decode_router}, {cfg.on_full}", case)
-    assert res.stats["peak_used_tokens"] == ref_sim.peak_used <= cfg.budget_tokens
+    what = f"{cfg.policy}, {cfg.decode_router}, {cfg.on_full}, {cfg.admission}"
+    assert_same(res.columns, ref, what, case)
+    if cfg.admission == "reserve":  # paged: sampled at events (docs/model.md)
+        assert res.stats["peak_used_tokens"] == ref_sim.peak_used <= cfg.budget_tokens
     assert np.all(np.isin(res.columns["outcome"], (1, 2)))
     assert not np.isnan(res.columns["t_done"]).any()
     if cfg.policy == "replicate_tiered":  # --hypothesis-show-statistics: both branches run
@@ -323,6 +338,67 @@ def test_tiered_matches_reference(case):
     link, host-path contention), with the reference's per-tier books checked at every
     admission (no block in two tiers, the host pool within its capacity)."""
     _check_disagg(case)
+
+
+@st.composite
+def paged_tight_cases(draw):
+    """A disaggregated case under paged KV with a budget from just enough for the largest
+    request to a few of them: preemptions are the rule, not the exception."""
+    req, cfg, ref = draw(disagg_cases())
+    largest = int((req.prompt_len + req.output_len).max())
+    bs = draw(st.sampled_from([1, 4, 16]))
+    budget = -(-int(largest * draw(st.sampled_from([1.0, 1.3, 2.0, 4.0]))) // bs) * bs + bs
+    hot, total = [], 0
+    for h, tok in cfg.hot_blocks:  # the prewarmed set was drawn for the case's own budget
+        if total + tok <= budget // 2:
+            hot.append((h, tok))
+            total += tok
+    data = {
+        "admission": "paged",
+        "block_size": bs,
+        "budget_tokens": budget,
+        "hot_blocks": hot,
+        "preemption": draw(st.sampled_from(["recompute", "swap"])),
+        "queue_timeout_s": None,
+    }
+    return req, dataclasses.replace(cfg, **data), dataclasses.replace(ref, **data)
+
+
+@_settings(300)
+@given(paged_tight_cases())
+def test_paged_preemption_matches_reference_and_conserves(case):
+    """Paged allocation and preemption agree with the reference on every column, and the
+    books hold: KV in use never exceeds the budget (the reference checks it at every
+    allocation, the engine at every change), every request ends once, and each preemption
+    is followed by exactly one resume (no queue timeout: a preempted request cannot be
+    dropped)."""
+    req, cfg, ref_cfg = case
+    res = simulate(req, cfg)
+    ref_sim = ReferenceSim(req, ref_cfg)
+    ref = ref_sim.run()
+    assert_same(res.columns, ref, f"paged {cfg.preemption}, {cfg.policy}", case)
+    assert res.stats["peak_used_tokens"] <= cfg.budget_tokens
+    assert ref_sim.peak_used <= cfg.budget_tokens
+    cols = res.columns
+    assert np.all(np.isin(cols["outcome"], (1, 2)))
+    pre = cols["preemptions"] > 0
+    assert np.all(cols["outcome"][pre] == 1)
+    assert [r.resumes for r in ref_sim.reqs] == cols["preemptions"].tolist()
+    assert np.all(cols["preempt_delay_s"][pre] > 0) and np.all(cols["preempt_delay_s"][~pre] == 0)
+
+
+@_settings(150)
+@given(disagg_cases())
+def test_paged_equals_reserve_with_room(case):
+    """With memory for everything, paged and reserve admission give the same timestamps, to
+    the bit: no extra boundary, no preemption (only the KV held differs)."""
+    req, cfg, _ = case
+    roomy = {"budget_tokens": 10**12, "queue_timeout_s": None}
+    a = simulate(req, dataclasses.replace(cfg, admission="reserve", **roomy)).columns
+    b = simulate(req, dataclasses.replace(cfg, admission="paged", **roomy)).columns
+    for col in a:
+        assert np.array_equal(a[col], b[col], equal_nan=True), col
+    assert not b["preemptions"].any()
 
 
 # ---------------------------------------------------------------- colocated mode, scenarios
@@ -408,10 +484,20 @@ SCENARIOS = [
             "cluster.prefill.devices=2",
             "cluster.decode.devices=2",
             "cluster.chunk_token_budget=256",
+            "memory.admission=reserve",
             "memory.on_full=wait",
         ),
     ),
-    ("enterprise_hotset", ("memory.budget_factor=0.35", "memory.on_full=wait")),
+    (  # paged under pressure with recompute chunks: re-prefill stalls and mixed iterations
+        "tool_call",
+        ("cluster.chunk_token_budget=256", "memory.budget_factor=0.35"),
+    ),
+    (
+        "enterprise_hotset",
+        ("memory.budget_factor=0.35", "memory.admission=reserve", "memory.on_full=wait"),
+    ),
+    ("tool_call", ("memory.budget_factor=0.35",)),  # paged (the default), recompute preemption
+    ("medium_chat", ("memory.budget_factor=0.35", "memory.preemption=swap")),  # paged, swap
     (
         "medium_chat",
         (

@@ -140,7 +140,10 @@ def test_recompute_iteration_is_one_long_gap():
 
 CASES = [
     ("tool_call", ()),
-    ("enterprise_hotset", ("memory.budget_factor=0.35", "memory.on_full=wait")),
+    (
+        "enterprise_hotset",
+        ("memory.budget_factor=0.35", "memory.admission=reserve", "memory.on_full=wait"),
+    ),
     ("medium_chat", ("cluster.prefill_instances=2", "cluster.decode_instances=2")),
 ]
 

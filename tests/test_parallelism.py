@@ -198,6 +198,8 @@ def _summary(name: str, sets: list[str]) -> dict:
     from prefixbench.scenario import POLICIES
     from prefixbench.study.runs import run_scenario
 
+    # the seed's reserve admission, as when those goldens were stored
+    sets = ["memory.admission=reserve", *sets]
     s = load_scenario(name, ["run.requests=1000", "run.warmup_requests=100", *sets])
     rows = run_scenario(s, list(POLICIES), keep_requests=False).summary.to_dicts()
     return {r["policy"]: {k: r[k] for k in KEYS} for r in rows}

@@ -151,10 +151,10 @@ _NON_NEGATIVE = ("_ms", "_rps", "_tok_s", "_gb", "_util", "_per_request", "_ci95
 _POSITIVE = ("ttft_mean_ms",)
 MAX_METRIC = 1e15
 CONTENT: dict[str, dict] = {
-    "summary": {"keys": ("model", "workload", "budget_factor", "seed", "policy"),
+    "summary": {"keys": ("admission", "model", "workload", "budget_factor", "seed", "policy"),
                 "finite": _SUMMARY_FINITE, "no_inf": True},
     "runs": {"keys": ("run_id",), "finite": _SUMMARY_FINITE, "no_inf": True},
-    "agg": {"keys": ("model", "workload", "budget_factor", "policy"),
+    "agg": {"keys": ("admission", "model", "workload", "budget_factor", "policy"),
             "finite": ("throughput_rps", "reject_rate"), "no_inf": True},
     "crossover": {"keys": ("model", "accelerator", "link"), "finite": (), "no_inf": False},
 }  # fmt: skip

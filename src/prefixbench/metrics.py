@@ -108,6 +108,23 @@ def _if(measured: bool, expr: pl.Expr) -> pl.Expr:
     return expr.mean() if measured else pl.lit(None, pl.Float64)
 
 
+def _preemption(done: pl.DataFrame, kv_bpt: int, mode: str) -> dict:
+    """Paged admission (docs/model.md): preemptions of the completed steady requests, their
+    lost work (tokens re-prefilled, or KV bytes swapped to host and back) and delay."""
+    if "preemptions" not in done.columns or not done.height:
+        return {"preempted_fraction": 0.0, "preemptions_per_request": 0.0,
+                "preempt_delay_mean_ms": 0.0, "preempt_lost_per_request": 0.0}  # fmt: skip
+    lost = pl.col("preempt_tokens").cast(pl.Float64)
+    if mode == "swap":
+        lost = lost * (2.0 * kv_bpt)  # out and back
+    return done.select(
+        (pl.col("preemptions") > 0).mean().alias("preempted_fraction"),
+        pl.col("preemptions").cast(pl.Float64).mean().alias("preemptions_per_request"),
+        (pl.col("preempt_delay_s") * MS).mean().alias("preempt_delay_mean_ms"),
+        lost.mean().alias("preempt_lost_per_request"),
+    ).row(0, named=True)
+
+
 def summarize(prep: Prepared, policy: str, df: pl.DataFrame, res: SimResult) -> dict:
     """The run's summary row: latency percentiles, throughput, rejects, reuse, memory, links."""
     s = prep.scenario
@@ -228,6 +245,7 @@ def summarize(prep: Prepared, policy: str, df: pl.DataFrame, res: SimResult) -> 
         "prewarm_gb": st.get("prewarm_gb", 0.0),
         "refresh_gb": st.get("refresh_gb", 0.0),
         "prewarm_s": st.get("prewarm_s", 0.0),
+        **_preemption(done, prep.kv_bpt, s.memory.preemption),
     }
     row = {
         k: (

@@ -66,13 +66,15 @@ def build_requests(s: Scenario) -> tuple[Requests, list[str]]:
 
 
 def reference_demand(
-    req: Requests, cost: InstanceCost, n_decode: int, max_batch: int
+    req: Requests, cost: InstanceCost, n_decode: int, max_batch: int, block: int = 1
 ) -> tuple[float, float, float, float]:
     """Reference decode KV demand per instance, in tokens (docs/model.md, "Memory budget").
 
     active = (L + 3·sqrt(L)) · E[prompt + output] + max(prompt + output), where L is the mean number of requests in
     a decode batch by Little's law: L = λ/D · E[output] · t_iter(L), solved as a fixed
     point; working set = tokens of the most-referenced blocks carrying 90% of references.
+    With paged admission (``block`` = cluster.block_size) the largest request is counted in
+    whole blocks, as it is allocated.
     """
     n = len(req)
     span = float(req.arrival[-1] - req.arrival[0]) if n > 1 else 0.0
@@ -89,8 +91,9 @@ def reference_demand(
             break
         b = 0.5 * (b + b_new)
     # + one largest request, so that at budget 1.0 any single request fits even at light load
+    largest = int((req.prompt_len + req.output_len).max())
     active = (b + HEADROOM_SIGMAS * math.sqrt(b)) * (mean_prompt + mean_out) + float(
-        (req.prompt_len + req.output_len).max()
+        -(-largest // block) * block
     )
     ws = 0.0
     if len(req.blk_hash):
@@ -250,7 +253,10 @@ def prepare(s: Scenario) -> Prepared:
             fix="shorten the length distributions, or pick a longer-context model",
         )
 
-    ref, active, ws, batch = reference_demand(req, d_cost, c.decode_instances, c.max_decode_batch)
+    paged = s.memory.admission == "paged" and c.mode != "colocated"
+    ref, active, ws, batch = reference_demand(
+        req, d_cost, c.decode_instances, c.max_decode_batch, c.block_size if paged else 1
+    )
     m = s.memory
     if m.kv_budget_gb is not None:
         raw = m.kv_budget_gb * 1e9 / kv_mem
@@ -314,6 +320,10 @@ def prepare(s: Scenario) -> Prepared:
         host_kv_tokens=host_tokens,
         host_path_bytes_per_s=host_bps,
         host_path_latency_s=host_lat,
+        admission=m.admission,
+        block_size=c.block_size,
+        preemption=m.preemption,
+        queue_timeout_s=m.queue_timeout_s,
     )
     if s.run.warmup_requests >= len(req):
         raise ScenarioError(

@@ -399,8 +399,8 @@ class InstanceGroup(_M):
     )
     host_path: str = Field(
         "pcie5-x16",
-        description="Decode instances, replicate_tiered: the host<->GPU path of each device "
-        "(pcie4-x16, pcie5-x16, nvlink-c2c; catalog/hostpaths.py).",
+        description="Decode instances: the host<->GPU path of each device (replicate_tiered, "
+        "paged swap): pcie4-x16, pcie5-x16, nvlink-c2c (catalog/hostpaths.py).",
     )
     host_memory_gb: float | None = Field(
         None,
@@ -668,9 +668,28 @@ class MemorySpec(_M):
         "blocks used since the last refresh and warm the decode instances with what they "
         "lack (over the link with cluster.link.prewarm: link); None: the set is fixed.",
     )
+    # --- paged (issue 15)
+    admission: Literal["paged", "reserve"] = Field(
+        "paged",
+        description="Decode KV admission: paged (blocks as tokens are generated, FCFS queue, "
+        "preemption; as vLLM/SGLang) or reserve (prompt + output up front; on_full decides).",
+    )
+    preemption: Literal["recompute", "swap"] = Field(
+        "recompute",
+        description="paged: a preempted request re-prefills its context on resume (recompute) "
+        "or moves its KV to host memory and back (swap, over cluster.decode.host_path).",
+    )
+    queue_timeout_s: float | None = Field(
+        None,
+        ge=0,
+        le=1e6,
+        description="paged: reject a request still queued for admission after this long (s, "
+        "up to 10⁶); null waits for ever.",
+    )
     on_full: Literal["reject", "wait"] = Field(
         "reject",
-        description="When admission finds no room after trimming replicas: reject or wait.",
+        description="reserve: when admission finds no room after trimming replicas, reject or "
+        "wait.",
     )
     wait_timeout_s: float = Field(
         2.0,
@@ -811,6 +830,24 @@ class Scenario(_M):
     @classmethod
     def _known_model(cls, v: str) -> str:
         return _check_name("model", v)
+
+    @model_validator(mode="after")
+    def _admission_fields(self) -> Scenario:
+        # a field of the other admission mode set away from its default would be silently
+        # ignored (its default is fine: a dumped scenario, e.g. a result's, carries it)
+        m = self.memory
+        if self.cluster.mode == "colocated":
+            return self  # colocated instances always reserve (docs/model.md §1.5)
+        other = ("on_full", "wait_timeout_s") if m.admission == "paged" else ("queue_timeout_s",)
+        fields = type(m).model_fields
+        given = [f for f in other if getattr(m, f) != fields[f].default]
+        if given:
+            mode = "reserve" if m.admission == "paged" else "paged"
+            raise ValueError(
+                f"memory.{given[0]} applies to memory.admission={mode} only (this scenario "
+                f"uses {m.admission}); drop it, or set memory.admission={mode}"
+            )
+        return self
 
     @model_validator(mode="after")
     def _warmup(self) -> Scenario:

@@ -437,9 +437,11 @@ def _union_length(start: np.ndarray, end: np.ndarray, t0: float, t1: float) -> f
 
 def instance_busy(df: pl.DataFrame, stats: dict, n_prefill: int, n_decode: int) -> dict:
     """Busy fraction of each prefill instance (its steps) and each decode instance (at least
-    one sequence decoding) over the utilisation window, from the per-request timestamps;
-    reported as the least and most loaded instance so a split is visible."""
-    t0, t1 = float(stats.get("t_warm", 0.0)), float(stats.get("t_end", 0.0))
+    one sequence decoding) over the steady window [t_warm, t_steady] (utilisation.py), from
+    the per-request timestamps; reported as the least and most loaded instance so a split is
+    visible."""
+    t0 = float(stats.get("t_warm", 0.0))
+    t1 = float(stats.get("t_steady", stats.get("t_end", 0.0)))
     span = max(t1 - t0, 1e-12)
     out = {}
     for role, n, a, z in (

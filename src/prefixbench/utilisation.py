@@ -1,7 +1,10 @@
 """Per-instance utilisation, MFU and MBU of a run, from the engine's per-instance busy
 times, FLOPs and bytes (SimResult.stats; docs/model.md "Per-instance figures").
 
-* utilisation: busy time ÷ the measured window [t_warm, t_end] per instance is in
+* window: the steady window [t_warm, t_steady], from the end of warm-up to the last arrival
+  (the drain after it is not steady state; docs/model.md "Utilisation"); the engine counts
+  the busy time, FLOPs and bytes of steps started in it, clipped at its end.
+* utilisation: busy time ÷ the steady window per instance is in
   ``stats["prefill_busy_s"]`` / ``stats["decode_busy_s"]``; the summary's
   ``*_util_min/max`` (stability.instance_busy) are the same figures.
 * MFU: FLOPs the instance's steps executed ÷ (window × peak FLOP/s of its devices).
@@ -31,7 +34,7 @@ def _span(xs: list[float]) -> tuple[float | None, float | None]:
 
 def instance_figures(scenario, stats: dict) -> dict:
     """The summary row's per-instance columns (min and max over instances of each role)."""
-    window = float(stats["t_end"]) - float(stats["t_warm"])
+    window = float(stats.get("t_steady", stats["t_end"])) - float(stats["t_warm"])
     c = scenario.cluster
     out: dict = {}
     roles = [("decode", c.decode)]

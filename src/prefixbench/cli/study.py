@@ -53,6 +53,13 @@ def sweep(
         list[str] | None, typer.Option("--policies", help="Policies to compare.")
     ] = None,
     seeds: Annotated[list[str] | None, typer.Option("--seeds", help="Seeds, e.g. 0,1,2.")] = None,
+    admissions: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--admissions",
+            help="Decode KV admission modes, e.g. reserve,paged (default: reserve, the seed's).",
+        ),
+    ] = None,
     overrides: Overrides = None,
     quick: Annotated[bool, typer.Option("--quick", help="A seconds-long smoke grid (CI).")] = False,
     jobs: Annotated[
@@ -122,6 +129,7 @@ def sweep(
         given = {
             "GRID": grid, "--models": models, "--workloads": workloads, "--budgets": budgets,
             "--policies": policies, "--seeds": seeds, "--set": overrides, "--trace": trace,
+            "--admissions": admissions,
         }  # fmt: skip
         unused = [name for name, value in given.items() if value]
         if unused:
@@ -147,6 +155,7 @@ def sweep(
         budgets=num_budgets,
         policies=_csv(policies),
         seeds=num_seeds,
+        admissions=_csv(admissions),
         set=list(base.get("set", [])) + list(overrides or []),
         trace=trace,
         trace_format=trace_format.value if trace_format else None,

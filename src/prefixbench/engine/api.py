@@ -4,6 +4,7 @@ compiled loop, unpack columns and stats (and hand the timeline log to a recorder
 
 from __future__ import annotations
 
+import math
 from dataclasses import fields, replace
 
 import numpy as np
@@ -92,7 +93,9 @@ class _Run:
         """Result columns: views into the state, no copy."""
         n, IS, F = self.n, self.IS, self.F
         io, ft = int(IS[L.H_O]), int(IS[L.H_FT])
-        cols = {name: F[ft + i * n : ft + (i + 1) * n] for i, name in enumerate(TIME_COLUMNS)}
+        cols = {name: F[ft + i * n : ft + (i + 1) * n] for i, name in enumerate(TIME_COLUMNS[:-1])}
+        pg = int(IS[L.H_PGF])
+        cols["preempt_delay_s"] = F[pg : pg + n]
         cols.update(
             {name: IS[io + i * n : io + (i + 1) * n] for i, name in enumerate(L.INT_COLUMNS)}
         )
@@ -118,6 +121,17 @@ def _window(t_end: float, t_warm: float) -> float:
 def _t_warm(req: Requests, warmup: int) -> float:
     n = len(req)
     return float(req.arrival[min(warmup, n - 1)]) if n else 0.0
+
+
+def _t_steady(req: Requests, t_warm: float) -> float:
+    """The end of the steady window: the last arrival (inf when no arrival follows the
+    warm-up: then the run is measured to the end of its drain)."""
+    last = float(req.arrival[-1]) if len(req) else 0.0
+    return last if last > t_warm else math.inf
+
+
+def _steady_end(t_end: float, t_steady: float) -> float:
+    return t_steady if math.isfinite(t_steady) else t_end
 
 
 def _itl_stats(F: np.ndarray) -> dict:
@@ -271,7 +285,7 @@ def simulate(
             cfg.prefill_token_budget,
             min(cfg.prefill_cache_tokens, 2**61),
             cfg.budget_tokens,
-            cfg.on_full == "wait",
+            cfg.on_full == "wait" or cfg.admission == "paged",
             POLICIES[cfg.policy].code,
             PREFILL_ROUTERS[cfg.prefill_router].code,
             DECODE_ROUTERS[cfg.decode_router].code,
@@ -283,8 +297,12 @@ def simulate(
     )
     t_warm = _t_warm(req, cfg.warmup_requests)
     shared = cfg.link_topology == "shared_nics"
+    paged = cfg.admission == "paged"
+    timeout = cfg.wait_timeout_s
+    if paged:
+        timeout = math.inf if cfg.queue_timeout_s is None else cfg.queue_timeout_s
     fp = np.array(
-        [link_rate(cfg), cfg.link_latency_s, cfg.wait_timeout_s, t_warm]
+        [link_rate(cfg), cfg.link_latency_s, timeout, t_warm]
         + _costs(cfg.prefill_cost, cfg.decode_cost)
     )
     hot_h = np.array([h for h, _ in cfg.hot_blocks], dtype=np.int64)
@@ -308,6 +326,10 @@ def simulate(
     IS[L.IP_LAYERS] = cfg.layers
     IS[L.IP_RCHUNK] = cfg.recompute_chunk_tokens
     prewarm_s = 0.0
+    t_steady = _t_steady(req, t_warm)
+    F[L.FP_TSTEADY] = t_steady
+    IS[L.IP_PAGED], IS[L.IP_BS] = paged, cfg.block_size
+    IS[L.IP_SWAP] = cfg.preemption == "swap"
     if cfg.policy == "replicate_hotset" and hot_h.shape[0] > 0:
         prewarm(IS, r.B32, r.B8, _c64(r.hot_ids), hot_t)
         IS[L.GI_PEAK_REP] = IS[L.GI_PEAK_USED] = IS[L.DI0 + L.D_USED]
@@ -326,7 +348,7 @@ def simulate(
     r.log(recorder, "disaggregated", (cfg.n_prefill, cfg.n_decode, cfg.link_channels))
 
     t_end = float(F[L.G_NOW])
-    window = _window(t_end, t_warm)
+    window = _window(_steady_end(t_end, t_steady), t_warm)
     n_dec = cfg.n_decode
     fpb = int(IS[L.H_FPB])
     p_busy = F[fpb : fpb + cfg.n_prefill].tolist()
@@ -334,6 +356,7 @@ def simulate(
     stats = {
         "t_warm": t_warm,
         "t_end": t_end,
+        "t_steady": _steady_end(t_end, t_steady),
         "budget_tokens": float(cfg.budget_tokens),
         "mean_replica_tokens": float(F[L.G_REP_AREA]) / window / n_dec,
         "peak_replica_tokens": float(IS[L.GI_PEAK_REP]),
@@ -349,6 +372,7 @@ def simulate(
         **_itl_stats(F),
         **_host_stats(cfg, IS, F, window),
         **_prewarm_stats(r, cfg, prewarm_s),
+        "host_busy_s": [float(F[L.DF0 + d * L.NDF + L.DF_HP_BUSY]) for d in range(n_dec)],
     }
     del n
     return SimResult(r.columns(bool(cfg.track_gaps)), stats, r if keep_state else None)
@@ -384,6 +408,8 @@ def simulate_colocated(req: Requests, cfg: ColocatedConfig, recorder=None) -> Si
     r = _Run(req, ip, fp, np.zeros(0, dtype=np.int64))
     IS, F = r.IS, r.F
     F[L.G_ITL_NW] = cfg.warmup_requests
+    t_steady = _t_steady(req, t_warm)
+    F[L.FP_TSTEADY] = t_steady
     args = lambda: (IS, F, r.R, r.B32, r.EHT, r.EHI, r.TLF, r.TLI, r.bid, r.bt)  # noqa: E731
     while (status := _run_colocated(*args())) != DONE:
         r.grow(status)
@@ -393,11 +419,12 @@ def simulate_colocated(req: Requests, cfg: ColocatedConfig, recorder=None) -> Si
 
     cols = r.columns(True)
     cols["t_decode_start"][:] = cols["t_prefill_end"]  # no hand-off: t_transfer_* stay NaN
-    window = _window(t_end, t_warm)
+    window = _window(_steady_end(t_end, t_steady), t_warm)
     busy = sum(float(F[L.DF0 + i * L.NDF + L.DF_BUSY]) for i in range(k))
     stats = {
         "t_warm": t_warm,
         "t_end": t_end,
+        "t_steady": _steady_end(t_end, t_steady),
         "budget_tokens": float(cfg.budget_tokens),
         "mean_replica_tokens": 0.0,
         "peak_replica_tokens": 0.0,

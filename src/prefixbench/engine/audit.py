@@ -54,7 +54,8 @@ def audit(state) -> list[str]:
         for name, field in (("batch", L.D_B), ("private KV", L.D_PRIV), ("load", L.D_LOAD)):
             if IS[b + field] != 0:
                 problems.append(f"decode {d}: {name} {IS[b + field]} left at the end")
-        for name, head in (("join", L.D_JQH), ("recompute", L.D_RQH), ("wait", L.D_WQH)):
+        queues = (("join", L.D_JQH), ("recompute", L.D_RQH), ("wait", L.D_WQH), ("resume", L.D_PQH))
+        for name, head in queues:
             if IS[b + head] != -1:
                 problems.append(f"decode {d}: {name} queue not empty")
         if IS[b + L.D_HSZ] != 0:

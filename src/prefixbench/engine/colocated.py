@@ -38,6 +38,7 @@ from .power import decode_record, power_work
 from .queues import batch_pop, batch_push, push, step_append, wq_append, wq_remove
 from .series import comm, prefill_step_time, prompt_flops, roofline, weights_read
 from .timeline import record
+from .window import clipped, in_window, iterations_in
 
 # R fields in colocated mode: R_PRIV = KV reserved, R_NHIT = prompt tokens prefilled so far,
 # R_PBN = next request of the step being built, R_CHUNK = its chunk in that step.
@@ -229,7 +230,7 @@ def prefill_step(IS, F, R, B32, TLF, TLI, bid, bt, i, t):
     if count == 0:
         return -1.0
     dur = prefill_step_time(F, c0, flops, new_sum, kv_io)
-    if t >= F[L.FP_TWARM]:
+    if in_window(F, t):
         add_work(F, L.DF0 + i * L.NDF + L.DF_FLOPS, flops, weights_read(F, c0, new_sum) + kv_io)
         power_work(  # --- power (issue 18)
             F, decode_record(F, i), c0, F[c0 + L.C_FRP], flops,
@@ -309,7 +310,7 @@ def chunked_step(IS, F, R, B32, TLF, TLI, bid, bt, i, t):
         F[c0 + L.C_BR],
         F[c0 + L.C_DOV],
     ) + comm(F, c0, float(nb + chunk_sum))
-    if t >= F[L.FP_TWARM]:
+    if in_window(F, t):
         pw = L.DF0 + i * L.NDF + L.DF_FLOPS
         add_work(F, pw, flops, weights_read(F, c0, nb + chunk_sum) + kv_io)
         power_work(  # --- power (issue 18)
@@ -340,11 +341,13 @@ def boundary(IS, F, R, B32, EHT, EHI, TLF, TLI, bid, bt, i, version, t):
     f = L.DF0 + i * L.NDF
     k = IS[b + L.D_NK]
     nb = IS[b + L.D_B]
-    if (nb > 0 or IS[b + L.D_STALL]) and F[f + L.DF_TSEG] >= F[L.FP_TWARM]:
-        F[f + L.DF_BUSY] += t - F[f + L.DF_TSEG]
-        F[L.G_BATCH_AREA] += nb * (t - F[f + L.DF_TSEG])
+    tseg = F[f + L.DF_TSEG]
+    if (nb > 0 or IS[b + L.D_STALL]) and in_window(F, tseg):
+        F[f + L.DF_BUSY] += clipped(F, tseg, t)
+        F[L.G_BATCH_AREA] += nb * clipped(F, tseg, t)
         if k > 0:
-            segment_work(F, i, nb, IS[b + L.D_CTX], k)
+            ks = iterations_in(F, nb, IS[b + L.D_CTX], tseg, t, k)
+            segment_work(F, i, nb, IS[b + L.D_CTX], ks)
     if k > 0:
         record_gaps(IS, F, i, k, False)
         if IS[L.IP_REC]:

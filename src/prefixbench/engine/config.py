@@ -23,6 +23,8 @@ SCHEDULERS = {
     "chunked": "Sarathi-Serve: one decode token per sequence plus prefill chunks per step",
 }
 ON_FULL = ("reject", "wait")
+ADMISSIONS = ("reserve", "paged")
+PREEMPTIONS = ("recompute", "swap")
 LINK_TOPOLOGIES = ("shared_nics", "private_paths")
 STREAMING = ("after_prefill", "layerwise")
 PREWARM = ("free", "link")
@@ -39,6 +41,7 @@ TIME_COLUMNS = (
     "t_decode_start",
     "t_first_token",
     "t_done",
+    "preempt_delay_s",  # paged: summed time from each preemption to rejoining the batch
 )
 INT32_MAX = 2**31 - 1
 
@@ -90,6 +93,14 @@ class EngineConfig:
     prewarm: str = "free"  # free: resident and ready at time zero; link: sent at the start
     hot_refresh_s: float = 0.0  # re-rank and re-warm the hot set this often (0: never)
     hot_cap_tokens: int = 0  # the hot set's capacity (memory.hotset_share × budget)
+    # decode KV admission (docs/model.md "Paged admission and preemption"): reserve (prompt
+    # + output up front, on_full decides) or paged (blocks as tokens are generated, FCFS
+    # queue with queue_timeout_s, None = wait for ever; preemption recompute or swap; swap
+    # copies over the host path host_path_bytes_per_s / host_path_latency_s)
+    admission: str = "reserve"
+    block_size: int = 16
+    preemption: str = "recompute"
+    queue_timeout_s: float | None = None
 
 
 @dataclass
@@ -189,9 +200,16 @@ def check_engine_config(cfg: EngineConfig) -> None:
             "cluster.decode.host_path",
             "pick a host path from the catalog",
         )
+    if cfg.admission not in ADMISSIONS:
+        _refuse(f"unknown admission '{cfg.admission}'", "memory.admission", "use paged or reserve")
+    if cfg.preemption not in PREEMPTIONS:
+        _refuse(
+            f"unknown preemption '{cfg.preemption}'", "memory.preemption", "use recompute or swap"
+        )
     _check_ints(
         [
             ("memory.host_kv_gb", cfg.host_kv_tokens, 0, INT32_MAX),
+            ("cluster.block_size", cfg.block_size, 1, INT32_MAX),
             ("cluster.prefill_token_budget", cfg.prefill_token_budget, 1, 2**62),
             ("prefill_cache_tokens", min(cfg.prefill_cache_tokens, 2**61), 0, 2**62),
             ("model.layers", cfg.layers, 1, 2**20),

@@ -49,8 +49,8 @@ import math
 import numpy as np
 
 from . import layout as L
-from .jit import entry, jit
 from .hostpath import host_path_free
+from .jit import entry, jit
 from .series import comm, roofline, weights_read
 
 KEEP_MIN = 1.5  # decayed uses (this one included) to keep a block: a reuse within one half-life
@@ -66,11 +66,9 @@ def tail_init(n_decode: int, n_ids: int) -> np.ndarray:
 
 @entry  # also called from Python (through refresh.section)
 def tail(IS):
-    """Offset of the tail section: right after the per-request time rows."""
-    rows = L.T_LAST + 1 if IS[L.IP_GAPS] else L.T_ARR + 1
-    if IS[L.IP_POLICY] == L.POL_TIERED or IS[L.IP_POLICY] == L.POL_COST_AWARE:
-        rows = L.T_PROMO + 1
-    return IS[L.H_FT] + rows * IS[L.IP_N]
+    """Offset of the tail section: right after the per-request time rows and paged's two
+    per-request preemption rows that follow them (layout.allocate)."""
+    return IS[L.H_PGF] + 2 * IS[L.IP_N]
 
 
 # ---------------------------------------------------------------- the recompute's price

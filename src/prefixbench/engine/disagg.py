@@ -26,8 +26,9 @@ import numpy as np
 
 from . import costaware as ca
 from . import layout as L
+from . import paging as pg
 from . import refresh as rf
-from .batch import add_work, interrupt, record_gaps, run_to_next_finish, segment_work
+from .batch import add_work, interrupt, record_gaps, run_to_next_finish, schedule, segment_work
 from .blocks import (
     pc_insert,
     pc_match,
@@ -62,6 +63,7 @@ from .series import (
 )
 from .streaming import stream_batch, stream_one
 from .timeline import record
+from .window import clipped, in_window, iterations_in
 
 # ---------------------------------------------------------------- accounting
 
@@ -74,10 +76,11 @@ def mem_changed(IS, F, TLF, TLI, d, t):
     lo = F[f + L.DF_MEM_T]
     if F[L.FP_TWARM] > lo:
         lo = F[L.FP_TWARM]
-    if t > lo:
-        F[L.G_REP_AREA] += IS[b + L.D_LREP] * (t - lo)
-        F[L.G_USED_AREA] += IS[b + L.D_LUSED] * (t - lo)
-    ht_account(IS, F, d, lo, t)
+    hi = t if t < F[L.FP_TSTEADY] else F[L.FP_TSTEADY]  # the steady window only
+    if hi > lo:
+        F[L.G_REP_AREA] += IS[b + L.D_LREP] * (hi - lo)
+        F[L.G_USED_AREA] += IS[b + L.D_LUSED] * (hi - lo)
+    ht_account(IS, F, d, lo, hi)
     F[f + L.DF_MEM_T] = t
     rep = IS[b + L.D_USED]
     used = rep + IS[b + L.D_PRIV]
@@ -172,8 +175,8 @@ def start_prefill(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, p, t):
         flops += prompt_flops(lf, lmh, att, n_new, hit)
         kv_io += kv * prompt
     dur = prefill_step_time(F, c0, flops, new_sum, kv_io)
-    if t >= F[L.FP_TWARM]:
-        F[IS[L.H_FPB] + p] += dur
+    if in_window(F, t):
+        F[IS[L.H_FPB] + p] += clipped(F, t, t + dur)
         pw = IS[L.H_FCH] + IS[L.IP_NP] * IS[L.IP_ND] * IS[L.IP_NC] + 2 * p
         add_work(F, pw, flops, weights_read(F, c0, new_sum) + kv_io)
         power_work(  # --- power (issue 18)
@@ -224,12 +227,17 @@ def hand_off_step(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, first, t):
     and admit it there, in batch order."""
     n, io = IS[L.IP_N], IS[L.H_O]
     wait = IS[L.IP_WAIT] != 0
+    if IS[L.IP_PAGED]:  # paged: the books up to now (lazy trims change what is resident)
+        for d in range(IS[L.IP_ND]):
+            if pg.sync(IS, F, R, B32, B8, d, t):
+                mem_changed(IS, F, TLF, TLI, d, t)
     rid = first
     while rid != -1:
         d = route_decode(IS, B8, bid, rid)
         IS[io + L.O_DI * n + rid] = d
         IS[L.DI0 + d * L.NDI + L.D_LOAD] += 1
-        if IS[L.DI0 + d * L.NDI + L.D_WQH] != -1 and wait:
+        queued = IS[L.DI0 + d * L.NDI + L.D_WQH] != -1 or IS[L.DI0 + d * L.NDI + L.D_PQH] != -1
+        if queued and wait:
             wait_for_room(IS, F, R, EHT, EHI, rid, d, t)  # first come, first admitted
         elif not admit(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t):
             if wait:
@@ -284,7 +292,8 @@ def reject(IS, F, rid, d, t, reason):
 @jit
 def wait_for_room(IS, F, R, EHT, EHI, rid, d, t):
     wq_append(IS, R, L.DI0 + d * L.NDI + L.D_WQH, rid)
-    push(EHT, EHI, IS, t + F[L.FP_WAIT_TO], L.EV_TIMEOUT, rid, 0)
+    if F[L.FP_WAIT_TO] < L.INF:  # paged with no queue timeout: wait for ever
+        push(EHT, EHI, IS, t + F[L.FP_WAIT_TO], L.EV_TIMEOUT, rid, 0)
 
 
 @jit
@@ -355,11 +364,12 @@ def send_kv(IS, F, TLF, TLI, rid, d, t, nbytes):
         if F[ch + c] > start:
             start = F[ch + c]
         F[ch + c] = start + occupy
-    if start >= F[L.FP_TWARM]:
-        F[L.G_LINK] += occupy
+    if in_window(F, start):
+        busy = clipped(F, start, start + occupy)
+        F[L.G_LINK] += busy
         nn = IS[L.IP_NP] + IS[L.IP_ND]
-        F[eg + nn] += occupy
-        F[ig + nn] += occupy
+        F[eg + nn] += busy
+        F[ig + nn] += busy
     F[IS[L.H_FT] + L.T_XS * n + rid] = start
     if IS[L.IP_REC]:
         track = (p * IS[L.IP_ND] + d) * nc + c
@@ -426,6 +436,14 @@ def admit(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t):
         nhost = ht_match(IS, B32, d, bid, i0 + nhit, i1)
     prompt = np.int64(R[rr + L.R_PROMPT])
     need = prompt + R[rr + L.R_OUTPUT] - hit_tok
+    if IS[L.IP_PAGED]:  # own prompt blocks now; too large if alone it could not finish
+        bs = IS[L.IP_BS]
+        own = prompt - hit_tok
+        whole = (prompt + R[rr + L.R_OUTPUT] - 1 + bs - 1) // bs * bs  # if its hit is lost
+        if hit_tok + (need - 1 + bs - 1) // bs * bs > budget or whole > budget:
+            need = budget + 1
+        else:
+            need = (own + bs - 1) // bs * bs
     if need > budget:
         reject(IS, F, rid, d, t, L.R_TOO_LARGE)
         return True
@@ -459,6 +477,12 @@ def admit(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t):
     ft = IS[L.H_FT]
     F[ft + L.T_AD * n + rid] = t
     mem_changed(IS, F, TLF, TLI, d, t)
+    if IS[L.IP_PAGED]:
+        R[rr + L.R_OWN0] = prompt - hit_tok
+        R[rr + L.R_PTH] = ptoks
+        IS[L.GI_ASEQ] += 1
+        R[rr + L.R_ASEQ] = IS[L.GI_ASEQ]
+        pg.guard(IS, F, R, EHT, EHI, d, t)
 
     if cost_aware:  # transfer, promote from the host tier or recompute (costaware.py)
         xfer, rc, promote = ca.choose(IS, F, R, rid, d, t, prompt, hit_tok, host_tok)
@@ -510,6 +534,11 @@ def drain_waiting(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, d, t):
     """Memory freed on ``d``: admit waiting requests in order until one does not fit."""
     n, io = IS[L.IP_N], IS[L.H_O]
     hp = L.DI0 + d * L.NDI + L.D_WQH
+    if IS[L.DI0 + d * L.NDI + L.D_PQH] != -1:  # paged: preempted sequences resume first
+        done = pg.resume_waiting(IS, F, R, B32, B8, EHT, EHI, bid, bt, d, t)
+        mem_changed(IS, F, TLF, TLI, d, t)
+        if not done:
+            return
     while IS[hp] != -1:
         rid = IS[hp]
         if IS[io + L.O_OUT * n + rid] == L.OUT_REJECTED:
@@ -590,11 +619,13 @@ def advance(IS, F, TLF, TLI, d, t, first_token_in_batch):
     f = L.DF0 + d * L.NDF
     k = IS[b + L.D_NK]
     nb = IS[b + L.D_B]
-    if (nb > 0 or IS[b + L.D_STALL]) and F[f + L.DF_TSEG] >= F[L.FP_TWARM]:
-        F[f + L.DF_BUSY] += t - F[f + L.DF_TSEG]
-        F[L.G_BATCH_AREA] += nb * (t - F[f + L.DF_TSEG])
+    tseg = F[f + L.DF_TSEG]
+    if (nb > 0 or IS[b + L.D_STALL]) and in_window(F, tseg):
+        F[f + L.DF_BUSY] += clipped(F, tseg, t)
+        F[L.G_BATCH_AREA] += nb * clipped(F, tseg, t)
         if k > 0:
-            segment_work(F, d, nb, IS[b + L.D_CTX], k)
+            ks = iterations_in(F, nb, IS[b + L.D_CTX], tseg, t, k)
+            segment_work(F, d, nb, IS[b + L.D_CTX], ks)
     if k > 0 and IS[L.IP_GAPS]:
         record_gaps(IS, F, d, k, first_token_in_batch)
     if k > 0 and IS[L.IP_REC]:
@@ -621,6 +652,8 @@ def join_batch(IS, F, R, d, t):
     while IS[b + L.D_JQH] != -1 and IS[b + L.D_B] < maxb:
         rid = q_popleft(IS, R, b + L.D_JQH, L.R_JQN)
         IS[b + L.D_B] += 1
+        if IS[L.IP_PAGED] and pg.rejoin(IS, F, R, d, it, rid, t):
+            continue  # a resumed sequence: it keeps its decode start and first token
         IS[b + L.D_CTX] += R[rid * L.NR + L.R_PROMPT]
         batch_push(IS, d, it + R[rid * L.NR + L.R_OUTPUT], rid)
         F[ft + L.T_DS * n + rid] = t
@@ -642,6 +675,11 @@ def decode_boundary(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, d, version, 
     b = L.DI0 + d * L.NDI
     if version != IS[b + L.D_VER]:
         return False  # superseded by an earlier boundary
+    paged = IS[L.IP_PAGED] != 0
+    if paged:  # the segment's last blocks (before advance: trims time its iterations)
+        g = IS[b + L.D_IT] + IS[b + L.D_NK] - 1
+        if pg.alloc_through(IS, F, R, B32, B8, d, g, t):
+            mem_changed(IS, F, TLF, TLI, d, t)
     it = advance(IS, F, TLF, TLI, d, t, True)
     freed = False
     top = IS[L.H_DH] + 2 * IS[L.H_CAPB] * d
@@ -652,12 +690,24 @@ def decode_boundary(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, d, version, 
     if freed:
         mem_changed(IS, F, TLF, TLI, d, t)
         drain_waiting(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, d, t)
+    if paged and IS[b + L.D_FQH] != -1:  # resumed sequences re-prefill first, as a stall
+        pg.run_reprefills(IS, F, R, EHT, EHI, TLF, TLI, d, t)
+        return True
     if IS[b + L.D_RQH] != -1:
         resolve_shared(IS, F, R, B8, bid, d, t)
     nj = join_batch(IS, F, R, d, t)
+    if paged and IS[b + L.D_B] > 0:
+        pg.prepare_iteration(IS, F, R, B32, B8, bid, d, t)
+        mem_changed(IS, F, TLF, TLI, d, t)
+        nj = pg.still_joining(IS, R, nj)
+        if IS[b + L.D_B] == 0 and IS[b + L.D_JQH] != -1:
+            schedule(IS, F, EHT, EHI, d, t, 0)  # it preempted every sequence: the join
+            return True  # queue goes next
     if IS[b + L.D_RQH] != -1:
         mixed_step(IS, F, R, B8, bid, EHT, EHI, TLF, TLI, d, t, nj)
         return True
-    if IS[b + L.D_B] > 0:
+    if paged and IS[b + L.D_B] > 0:
+        pg.schedule_segment(IS, F, R, EHT, EHI, d, t)
+    elif IS[b + L.D_B] > 0:
         run_to_next_finish(IS, F, EHT, EHI, d, t)
     return True

@@ -3,13 +3,16 @@
 Promotions (host to HBM) and demotions (HBM to host) contend on it in the order they are
 issued. A move occupies the path for ``bytes / rate`` and lands ``latency`` later (the
 latency is pipelined, as on the KV link). ``rate`` is the instance's aggregate: one path per
-device, the KV sharded over them like the NICs (runner.host_path_rate).
+device, the KV sharded over them like the NICs (runner.host_path_rate). Both the host tier
+(hosttier.py) and paged swap (paging.py) use it. Its busy time counts the steady window
+(window.py) like every other utilisation; its bytes count every move after warm-up.
 """
 
 from __future__ import annotations
 
 from . import layout as L
 from .jit import jit
+from .window import clipped
 
 
 @jit
@@ -26,7 +29,7 @@ def host_path_move(IS, F, d, t, nbytes):
     start = host_path_free(F, d, t)
     occupy = nbytes / F[f + L.DF_HP_BPS]
     F[f + L.DF_HP_FREE] = start + occupy
+    F[f + L.DF_HP_BUSY] += clipped(F, start, start + occupy)  # the steady window (paged)
     if start >= F[L.FP_TWARM]:
-        F[f + L.DF_HP_BUSY] += occupy
         F[f + L.DF_HP_BYTES] += nbytes
     return start + occupy + F[f + L.DF_HP_LAT]

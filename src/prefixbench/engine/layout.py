@@ -124,7 +124,11 @@ H_FNIC, IP_SHARED = 36, 37
 # layers, the decode instance's per-iteration token budget for recompute chunks, and a flag
 # set while a prefill step's hand-offs defer their layer-wise transfers (streaming.py)
 IP_STREAM, IP_LAYERS, IP_RCHUNK, GI_DEFER = 38, 39, 40, 41
-DI0 = 42
+# --- paged (issue 15): admission mode (0 reserve, 1 paged), block size in tokens, preemption
+# mode (0 recompute, 1 swap), the F section of per-request preemption times, the admission
+# sequence counter (preemption picks the most recently admitted running sequence)
+IP_PAGED, IP_BS, IP_SWAP, H_PGF, GI_ASEQ = 42, 43, 44, 45, 46
+DI0 = 47
 # decode instance fields (queue head/tail pairs adjacent)
 (
     D_B,  # sequences in the batch
@@ -151,12 +155,16 @@ DI0 = 42
 ) = range(21)
 # --- tiered (issue 13): the host-DRAM tier under this instance's HBM (hosttier.py)
 D_HUSED, D_HCAP, D_HLRUH, D_HLRUT, D_HPEAK, D_LHUSED = range(21, 27)
-NDI = 27
+# --- paged (issue 15): preempted sequences waiting to resume (ahead of the admission
+# queue); resumed sequences whose re-prefill is due (paging.run_reprefills, linked by R_RQN)
+D_PQH, D_PQT, D_FQH, D_FQT = range(27, 31)
+NDI = 31
 P_LOAD, P_QH, P_QT, P_BH, P_USED, P_LRUH, P_LRUT, P_QN = range(8)
 NPI = 8
 # integer result columns
 O_PI, O_DI, O_OUT, O_REA, O_PH, O_RH, O_RC, O_XT, O_PT = range(9)
 O_HBMB, O_HOSTB, O_LINKB, O_HOSTT = range(9, 13)  # --- tiered (issue 13)
+O_NPRE, O_PTOK = 13, 14  # --- paged (issue 15): preemptions, tokens re-prefilled or swapped
 INT_COLUMNS = (
     "prefill_instance",
     "decode_instance",
@@ -173,6 +181,9 @@ INT_COLUMNS = (
     "host_hit_blocks",
     "link_blocks",
     "host_hit_tokens",
+    # --- paged (issue 15)
+    "preemptions",
+    "preempt_tokens",
 )
 NIC = len(INT_COLUMNS)
 
@@ -197,9 +208,15 @@ NIC = len(INT_COLUMNS)
 # waits on for its shared leading tokens (-1: none), those shared tokens, its total tokens,
 # its chunk in the step being built
 R_RDONE, R_RDEP, R_RSH, R_RTOT, R_RCH = 12, 13, 14, 15, 16
-NR = 17
 F_RC, F_XD, F_PERS = 1, 2, 4  # recompute pending, KV landed, has persisted blocks
 F_STREAM = 8  # stream (issue 14): layer-wise transfer deferred to the step's joint pass
+# --- paged (issue 15): iteration at which generated token 0 would have run (the sequence's
+# g-th token is iteration R_J0 + g), own prompt tokens (prompt - replica hit), tokens
+# generated when preempted, admission sequence number, resume queue link, its persisted
+# tokens it holds as replicas
+R_J0, R_OWN0, R_GEN, R_ASEQ, R_PGN, R_PTH = range(17, 23)
+NR = 23
+F_PRE, F_REPF = 16, 32  # --- paged: preempted (until it rejoins), its re-prefill is queued
 
 # ---------------------------------------------------------------- F (float64)
 FP_LINK_BPS, FP_LINK_LAT, FP_WAIT_TO, FP_TWARM = range(4)
@@ -249,7 +266,11 @@ G_NOW, G_LINK, G_REP_AREA, G_USED_AREA, G_BATCH_AREA = range(NFP, NFP + 5)
 G_ITL_NW, G_ITL_SUM, G_ITL_CNT, G_ITL_MIN, G_ITL_MAX = range(NFP + 5, NFP + 10)
 ITL_LOG10_LO, ITL_BPD, ITL_NB = -7.0, 400, 4800
 G_ITL_H = NFP + 10
-DF0 = G_ITL_H + ITL_NB
+# --- paged (issue 15): the end of the steady window (the last arrival; inf: measure to the
+# end of the drain): busy times, work and memory integrals count steps started in
+# [FP_TWARM, FP_TSTEADY), clipped (the host path is tiered's, per instance: DF_HP_*)
+FP_TSTEADY = G_ITL_H + ITL_NB
+DF0 = G_ITL_H + ITL_NB + 1
 DF_TSEG, DF_STALL_END, DF_NEXT_T, DF_BUSY, DF_MEM_T = range(5)
 DF_FLOPS, DF_BYTES = 5, 6  # FLOPs and bytes of the steps started in the measured window
 # --- tiered (issue 13): the host<->GPU path's FCFS queue (hostpath.py): free time, busy
@@ -309,6 +330,7 @@ def allocate(
     dI = IS[DI0:o_pi].reshape(D, NDI)
     dI[:, [D_JQH, D_JQT, D_RQH, D_RQT, D_WQH, D_WQT, D_LRUH, D_LRUT]] = -1
     dI[:, [D_HLRUH, D_HLRUT]] = -1
+    dI[:, [D_PQH, D_PQT, D_FQH, D_FQT]] = -1
     IS[o_pi:o_dh].reshape(P, NPI)[:, [P_QH, P_QT, P_BH, P_LRUH, P_LRUT]] = -1
     IS[o_ptr:o_out] = blk_ptr
 
@@ -324,7 +346,9 @@ def allocate(
     rows = T_LAST + 1 if ip[IP_GAPS] else T_ARR + 1
     if has_host_tier(ip[IP_POLICY]):
         rows = T_PROMO + 1
-    F = np.zeros(f_t + rows * n + NPW * (P + D))  # + power records (issue 18)
+    f_pg = f_t + rows * n  # paged: per-request preemption delay (s), then preempted-at time
+    # (costaware.tail right after these, then the power records last: power.py)
+    F = np.zeros(f_pg + 2 * n + NPW * (P + D))
     F[:NFP] = fp
     F[G_ITL_MIN], F[G_ITL_MAX] = INF, -INF
     dF = F[DF0:f_pb].reshape(D, NDF)
@@ -338,6 +362,7 @@ def allocate(
         F[f_t + T_PROMO * n : f_t + (T_PROMO + 1) * n] = -INF
     IS[H_FPB], IS[H_FCH], IS[H_FT] = f_pb, f_ch, f_t
     IS[H_FNIC] = f_nic
+    IS[H_PGF] = f_pg
 
     host = D if has_host_tier(ip[IP_POLICY]) else 0  # + the host tiers
     B32 = np.zeros(4 * (D + P + host) * U, dtype=np.int32)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from . import colocated as co
 from . import disagg as dis
+from . import paging as pg
 from . import warmup as wu
 from .jit import entry, jit
 from .layout import (
@@ -71,7 +72,10 @@ def run_disaggregated(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt):
             if a < 0:  # a decode instance's prewarm (warmup.py): not request activity
                 wu.landed(IS, B32, B8, -a - 1)
                 continue
-            dis.landed(IS, F, R, B8, EHT, EHI, bid, a, t)
+            if b == 1:  # paged swap: a preempted sequence's KV is back from host memory
+                pg.swapped_in(IS, F, R, EHT, EHI, a, t)
+            else:
+                dis.landed(IS, F, R, B8, EHT, EHI, bid, a, t)
         elif kind == EV_PREFILL:
             dis.prefill_done(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, a, t)
         elif kind == EV_TIMEOUT:

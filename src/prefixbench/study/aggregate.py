@@ -10,7 +10,7 @@ from .margins import t975
 
 WARMUP_METRICS = ["prewarm_gb", "refresh_gb", "prewarm_s"]
 
-GROUP = ["model", "workload", "budget_factor", "policy"]
+GROUP = ["admission", "model", "workload", "budget_factor", "policy"]
 AGG_METRICS = [
     "ttft_mean_ms",
     "ttft_p50_ms",
@@ -55,6 +55,7 @@ AGG_METRICS = [
 register(
     "agg",
     {
+        "admission": pl.Utf8,
         "model": pl.Utf8,
         "workload": pl.Utf8,
         "budget_factor": pl.Float64,
@@ -72,6 +73,8 @@ register(
 
 def aggregate(runs: pl.DataFrame) -> pl.DataFrame:
     """Mean and 95% CI half-width (Student t over seeds) per model × workload × budget × policy."""
+    if "admission" not in runs.columns:  # rows from before the admission axis: the seed's
+        runs = runs.with_columns(pl.lit("reserve").alias("admission"))
     if "stable" not in runs.columns:  # rows without a verdict (hand-made frames): none known
         runs = runs.with_columns(
             pl.lit(True).alias("stable"),
@@ -107,12 +110,29 @@ def aggregate(runs: pl.DataFrame) -> pl.DataFrame:
     return g.drop([c for c in g.columns if c.startswith("_")]).sort(GROUP)
 
 
+PRIMARY_ADMISSION = "reserve"  # the seed's
+
+
+def one_admission(df: pl.DataFrame) -> pl.DataFrame:
+    """The rows of one admission mode (the seed's reserve when present, else the first):
+    plots, crossover tables and the report's result sections describe one mode; the report
+    compares the recommendations of the others (report._admission_md)."""
+    if "admission" not in df.columns or df.height == 0:
+        return df
+    modes = sorted(set(df["admission"]))
+    primary = PRIMARY_ADMISSION if PRIMARY_ADMISSION in modes else modes[0]
+    return df.filter(pl.col("admission") == primary)
+
+
 def prefix_table(reqs: pl.DataFrame) -> pl.DataFrame:
     """Per prefix and policy over steady-state requests: traffic, where its KV came from, bytes."""
     steady = reqs.filter(~pl.col("warmup") & (pl.col("prefix_id") >= 0))
     admitted = pl.col("t_admit").is_not_nan()
+    keys = ["model", "workload", "budget_factor", "seed", "policy", "prefix_id"]
+    if "admission" in steady.columns:
+        keys.insert(0, "admission")
     return (
-        steady.group_by(["model", "workload", "budget_factor", "seed", "policy", "prefix_id"])
+        steady.group_by(keys)
         .agg(
             pl.len().cast(pl.Int64).alias("requests"),
             admitted.sum().cast(pl.Int64).alias("admitted"),

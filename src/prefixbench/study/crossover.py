@@ -330,6 +330,10 @@ def run_crossover(
 
     agg_path = Path(results) / "agg.parquet"
     agg = read_artifact(agg_path, "agg") if agg_path.exists() else None
+    if agg is not None:
+        from .aggregate import one_admission
+
+        agg = one_admission(agg)
     if not models:
         models = (
             sorted(agg["model"].unique().to_list())

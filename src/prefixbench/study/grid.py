@@ -42,20 +42,28 @@ class SweepSpec(BaseModel):
         + ").",
     )
     seeds: list[int] = Field([0, 1, 2], min_length=1, description="Random seeds per point.")
+    admissions: list[Literal["reserve", "paged"]] = Field(
+        ["reserve"],
+        min_length=1,
+        description="Decode KV admission modes (memory.admission); the reference study keeps "
+        "the seed's reserve, so that it stays comparable with seed 000.",
+    )
     set: list[str] = Field([], description="--set overrides applied to every scenario.")
     trace: str | None = Field(None, description="Replay this trace as every point's workload.")
     trace_format: Literal["mooncake", "azure", "burstgpt", "bailian", "auto"] = Field(
         "auto", description="Trace format."
     )
 
-    @field_validator("models", "workloads", "budgets", "policies", "seeds", mode="before")
+    @field_validator(
+        "models", "workloads", "budgets", "policies", "seeds", "admissions", mode="before"
+    )
     @classmethod
     def _no_bools(cls, v):
         if isinstance(v, list) and any(isinstance(x, bool) for x in v):
             raise ValueError("has true/false where a value is expected")
         return v
 
-    @field_validator("models", "workloads", "budgets", "policies", "seeds")
+    @field_validator("models", "workloads", "budgets", "policies", "seeds", "admissions")
     @classmethod
     def _no_repeats(cls, v: list) -> list:
         # a repeated seed would count one run twice (a zero-width CI); 0.5 and 0.50 are one budget
@@ -90,7 +98,8 @@ class SweepSpec(BaseModel):
 
     def points(self) -> list[Point]:
         return [
-            Point(m, w, float(b), s, tuple(self.set), self.trace, self.trace_format)
+            Point(m, w, float(b), s, tuple(self.set), self.trace, self.trace_format, a)
+            for a in self.admissions
             for m in self.models
             for w in self.workloads
             for b in self.budgets
@@ -98,10 +107,13 @@ class SweepSpec(BaseModel):
         ]
 
     def fingerprint(self) -> dict:
-        return canonical(self.model_dump(mode="json"))
+        data = self.model_dump(mode="json")
+        if data["admissions"] == ["reserve"]:  # the seed's grid: as recorded before the axis
+            del data["admissions"]
+        return canonical(data)
 
 
-_UNORDERED = ("models", "workloads", "budgets", "policies", "seeds")
+_UNORDERED = ("models", "workloads", "budgets", "policies", "seeds", "admissions")
 
 
 def canonical(fingerprint: dict) -> dict:
@@ -135,9 +147,11 @@ class Point:
     overrides: tuple[str, ...] = ()
     trace: str | None = None  # replay this trace in place of the workload's own requests
     trace_format: str = "auto"
+    admission: str = "reserve"  # memory.admission (a --set in overrides wins)
 
     def scenario_overrides(self) -> list[str]:
         return [
+            f"memory.admission={self.admission}",
             *self.overrides,
             f"model={self.model}",
             f"memory.budget_factor={self.budget_factor!r}",
@@ -155,6 +169,8 @@ class Point:
 
     def _key(self) -> tuple:
         base = (self.model, self.workload, self.budget_factor, self.seed, self.overrides)
+        if self.admission != "reserve":  # the seed's points keep their ids
+            base = (*base, f"admission={self.admission}")
         return base if self.trace is None else (*base, self.trace, self.trace_format)
 
     def key_record(self) -> tuple:

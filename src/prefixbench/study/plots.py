@@ -1003,7 +1003,10 @@ def render_plots(results: Path, out: Path) -> list[Path]:
     if (decision is None and capacity is None) or (results / "agg.parquet").is_file():
         agg = load(results, "agg")
         crossover = load(results, "crossover")
-        rec = recommendations(results, agg)
+        from .aggregate import one_admission
+
+        rec = one_admission(recommendations(results, agg))
+        agg = one_admission(agg)  # one admission mode per figure (the seed's reserve first)
         agg = agg.filter(pl.col("stable"))  # an unstable point is not a result (docs/model.md)
         events = _events(results)
         figures += [

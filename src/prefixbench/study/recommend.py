@@ -35,6 +35,7 @@ SCENARIO = ["model", "workload", "budget_factor"]
 register(
     "recommendations",
     {
+        "admission": pl.Utf8,
         "model": pl.Utf8,
         "workload": pl.Utf8,
         "budget_factor": pl.Float64,
@@ -122,21 +123,23 @@ def _reason(win: dict, by_policy: dict[str, dict]) -> str:
 def recommend(agg: pl.DataFrame, runs: pl.DataFrame, objective: str = "balanced") -> pl.DataFrame:
     """One recommendation per model × workload × budget in ``agg``."""
     out = []
-    for key, grp in agg.group_by(SCENARIO, maintain_order=True):
+    if "admission" not in agg.columns:  # results from before the admission axis
+        agg = agg.with_columns(pl.lit("reserve").alias("admission"))
+    if "admission" not in runs.columns:
+        runs = runs.with_columns(pl.lit("reserve").alias("admission"))
+    keys = ["admission", *SCENARIO]
+    for key, grp in agg.group_by(keys, maintain_order=True):
+        ident = dict(zip(keys, key, strict=True))
         every = grp.to_dicts()
         rows = [r for r in every if r.get("stable", True)]
         unstable = sorted(r["policy"] for r in every if not r.get("stable", True))
         if not rows:
-            out.append(_refusal(key, objective, every))
+            out.append(_refusal(ident, objective, every))
             continue
         by_policy = {r["policy"]: r for r in rows}
         order = rank(rows, objective)
         win, up = order[0], (order[1] if len(order) > 1 else None)
-        sel = runs.filter(
-            (pl.col("model") == key[0])
-            & (pl.col("workload") == key[1])
-            & (pl.col("budget_factor") == key[2])
-        )
+        sel = runs.filter(*[pl.col(k) == v for k, v in ident.items()])
         per_seed = []
         diffs = []
         for _, srows in sel.group_by("seed", maintain_order=True):
@@ -151,9 +154,7 @@ def recommend(agg: pl.DataFrame, runs: pl.DataFrame, objective: str = "balanced"
         mean, ci = paired_margin(diffs)
         out.append(
             {
-                "model": key[0],
-                "workload": key[1],
-                "budget_factor": key[2],
+                **ident,
                 "objective": objective,
                 "recommended": win,
                 "runner_up": up,
@@ -168,13 +169,13 @@ def recommend(agg: pl.DataFrame, runs: pl.DataFrame, objective: str = "balanced"
                 "unstable_policies": ", ".join(unstable),
             }
         )
-    return pl.DataFrame(out, schema_overrides=_OUT_TYPES).sort(SCENARIO)
+    return pl.DataFrame(out, schema_overrides=_OUT_TYPES).sort(keys)
 
 
 _OUT_TYPES = {"recommended": pl.Utf8, "runner_up": pl.Utf8}
 
 
-def _refusal(key: tuple, objective: str, rows: list[dict]) -> dict:
+def _refusal(ident: dict, objective: str, rows: list[dict]) -> dict:
     """No recommendation: every policy is unstable. Say what saturates and where it stops."""
     from ..stability import LABELS
 
@@ -187,9 +188,7 @@ def _refusal(key: tuple, objective: str, rows: list[dict]) -> dict:
     label = LABELS.get(stage, stage)
     verb = "saturate" if str(label).endswith("s") else "saturates"
     return {
-        "model": key[0],
-        "workload": key[1],
-        "budget_factor": key[2],
+        **ident,
         "objective": objective,
         "recommended": None,
         "runner_up": None,

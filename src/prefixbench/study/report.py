@@ -18,6 +18,7 @@ import polars as pl
 from ..artifacts import artifact_meta
 from ..errors import ArtifactError
 from ..scenario import POLICIES
+from .aggregate import PRIMARY_ADMISSION, one_admission
 from .plots import _pair, ttft_change_vs_transfer
 from .recommend import recommendations
 from .results import load
@@ -493,6 +494,8 @@ def _streaming_md(agg: pl.DataFrame) -> list[str]:
     from .transfer_path import streaming_md
 
     return streaming_md(sorted(agg["model"].unique().to_list()))
+
+
 def _warmup_section(agg: pl.DataFrame) -> list[str]:
     """What loading (and refreshing) replicate_hotset's hot set moves over the link."""
     if "prewarm_gb" not in agg.columns:
@@ -573,16 +576,57 @@ def _bound_section(agg: pl.DataFrame) -> list[str]:
     return [*out, md_table(headers, rows), ""]
 
 
+def _admission_md(rec: pl.DataFrame, primary: str) -> list[str]:
+    """How the recommendation of each scenario changes from ``primary`` admission to the
+    others in the grid (docs/model.md "Paged admission and preemption")."""
+    others = sorted(set(rec["admission"]) - {primary})
+    if not others:
+        return []
+    keys = ["model", "workload", "budget_factor"]
+    base = rec.filter(pl.col("admission") == primary).select(
+        *keys, pl.col("recommended").alias("base"), pl.col("ttft_ms").alias("base_ttft")
+    )
+    out = [f"## Admission: {primary} against {', '.join(others)}", ""]
+    for other in others:
+        alt = rec.filter(pl.col("admission") == other).select(
+            *keys, pl.col("recommended").alias("alt"), pl.col("ttft_ms").alias("alt_ttft")
+        )
+        both = base.join(alt, on=keys, how="inner").sort(keys)
+        changed = both.filter(pl.col("base").fill_null("-") != pl.col("alt").fill_null("-"))
+        out += [
+            f"Under `{other}`, {changed.height} of {both.height} recommendations change "
+            f"(a missing one: every policy unstable there).",
+            "",
+        ]
+        if changed.height:
+            rows = [
+                [
+                    f"`{r['model']}`",
+                    f"`{r['workload']}`",
+                    f"{r['budget_factor']:g}",
+                    f"`{r['base']}` ({ms(r['base_ttft'])})" if r["base"] else "none (unstable)",
+                    f"`{r['alt']}` ({ms(r['alt_ttft'])})" if r["alt"] else "none (unstable)",
+                ]
+                for r in changed.iter_rows(named=True)
+            ]
+            out += [md_table(["Model", "Workload", "Budget", primary, other], rows), ""]
+    return out
+
+
 def build_report(results: Path, report_dir: Path, plots: Path | None = None) -> str:
     results = Path(results)
     agg = load(results, "agg")
     runs = load(results, "runs")
     crossover = load(results, "crossover")
-    rec = recommendations(results, agg)
+    rec_all = recommendations(results, agg)
     if agg.height == 0:
         raise ArtifactError(
             "agg.parquet has no rows", where=str(results / "agg.parquet"), fix="re-run the sweep"
         )
+    # a grid over admission modes: every section below describes one (the seed's reserve
+    # when present), and one section says how the recommendations change under the others
+    agg, runs, rec = one_admission(agg), one_admission(runs), one_admission(rec_all)
+    primary = agg["admission"][0] if "admission" in agg.columns else PRIMARY_ADMISSION
     meta = artifact_meta(results / "runs.parquet")
     every, agg = agg, agg.filter(pl.col("stable"))  # results sections: stable points only
     stamp = datetime.fromtimestamp((results / "agg.parquet").stat().st_mtime, tz=UTC)
@@ -604,6 +648,7 @@ def build_report(results: Path, report_dir: Path, plots: Path | None = None) -> 
         *(_results_md(agg, crossover) if agg.height else _NO_STABLE),
         *_recommend_md(rec),
         *tier_md(agg, TIGHT_MAX),
+        *_admission_md(rec_all, primary),
     ]
     if plots is not None:
         lines += _plots_md(Path(plots), report_dir)

@@ -32,6 +32,8 @@ def scenario_keys(s: Scenario) -> dict:
         if s.memory.kv_budget_gb is None
         else float("nan"),
         "seed": s.seed,
+        # colocated instances always reserve (docs/model.md "Paged admission")
+        "admission": s.memory.admission if s.cluster.mode != "colocated" else "reserve",
     }
 
 

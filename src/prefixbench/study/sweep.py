@@ -26,12 +26,13 @@ from .aggregate import aggregate, prefix_table
 from .backends import Backend, LocalPoolBackend, sigterm_as_interrupt
 from .grid import Point, SweepSpec, canonical
 
-RUN_KEYS = ["model", "workload", "budget_factor", "seed", "policy"]
+RUN_KEYS = ["admission", "model", "workload", "budget_factor", "seed", "policy"]
 register("runs", {"run_id": pl.Utf8, "point_id": pl.Utf8, **SCHEMAS["summary"]})
 register(
     "prefixes",
     {
         "run_id": pl.Utf8,
+        "admission": pl.Utf8,
         "model": pl.Utf8,
         "workload": pl.Utf8,
         "budget_factor": pl.Float64,
@@ -77,6 +78,7 @@ def run_point(point: Point, policies: list[str], keep_requests: bool) -> PointRe
         pl.lit(point.workload).alias("workload"),
         pl.lit(point.budget_factor).alias("budget_factor"),
         pl.lit(point.seed).cast(pl.Int64).alias("seed"),
+        pl.lit(runs["admission"][0]).alias("admission"),
     )
     ids = runs.select("policy", "run_id")
     prefixes = prefix_table(reqs).join(ids, on="policy")
@@ -235,6 +237,8 @@ def _naming(p: Point):
         yield
     except PrefixbenchError as e:
         label = f"sweep point {p.model}/{p.workload}/budget {p.budget_factor:g}/seed {p.seed}"
+        if p.admission != "reserve":
+            label += f"/{p.admission}"
         raise type(e)(
             e.what, where=f"{label}: {e.where}" if e.where else label, fix=e.fix
         ) from None

@@ -1,0 +1,132 @@
+"""Paged decode KV and preemption (engine/paging.py), checked by hand.
+
+Round step costs make every time a sum written out below: a decode iteration reads 10
+weight bytes at 1000 B/s (0.01 s; its FLOPs and the KV bytes are nil), prefill and the link
+take no time (no weights, no KV bytes), and a re-prefill of m tokens costs
+max(m · 1e9 FLOP / 1e12 FLOP/s, 10 B / 1000 B/s) + 5 ms overhead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from enginecases import make_requests
+
+from prefixbench.costmodel import InstanceCost
+from prefixbench.engine import EngineConfig, simulate
+from prefixbench.errors import SimulationError
+
+# the cost terms without a default, zero (power and speculative terms keep their defaults)
+_ZERO = {
+    f.name: 0.0 for f in dataclasses.fields(InstanceCost) if f.default is dataclasses.MISSING
+}
+PREFILL = InstanceCost(
+    **{**_ZERO, "flops_rate_prefill": 1e12, "flops_rate_decode": 1e12, "byte_rate": 1e3}
+)
+DECODE = InstanceCost(
+    **{
+        **_ZERO,
+        "flops_rate_prefill": 1e12,
+        "flops_rate_decode": 1e15,  # B · 1e9 / 1e15 s of compute per iteration: under 0.01 s
+        "byte_rate": 1e3,
+        "linear_flops": 1e9,
+        "weights": 10.0,
+        "prefill_overhead": 0.005,
+    }
+)
+
+
+def _cfg(**kw) -> EngineConfig:
+    base = dict(
+        policy="transfer_per_request",
+        prefill_cost=PREFILL,
+        decode_cost=DECODE,
+        max_batch=2,
+        admission="paged",
+        block_size=1,
+    )
+    return EngineConfig(**{**base, **kw})
+
+
+def _two_requests():
+    # R0 at 0 and R1 at 1 ms: prompts of 10 tokens, 5 output tokens each
+    return make_requests([0.0, 0.001], [10, 10], [5, 5], [[], []])
+
+
+def test_preempted_once_under_recompute_finishes_one_reprefill_later():
+    """Budget 24 tokens, blocks of 1 token. R0 joins at 0 (iterations end at 0.01 … 0.05);
+    R1 is admitted at 1 ms with its 10 prompt tokens and joins at 0.01. Iteration j of a
+    sequence holds prompt + j tokens: at 0.02 the two hold 12 + 11 = 23; iteration 3 (at
+    0.03) would need 13 + 12 = 25 > 24, so R1, admitted last, is preempted at 0.03 after 2
+    tokens (0.02, 0.03), freeing its 11. R0 finishes at 0.05; R1 resumes there with its
+    11 tokens (prompt + 1 generated before its last iteration) and re-prefills them:
+    max(11e9 / 1e12, 10 / 1000) + 0.005 = 0.016 s, to 0.066; it rejoins and emits its 3
+    remaining tokens at 0.076, 0.086, 0.096."""
+    res = simulate(_two_requests(), _cfg(budget_tokens=24))
+    c = res.columns
+    assert c["t_done"][0] == pytest.approx(0.05, rel=1e-12)
+    assert c["t_first_token"][1] == pytest.approx(0.02, rel=1e-12)
+    assert c["t_done"][1] == pytest.approx(0.05 + 0.016 + 3 * 0.01, rel=1e-12)
+    assert c["preemptions"].tolist() == [0, 1]
+    assert c["preempt_tokens"].tolist() == [0, 11]
+    assert c["preempt_delay_s"][1] == pytest.approx(0.066 - 0.03, rel=1e-12)
+    assert c["outcome"].tolist() == [1, 1]
+    assert res.stats["peak_used_tokens"] == 23  # 12 + 11 at 0.02; 13 alone after the preemption
+
+
+def test_preempted_once_under_swap_moves_its_blocks_out_and_back():
+    """As above under swap (the decode cost has no KV bytes, so each copy of R1's 11 tokens
+    is the host path's 1 ms latency): R1 leaves at 0.03, is back in the join queue at
+    0.05 + 0.001 and rejoins at once (the batch is empty): tokens at 0.061, 0.071, 0.081."""
+    cfg = _cfg(budget_tokens=24, preemption="swap", host_path_bytes_per_s=1e3, host_path_latency_s=1e-3)
+    c = simulate(_two_requests(), cfg).columns
+    assert c["t_done"][1] == pytest.approx(0.051 + 3 * 0.01, rel=1e-12)
+    assert c["preempt_tokens"].tolist() == [0, 11]  # swapped out
+    assert c["preempt_delay_s"][1] == pytest.approx(0.051 - 0.03, rel=1e-12)
+
+
+def test_paged_with_room_equals_reserve():
+    """With room for both requests up front, paged and reserve give identical timestamps:
+    R1 joins at 0.01 and emits at 0.02 … 0.06."""
+    big = {"budget_tokens": 10**6}
+    a = simulate(_two_requests(), _cfg(admission="reserve", **big)).columns
+    b = simulate(_two_requests(), _cfg(**big)).columns
+    for col in a:
+        assert np.array_equal(a[col], b[col], equal_nan=True), col
+    assert b["t_done"][1] == pytest.approx(0.06, rel=1e-12)
+
+
+def test_reserve_rejects_what_paged_queues():
+    """Reserve needs prompt + output = 15 tokens per request: with 24, R1 is rejected
+    (no_memory); paged admits it with its 10 prompt tokens."""
+    a = simulate(_two_requests(), _cfg(admission="reserve", budget_tokens=24)).columns
+    assert a["outcome"].tolist() == [1, 2]
+    b = simulate(_two_requests(), _cfg(budget_tokens=24)).columns
+    assert b["outcome"].tolist() == [1, 1]
+
+
+def test_paged_queue_waits_for_ever_or_times_out():
+    """Budget 15: R0 takes 10 and grows to 14; R1 (10 prompt tokens) does not fit until R0
+    ends at 0.05. With no queue timeout it waits and is admitted then; with a 10 ms timeout
+    it is rejected at 0.011."""
+    c = simulate(_two_requests(), _cfg(budget_tokens=15)).columns
+    assert c["t_admit"][1] == pytest.approx(0.05, rel=1e-12)
+    assert c["outcome"].tolist() == [1, 1]
+    c = simulate(_two_requests(), _cfg(budget_tokens=15, queue_timeout_s=0.01)).columns
+    assert c["outcome"].tolist() == [1, 2]
+    assert c["t_done"][1] == pytest.approx(0.011, rel=1e-12)
+
+
+def test_too_large_under_paged_is_what_could_never_finish_alone():
+    """Paged holds at most prompt + output - 1 tokens (the last iteration): 14 tokens fit a
+    budget of 14, 13 do not."""
+    req = make_requests([0.0], [10], [5], [[]])
+    assert simulate(req, _cfg(budget_tokens=14)).columns["outcome"].tolist() == [1]
+    assert simulate(req, _cfg(budget_tokens=13)).columns["outcome"].tolist() == [2]
+
+
+def test_unknown_admission_is_refused():
+    with pytest.raises(SimulationError, match="memory.admission"):
+        simulate(_two_requests(), _cfg(admission="lazy"))
