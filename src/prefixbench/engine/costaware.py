@@ -51,6 +51,7 @@ import numpy as np
 from . import layout as L
 from .hostpath import host_path_free
 from .jit import entry, jit
+from .nics import free_at
 from .series import comm, roofline, weights_read
 
 KEEP_MIN = 1.5  # decayed uses (this one included) to keep a block: a reuse within one half-life
@@ -117,24 +118,7 @@ def link_ready(IS, F, rid, d, t, nbytes):
     if nbytes <= 0.0:
         return t
     n, io = IS[L.IP_N], IS[L.H_O]
-    p = IS[io + L.O_PI * n + rid]
-    start = t
-    if IS[L.IP_SHARED]:
-        fn = IS[L.H_FNIC]
-        eg, ig = F[fn + p], F[fn + IS[L.IP_NP] + d]
-        if eg > start:
-            start = eg
-        if ig > start:
-            start = ig
-    else:
-        nc = IS[L.IP_NC]
-        ch = IS[L.H_FCH] + (p * IS[L.IP_ND] + d) * nc
-        free = F[ch]
-        for i in range(1, nc):
-            if F[ch + i] < free:
-                free = F[ch + i]
-        if free > start:
-            start = free
+    start = free_at(IS, F, IS[io + L.O_PI * n + rid], d, t)
     return start + nbytes / F[L.FP_LINK_BPS] + F[L.FP_LINK_LAT]
 
 

@@ -42,6 +42,7 @@ from .blocks import (
 from .hostpath import host_path_move
 from .hosttier import ht_account, ht_match, ht_take, promote_or_send
 from .jit import jit, sig
+from .nics import free_at, hold
 from .power import power_work, prefill_record
 from .queues import (
     batch_pop,
@@ -343,33 +344,8 @@ def send_kv(IS, F, TLF, TLI, rid, d, t, nbytes):
     n, io = IS[L.IP_N], IS[L.H_O]
     nc = IS[L.IP_NC]
     p = IS[io + L.O_PI * n + rid]
-    fn = IS[L.H_FNIC]
-    eg, ig = fn + p, fn + IS[L.IP_NP] + d
     occupy = nbytes / F[L.FP_LINK_BPS]
-    start = t
-    if IS[L.IP_SHARED]:
-        c = 0
-        if F[eg] > start:
-            start = F[eg]
-        if F[ig] > start:
-            start = F[ig]
-        F[eg] = start + occupy
-        F[ig] = start + occupy
-    else:
-        ch = IS[L.H_FCH] + (p * IS[L.IP_ND] + d) * nc
-        c = 0
-        for i in range(1, nc):
-            if F[ch + i] < F[ch + c]:
-                c = i
-        if F[ch + c] > start:
-            start = F[ch + c]
-        F[ch + c] = start + occupy
-    if in_window(F, start):
-        busy = clipped(F, start, start + occupy)
-        F[L.G_LINK] += busy
-        nn = IS[L.IP_NP] + IS[L.IP_ND]
-        F[eg + nn] += busy
-        F[ig + nn] += busy
+    start, c = hold(IS, F, p, d, t, occupy)
     F[IS[L.H_FT] + L.T_XS * n + rid] = start
     if IS[L.IP_REC]:
         track = (p * IS[L.IP_ND] + d) * nc + c
@@ -382,19 +358,7 @@ def link_start(IS, F, rid, d, t):
     """When a transfer issued now for ``rid`` to ``d`` would start (send_kv's rule, nothing
     reserved)."""
     n, io = IS[L.IP_N], IS[L.H_O]
-    p = IS[io + L.O_PI * n + rid]
-    start = t
-    if IS[L.IP_SHARED]:
-        fn = IS[L.H_FNIC]
-        start = max(start, F[fn + p], F[fn + IS[L.IP_NP] + d])
-    else:
-        ch = IS[L.H_FCH] + (p * IS[L.IP_ND] + d) * IS[L.IP_NC]
-        c = 0
-        for i in range(1, IS[L.IP_NC]):
-            if F[ch + i] < F[ch + c]:
-                c = i
-        start = max(start, F[ch + c])
-    return start
+    return free_at(IS, F, IS[io + L.O_PI * n + rid], d, t)
 
 
 @jit

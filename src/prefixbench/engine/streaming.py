@@ -28,6 +28,7 @@ import numpy as np
 
 from . import layout as L
 from .jit import jit
+from .nics import hold
 from .queues import push
 from .timeline import record
 
@@ -36,21 +37,7 @@ from .timeline import record
 def _chunk(IS, F, p, d, ready, occupy):
     """One chunk of ``occupy`` seconds from prefill ``p`` to decode ``d``, FCFS on both NIC
     groups; returns its start."""
-    fn = IS[L.H_FNIC]
-    eg, ig = fn + p, fn + IS[L.IP_NP] + d
-    start = ready
-    if F[eg] > start:
-        start = F[eg]
-    if F[ig] > start:
-        start = F[ig]
-    F[eg] = start + occupy
-    F[ig] = start + occupy
-    if start >= F[L.FP_TWARM]:
-        F[L.G_LINK] += occupy
-        nn = IS[L.IP_NP] + IS[L.IP_ND]
-        F[eg + nn] += occupy
-        F[ig + nn] += occupy
-    return start
+    return hold(IS, F, p, d, ready, occupy)[0]
 
 
 @jit

@@ -21,6 +21,7 @@ from . import refresh as rf
 from .blocks import rs_trim
 from .disagg import mem_changed
 from .jit import entry, jit
+from .nics import hold
 from .queues import lru_append, push
 
 
@@ -45,31 +46,7 @@ def link_send(IS, F, d, t, nbytes):
     (FCFS like a request's KV); returns the landing time."""
     p = d % IS[L.IP_NP]
     occupy = nbytes / F[L.FP_LINK_BPS]
-    start = t
-    fn = IS[L.H_FNIC]
-    eg, ig = fn + p, fn + IS[L.IP_NP] + d
-    if IS[L.IP_SHARED]:
-        if F[eg] > start:
-            start = F[eg]
-        if F[ig] > start:
-            start = F[ig]
-        F[eg] = start + occupy
-        F[ig] = start + occupy
-    else:
-        nc = IS[L.IP_NC]
-        ch = IS[L.H_FCH] + (p * IS[L.IP_ND] + d) * nc
-        c = 0
-        for i in range(1, nc):
-            if F[ch + i] < F[ch + c]:
-                c = i
-        if F[ch + c] > start:
-            start = F[ch + c]
-        F[ch + c] = start + occupy
-    if start >= F[L.FP_TWARM]:
-        F[L.G_LINK] += occupy
-        nn = IS[L.IP_NP] + IS[L.IP_ND]
-        F[eg + nn] += occupy
-        F[ig + nn] += occupy
+    start = hold(IS, F, p, d, t, occupy)[0]
     return start + occupy + F[L.FP_LINK_LAT]
 
 
