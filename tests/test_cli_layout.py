@@ -105,3 +105,24 @@ def test_cli_policy_choices_match_the_registry():
 
     assert tuple(p.value for p in PolicyName) == POLICIES
     assert tuple(p.value for p in PolicyChoice) == ("all", *POLICIES)
+
+
+def _no_folded_cells(text: str) -> None:
+    """A cell Rich had to fold leaves a line holding one short fragment far to the right
+    ("3", "%", "prefi"): none may appear."""
+    folded = [
+        line
+        for line in text.splitlines()
+        if line.startswith(" " * 20) and len(line.split()) == 1 and len(line.strip()) <= 5
+    ]
+    assert not folded, f"folded cells: {folded[:3]}"
+
+
+def test_compare_tables_fit_80_columns_without_folding_a_cell():
+    """The three systems' names are short enough that no number or header folds (the
+    seed-003 preset has the widest figures: 4-digit E2E, 5-char TPOT, percentages)."""
+    r = invoke("compare", "seed003", *SMALL)
+    assert r.exit_code == 0, r.stderr
+    _fits(r.stdout)
+    _no_folded_cells(r.stdout)
+    assert "colocated priority" in r.stdout and "colocated chunked" in r.stdout

@@ -34,7 +34,7 @@ def test_colocated_inter_token_tail_is_worse_under_load():
     )
     c = compare(s, "transfer_per_request")
     disagg, coupled = c.rows[0], c.rows[1]
-    assert coupled["system"] == "colocated prefill-priority"
+    assert coupled["system"] == "colocated priority"
     assert coupled["itl_max_p99_ms"] > 2 * disagg["itl_max_p99_ms"]
     # chunked prefill bounds the stall (Sarathi-Serve): its tail sits well below prefill-priority
     assert c.rows[2]["itl_max_p99_ms"] < coupled["itl_max_p99_ms"]
@@ -161,7 +161,7 @@ def test_cli_compare_json(tmp_path):
     data = json.loads(r.stdout)
     assert [x["system"] for x in data["systems"]] == [
         "disaggregated",
-        "colocated prefill-priority",
+        "colocated priority",
         "colocated chunked",
     ]
     assert "bottleneck" in data["verdict"]

@@ -38,7 +38,7 @@ def systems(s: Scenario) -> list[tuple[str, Scenario]]:
     return [
         ("disaggregated", cluster(mode="disaggregated")),
         (
-            "colocated prefill-priority",
+            "colocated priority",
             cluster(mode="colocated", colocated_scheduler="prefill_priority"),
         ),
         ("colocated chunked", cluster(mode="colocated", colocated_scheduler="chunked")),
