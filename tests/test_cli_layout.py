@@ -38,6 +38,7 @@ def test_run_shows_every_policy_name_whole(tmp_path):
         # a whole name on a row of its own table, never "replicate_ho…"
         assert sum(line.startswith(p + " ") for line in r.stdout.splitlines()) >= 5, p
     assert "…" not in r.stdout
+    _no_folded_cells(r.stdout)
     # a row per policy in each of 8 tables (the decode cache tiers' included) plus titles,
     # notes and the energy line (71 for 4 policies with metrics as rows)
     assert len(r.stdout.splitlines()) < 30 + 8 * len(POLICIES)
