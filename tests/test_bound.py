@@ -119,6 +119,9 @@ def test_recompute_price_by_hand():
         ("enterprise_hotset", ["memory.budget_factor=1.0"]),
         ("long_context_support", ["memory.budget_factor=0.5", "cluster.link.bandwidth_gbps=1"]),
         ("medium_chat", ["memory.budget_factor=0.35", "cluster.link.bandwidth_gbps=0.2"]),
+        # conversations under a tight HBM budget: replicate_tiered serves a share of its
+        # blocks from host DRAM, which the bound must hold too
+        ("multi_turn_chat", ["memory.budget_factor=0.35"]),
     ],
 )
 def test_no_policy_beats_the_bound(preset, sets):

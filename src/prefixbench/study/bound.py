@@ -11,14 +11,16 @@ the loaded link. On this objective:
 
 * ``bound`` is a true lower bound for any policy, online or offline: each request is
   priced at the cheapest choice (transfer or recompute) with the longest resident leading
-  run it could possibly have, its whole chain up to the decode KV capacity (as if an
-  oracle had prewarmed it for free). The per-request cost never increases with the
+  run it could possibly have, its whole chain up to the decode KV capacity plus the
+  host-DRAM pool (as if an oracle had prewarmed it for free; the host tier's policies
+  hold blocks there, and a promotion moves nothing over the link). The per-request cost never increases with the
   resident run, so no schedule of the cache can do better on any request.
 * ``hindsight`` is what an offline policy that knows the future stream achieves: Belady's
   MIN on blocks (prewarmed free with the blocks used soonest; after each request keep the
   blocks whose next use is soonest, up to the capacity) plus the cheapest choice per
   request. It is a feasible schedule of the relaxed model (one pooled cache of the whole
-  budget, ready at once), so ``bound ≤ optimum ≤ hindsight``; with equal-size blocks and
+  budget, ready at once; HBM only), so ``bound ≤ optimum ≤ hindsight`` for the policies
+  without a host tier (with one, ``hindsight`` is an estimate, not a bound); with equal-size blocks and
   transfer only (a miss costs the same per block) it is the exact optimum (Belady 1966;
   a chain's tail is never needed before its root, so the kept set stays a prefix).
   tests/test_bound.py checks both claims against exhaustive search on small cases.
@@ -215,8 +217,11 @@ def _resident(prep) -> tuple[np.ndarray, np.ndarray]:
         return hit[1], hit[2]
     req, b = prep.requests, prep.base
     cap = float(b.budget_tokens) * b.n_decode
+    # the bound may hold the host-DRAM pool too (replicate_tiered and cost_aware keep one,
+    # and a promoted block costs them no link time), so that no policy can beat it
+    cap_all = cap + float(b.host_kv_tokens) * b.n_decode
     out = (
-        max_resident(req.blk_ptr, req.blk_tokens, cap),
+        max_resident(req.blk_ptr, req.blk_tokens, cap_all),
         belady_resident(req.blk_ptr, req.blk_hash, req.blk_tokens, cap),
     )
     _MEMO.clear()  # one prepared scenario at a time (a study runs its policies together)
