@@ -286,3 +286,30 @@ def test_report_html_renders_every_figure_and_table_in_chromium(results, tmp_pat
     images, tables, headers = map(int, m.groups())
     assert images == n_img  # every figure decoded, none broken
     assert tables == n_table and headers >= tables
+
+
+def test_energy_section_is_the_seed_mean_of_each_run(report, results):
+    """The energy table's figure for a scenario and policy is the mean over seeds of the
+    runs' own energy per output token (runs.parquet), to the 4 decimals it prints."""
+    _, text = report
+    assert "### Energy per output token (J)" in text
+    runs = read_artifact(results / "runs.parquet", "runs")
+    r0 = runs.row(0, named=True)
+    same = runs.filter(
+        (pl.col("model") == r0["model"])
+        & (pl.col("workload") == r0["workload"])
+        & (pl.col("budget_factor") == r0["budget_factor"])
+        & (pl.col("policy") == r0["policy"])
+    )
+    assert same.height >= 2 and same["energy_per_token_j"].min() > 0
+    want = sum(same["energy_per_token_j"].to_list()) / same.height
+    body = text.split("### Energy per output token (J)", 1)[1].split("\n#", 1)[0]
+    header = next(line for line in body.splitlines() if line.startswith("| Model"))
+    col = [c.strip() for c in header.strip().strip("|").split("|")].index(f"`{r0['policy']}`")
+    cells = None
+    for line in body.splitlines():
+        c = [x.strip() for x in line.strip().strip("|").split("|")]
+        if c[:3] == [f"`{r0['model']}`", f"`{r0['workload']}`", f"{r0['budget_factor']:g}"]:
+            cells = c
+    assert cells is not None
+    assert float(cells[col]) == pytest.approx(want, abs=5e-5)

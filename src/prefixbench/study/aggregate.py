@@ -9,6 +9,8 @@ from .bound import COLUMNS as GAP_METRICS
 from .margins import t975
 
 WARMUP_METRICS = ["prewarm_gb", "refresh_gb", "prewarm_s"]
+# energy (power.energy_figures): null where a pool's device has no power figures
+ENERGY_METRICS = ["energy_per_token_j", "power_mean_w"]
 
 GROUP = ["admission", "model", "workload", "budget_factor", "policy"]
 AGG_METRICS = [
@@ -49,7 +51,11 @@ AGG_METRICS = [
     # absent from older runs files
     *GAP_METRICS,
     *WARMUP_METRICS,
+    *ENERGY_METRICS,
 ]
+
+
+_NULLABLE = (*GAP_METRICS, *WARMUP_METRICS, *ENERGY_METRICS)  # absent from older runs
 
 
 register(
@@ -82,12 +88,8 @@ def aggregate(runs: pl.DataFrame) -> pl.DataFrame:
             pl.lit(None, pl.Utf8).alias("bottleneck_stage"),
         )
     runs = runs.with_columns(
-        [pl.col(m).cast(pl.Float64) for m in (*GAP_METRICS, *WARMUP_METRICS) if m in runs.columns]
-        + [
-            pl.lit(None, pl.Float64).alias(m)
-            for m in (*GAP_METRICS, *WARMUP_METRICS)
-            if m not in runs.columns
-        ]
+        [pl.col(m).cast(pl.Float64) for m in _NULLABLE if m in runs.columns]
+        + [pl.lit(None, pl.Float64).alias(m) for m in _NULLABLE if m not in runs.columns]
     )
     g = runs.group_by(GROUP).agg(
         pl.len().cast(pl.Int64).alias("n_seeds"),

@@ -485,6 +485,7 @@ def _results_md(agg: pl.DataFrame, crossover: pl.DataFrame) -> list[str]:
         *_by_workload_md(agg),
         *_bound_section(agg),
         *_warmup_section(agg),
+        *_energy_section(agg),
         *_crossover_md(crossover, agg),
         *_streaming_md(agg),
     ]
@@ -494,6 +495,35 @@ def _streaming_md(agg: pl.DataFrame) -> list[str]:
     from .transfer_path import streaming_md
 
     return streaming_md(sorted(agg["model"].unique().to_list()))
+
+
+def _energy_section(agg: pl.DataFrame) -> list[str]:
+    """Energy per output token of every policy (docs/model.md §2.11), mean over seeds."""
+    if "energy_per_token_j" not in agg.columns or agg["energy_per_token_j"].is_null().all():
+        return []
+    pols = _policies(agg)
+    rows = []
+    for key in agg.select(SCENARIO).unique().sort(SCENARIO).iter_rows():
+        sub = agg.filter(
+            (pl.col("model") == key[0])
+            & (pl.col("workload") == key[1])
+            & (pl.col("budget_factor") == key[2])
+        )
+        j = dict(sub.select("policy", "energy_per_token_j").iter_rows())
+        rows.append(
+            [f"`{key[0]}`", f"`{key[1]}`", f"{key[2]:g}"]
+            + [f"{j[p]:.4f}" if j.get(p) is not None else "—" for p in pols]
+        )
+    return [
+        "### Energy per output token (J)",
+        "",
+        "All devices' energy over the measured window (idle, compute and memory power, capped "
+        "at TDP; link energy per byte) divided by the measured requests' output tokens, mean "
+        "over seeds (docs/model.md §2.11).",
+        "",
+        md_table(["Model", "Workload", "Budget", *[f"`{p}`" for p in pols]], rows),
+        "",
+    ]
 
 
 def _warmup_section(agg: pl.DataFrame) -> list[str]:
