@@ -142,6 +142,12 @@ def _stop(ex: ProcessPoolExecutor) -> None:
     """Cancel queued points and end running workers now instead of letting them finish."""
     procs = list((getattr(ex, "_processes", None) or {}).values())
     manager = getattr(ex, "_executor_manager_thread", None)  # shutdown() forgets it
+    calls = getattr(ex, "_call_queue", None)
+    if calls is not None:
+        # points queued for killed workers may never be read: do not let the queue's
+        # feeder thread hold up the interpreter's exit flushing them (multiprocessing docs,
+        # "Joining processes that use queues"; seen once as a hang after Ctrl-C to the parent)
+        calls.cancel_join_thread()
     ex.shutdown(wait=False, cancel_futures=True)
     for proc in procs:
         if proc.is_alive():
