@@ -13,7 +13,7 @@ Measures, and prints and writes as JSON (median / min / max over repeats):
   run on one machine state;
 * cold start: the first `prefixbench sweep` after `pip install .` into a fresh virtualenv
   (compile included);
-* study: wall time of the full default sweep (384 runs, 10,000 requests each) with 2 workers,
+* study: wall time of the full default sweep (576 runs, 10,000 requests each) with 2 workers,
   each repeat in a fresh process writing into a fresh temporary directory;
 * million: a 1,000,000-request synthetic run and a real trace tiled to 1,000,000 requests,
   each in its own process (phase timings, wall, and peak RSS read with
@@ -692,7 +692,11 @@ def main() -> None:
         print("throughput (one long run per workload and policy):", flush=True)
         r["throughput"] = bench_throughput(50_000 if quick else 200_000, 1 if quick else 3)
     if "study" in only:
-        print("study (default sweep, 384 runs, 2 workers):", flush=True)
+        from prefixbench.study.grid import SweepSpec
+
+        spec = SweepSpec()
+        runs = len(spec.points()) * len(spec.policies)
+        print(f"study (default sweep, {runs} runs, 2 workers):", flush=True)
         r["study"] = bench_study(1 if quick else 3)
     if "commands" in only:
         print(f"commands (fresh processes; baseline {args.baseline}):", flush=True)
