@@ -16,10 +16,9 @@ has 2 TB of system memory for its 8 GPUs, 256 GB per device (DGX H100 datasheet)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ..errors import CatalogError
 from ..suggest import did_you_mean
+from .fabrics import FabricSpec
 
 _PCIE = "https://pcisig.com/specifications ; https://en.wikipedia.org/wiki/PCI_Express"
 _C2C = (
@@ -34,30 +33,16 @@ HOST_DRAM_SOURCE = (
 )
 
 
-@dataclass(frozen=True)
-class HostPathSpec:
-    """A host<->GPU path, per device and direction."""
-
-    name: str
-    bandwidth_gbps: float
-    latency_us: float
-    source: str = ""
-
-    @property
-    def bytes_per_s(self) -> float:
-        return self.bandwidth_gbps * 1e9
-
-    @property
-    def latency_s(self) -> float:
-        return self.latency_us / 1e6
+# the same record as a scale-up fabric's (GB/s and latency per device and direction)
+HostPathSpec = FabricSpec
 
 
 HOST_PATHS: dict[str, HostPathSpec] = {
     p.name: p
     for p in (
-        HostPathSpec("pcie4-x16", 31.5, 1.0, f"{_PCIE} ; {_LAT}"),
-        HostPathSpec("pcie5-x16", 63.0, 1.0, f"{_PCIE} ; {_LAT}"),
-        HostPathSpec("nvlink-c2c", 450.0, 1.0, f"{_C2C} ; {_LAT}"),
+        HostPathSpec("pcie4-x16", 31.5, 1.0, "host", f"{_PCIE} ; {_LAT}"),
+        HostPathSpec("pcie5-x16", 63.0, 1.0, "host", f"{_PCIE} ; {_LAT}"),
+        HostPathSpec("nvlink-c2c", 450.0, 1.0, "host", f"{_C2C} ; {_LAT}"),
     )
 }
 

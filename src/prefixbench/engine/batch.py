@@ -33,12 +33,14 @@ from .layout import (
     D_STALL,
     D_VER,
     DF0,
+    DF_BUSY,
     DF_FLOPS,
     DF_NEXT_T,
     DF_TSEG,
     DI0,
     EV_DECODE,
     FP_DC,
+    G_BATCH_AREA,
     G_ITL_CNT,
     G_ITL_H,
     G_ITL_MAX,
@@ -61,6 +63,7 @@ from .layout import (
 from .power import decode_record, power_work
 from .queues import push
 from .series import coeffs, iterations_within, series_time, weights_read
+from .window import clipped, in_window, iterations_in
 
 
 @sig("void(int64[::1], float64[::1], float64[::1], int64[::1], int64, float64, int64)")
@@ -268,3 +271,22 @@ def stall_gaps(IS, F, d, end, emits):
             F[ft + T_LAST * n + rid] = end
             if rid >= F[G_ITL_NW]:
                 itl_add(F, g, 1)
+
+
+@jit
+def account_segment(IS, F, d, t):
+    """Instance ``d`` reaches ``t`` at the end of the segment it scheduled at DF_TSEG: its
+    busy time, batch area and work inside the measured window; returns the iterations the
+    segment advances by (D_NK)."""
+    b = DI0 + d * NDI
+    f = DF0 + d * NDF
+    k = IS[b + D_NK]
+    nb = IS[b + D_B]
+    tseg = F[f + DF_TSEG]
+    if (nb > 0 or IS[b + D_STALL]) and in_window(F, tseg):
+        F[f + DF_BUSY] += clipped(F, tseg, t)
+        F[G_BATCH_AREA] += nb * clipped(F, tseg, t)
+        if k > 0:
+            ks = iterations_in(F, nb, IS[b + D_CTX], tseg, t, k)
+            segment_work(F, d, nb, IS[b + D_CTX], ks)
+    return k

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import layout as L
 from .hosttier import ht_demote
 from .jit import entry, jit
 from .layout import (
@@ -226,3 +227,18 @@ def rs_add_pending(IS, B32, B8, d, h, tokens):
     B32[rec + RS_REF] = 1
     B8[d * U + h] = ST_IN
     IS[DI0 + d * NDI + D_USED] += tokens
+
+
+@jit
+def rs_release_chain(IS, R, B32, B8, bid, d, rid):
+    """Drop request ``rid``'s references on its replica blocks (the held hit, then the
+    persisted ones), tail first, so that the chain's root stays the freshest idle block."""
+    ptr = IS[L.H_PTR]
+    rr = rid * L.NR
+    i0, i1 = IS[ptr + rid], IS[ptr + rid + 1]
+    held_end = i0 + R[rr + L.R_NHIT]
+    pers = R[rr + L.R_FLAGS] & L.F_PERS
+    pflag = IS[L.H_PFLAG]
+    for j in range(i1 - 1, i0 - 1, -1):
+        if j < held_end or (pers and B8[pflag + j]):
+            rs_release_one(IS, B32, B8, d, bid[j])

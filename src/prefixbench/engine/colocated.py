@@ -23,12 +23,12 @@ import math
 
 from . import layout as L
 from .batch import (
+    account_segment,
     add_work,
     interrupt,
     record_gaps,
     run_to_next_finish,
     schedule,
-    segment_work,
     stall_gaps,
 )
 from .blocks import pc_insert, pc_match
@@ -38,7 +38,7 @@ from .power import decode_record, power_work
 from .queues import batch_pop, batch_push, push, step_append, wq_append, wq_remove
 from .series import comm, prefill_step_time, prompt_flops, roofline, weights_read
 from .timeline import record
-from .window import clipped, in_window, iterations_in
+from .window import in_window
 
 # R fields in colocated mode: R_PRIV = KV reserved, R_NHIT = prompt tokens prefilled so far,
 # R_PBN = next request of the step being built, R_CHUNK = its chunk in that step.
@@ -339,15 +339,8 @@ def boundary(IS, F, R, B32, EHT, EHI, TLF, TLI, bid, bt, i, version, t):
     if version != IS[b + L.D_VER]:
         return
     f = L.DF0 + i * L.NDF
-    k = IS[b + L.D_NK]
+    k = account_segment(IS, F, i, t)
     nb = IS[b + L.D_B]
-    tseg = F[f + L.DF_TSEG]
-    if (nb > 0 or IS[b + L.D_STALL]) and in_window(F, tseg):
-        F[f + L.DF_BUSY] += clipped(F, tseg, t)
-        F[L.G_BATCH_AREA] += nb * clipped(F, tseg, t)
-        if k > 0:
-            ks = iterations_in(F, nb, IS[b + L.D_CTX], tseg, t, k)
-            segment_work(F, i, nb, IS[b + L.D_CTX], ks)
     if k > 0:
         record_gaps(IS, F, i, k, False)
         if IS[L.IP_REC]:

@@ -28,7 +28,14 @@ from . import costaware as ca
 from . import layout as L
 from . import paging as pg
 from . import refresh as rf
-from .batch import add_work, interrupt, record_gaps, run_to_next_finish, schedule, segment_work
+from .batch import (
+    account_segment,
+    add_work,
+    interrupt,
+    record_gaps,
+    run_to_next_finish,
+    schedule,
+)
 from .blocks import (
     pc_insert,
     pc_match,
@@ -36,7 +43,7 @@ from .blocks import (
     rs_add_pending,
     rs_idle_tokens,
     rs_match,
-    rs_release_one,
+    rs_release_chain,
     rs_trim,
 )
 from .hostpath import host_path_move
@@ -64,7 +71,7 @@ from .series import (
 )
 from .streaming import stream_batch, stream_one
 from .timeline import record
-from .window import clipped, in_window, iterations_in
+from .window import clipped, in_window
 
 # ---------------------------------------------------------------- accounting
 
@@ -554,7 +561,7 @@ def landed(IS, F, R, B8, EHT, EHI, bid, rid, t):
 @jit
 def finish(IS, F, R, B32, B8, bid, rid, d, t):
     """A sequence emitted its last token: free its KV and release its replica blocks."""
-    n, ptr, io = IS[L.IP_N], IS[L.H_PTR], IS[L.H_O]
+    n, io = IS[L.IP_N], IS[L.H_O]
     b = L.DI0 + d * L.NDI
     rr = rid * L.NR
     F[IS[L.H_FT] + L.T_DN * n + rid] = t
@@ -562,15 +569,7 @@ def finish(IS, F, R, B32, B8, bid, rid, d, t):
     IS[b + L.D_B] -= 1
     IS[b + L.D_CTX] -= np.int64(R[rr + L.R_PROMPT]) + R[rr + L.R_OUTPUT]
     IS[b + L.D_PRIV] -= R[rr + L.R_PRIV]
-    # one release over the chain (held hit, then persisted blocks), tail first, so the
-    # chain's root stays the freshest idle block
-    i0, i1 = IS[ptr + rid], IS[ptr + rid + 1]
-    held_end = i0 + R[rr + L.R_NHIT]
-    pers = R[rr + L.R_FLAGS] & L.F_PERS
-    pflag = IS[L.H_PFLAG]
-    for j in range(i1 - 1, i0 - 1, -1):
-        if j < held_end or (pers and B8[pflag + j]):
-            rs_release_one(IS, B32, B8, d, bid[j])
+    rs_release_chain(IS, R, B32, B8, bid, d, rid)
     IS[b + L.D_LOAD] -= 1
     IS[L.GI_INSYS] -= 1
 
@@ -581,15 +580,8 @@ def advance(IS, F, TLF, TLI, d, t, first_token_in_batch):
     busy time, batch area, token gaps, the timeline segment; returns the iteration count."""
     b = L.DI0 + d * L.NDI
     f = L.DF0 + d * L.NDF
-    k = IS[b + L.D_NK]
+    k = account_segment(IS, F, d, t)
     nb = IS[b + L.D_B]
-    tseg = F[f + L.DF_TSEG]
-    if (nb > 0 or IS[b + L.D_STALL]) and in_window(F, tseg):
-        F[f + L.DF_BUSY] += clipped(F, tseg, t)
-        F[L.G_BATCH_AREA] += nb * clipped(F, tseg, t)
-        if k > 0:
-            ks = iterations_in(F, nb, IS[b + L.D_CTX], tseg, t, k)
-            segment_work(F, d, nb, IS[b + L.D_CTX], ks)
     if k > 0 and IS[L.IP_GAPS]:
         record_gaps(IS, F, d, k, first_token_in_batch)
     if k > 0 and IS[L.IP_REC]:

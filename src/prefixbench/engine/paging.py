@@ -36,7 +36,7 @@ import numpy as np
 
 from . import layout as L
 from .batch import add_work, interrupt, schedule
-from .blocks import rs_acquire, rs_idle_tokens, rs_match, rs_release_one, rs_trim
+from .blocks import rs_acquire, rs_idle_tokens, rs_match, rs_release_chain, rs_trim
 from .hostpath import host_path_move
 from .jit import jit
 from .queues import batch_push, push, q_append, q_popleft
@@ -262,15 +262,8 @@ def most_recent(IS, R, d):
 def release_replicas(IS, R, B32, B8, bid, d, rid):
     """Drop the request's references on replica blocks (held hit, then persisted), tail
     first as disagg.finish does, so the chain's root stays the freshest idle block."""
-    ptr = IS[L.H_PTR]
+    rs_release_chain(IS, R, B32, B8, bid, d, rid)
     rr = rid * L.NR
-    i0, i1 = IS[ptr + rid], IS[ptr + rid + 1]
-    held_end = i0 + R[rr + L.R_NHIT]
-    pers = R[rr + L.R_FLAGS] & L.F_PERS
-    pflag = IS[L.H_PFLAG]
-    for j in range(i1 - 1, i0 - 1, -1):
-        if j < held_end or (pers and B8[pflag + j]):
-            rs_release_one(IS, B32, B8, d, bid[j])
     R[rr + L.R_NHIT] = 0
     R[rr + L.R_FLAGS] &= ~L.F_PERS
     R[rr + L.R_PTH] = 0
