@@ -19,7 +19,7 @@ from ..scenario import POLICIES, REFERENCE_POLICIES
 
 
 class SweepSpec(BaseModel):
-    """A sweep grid (YAML file or flags). The default is the seed study's 384 runs."""
+    """A sweep grid (YAML file or flags). The default is the reference study: the seed's 384 points' grid with all six policies (576 runs)."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
