@@ -387,6 +387,27 @@ def test_paged_preemption_matches_reference_and_conserves(case):
     assert np.all(cols["preempt_delay_s"][pre] > 0) and np.all(cols["preempt_delay_s"][~pre] == 0)
 
 
+def test_hot_set_refresh_sees_the_blocks_taken_since_the_last_boundary():
+    """A case Hypothesis found (tests/data/refresh_paged_case.json): under paged KV a
+    hot-set refresh between two decode boundaries must count the blocks the running
+    sequences took since the last one, as an admission does. Refreshing with the last
+    boundary's books, the engine trimmed a replica the reference kept, and request 17 lost
+    its 16-token hit."""
+    import json
+    from pathlib import Path
+
+    from prefixbench.workload.requests import Requests
+
+    case = json.loads((Path(__file__).parent / "data" / "refresh_paged_case.json").read_text())
+    req = Requests(**{k: np.asarray(v) for k, v in case["requests"].items()})
+    data = dict(case["config"], hot_blocks=[tuple(b) for b in case["config"]["hot_blocks"]])
+    acc = catalog.get_accelerator(case["accelerator"])
+    cfg, ref_cfg = pair(model_spec(case["model"]), acc, 1, acc, 1, tuple(case["eff"]), **data)
+    res = simulate(req, cfg)
+    assert_same(res.columns, ReferenceSim(req, ref_cfg).run(), "refresh under paged KV")
+    assert res.columns["replica_hit_tokens"][17] == 16
+
+
 @_settings(150)
 @given(disagg_cases())
 def test_paged_equals_reserve_with_room(case):

@@ -80,7 +80,7 @@ def run_disaggregated(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt):
             dis.prefill_done(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, a, t)
         elif kind == EV_TIMEOUT:
             if a < 0:  # the hot set's refresh (warmup.refresh): not request activity
-                wu.refresh(IS, F, B32, B8, EHT, EHI, TLF, TLI, t)
+                wu.refresh(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, t)
                 continue
             if not dis.timeout(IS, F, R, a, t):
                 continue

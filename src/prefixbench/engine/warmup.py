@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import layout as L
+from . import paging as pg
 from . import refresh as rf
 from .blocks import rs_trim
 from .disagg import mem_changed
@@ -70,7 +71,7 @@ def hot_bytes(hot_tokens: np.ndarray, kv_bpt: float) -> float:
 
 
 @jit
-def refresh(IS, F, B32, B8, EHT, EHI, TLF, TLI, t):
+def refresh(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, t):
     """Re-rank the hot set from the block uses since the last refresh (most used first,
     ties lowest id, taken while their tokens fit the capacity: the first hot set's rule),
     make it the set requests persist, and warm every decode instance with the blocks it
@@ -102,6 +103,11 @@ def refresh(IS, F, B32, B8, EHT, EHI, TLF, TLI, t):
     for d in range(D):
         b = L.DI0 + d * L.NDI
         rs = 4 * U * d
+        # paged: the blocks of the iterations started by now are taken first (and the idle
+        # replicas those trim), as at an admission: the free memory is today's, not the
+        # last boundary's
+        if IS[L.IP_PAGED] and pg.sync(IS, F, R, B32, B8, d, t):
+            mem_changed(IS, F, TLF, TLI, d, t)
         added = 0
         for i in range(k):
             h = np.int64(F[order + i])
