@@ -87,7 +87,8 @@ def sweep(
         Study,
         typer.Option(
             "--study",
-            help="reference: the prefix study (576 runs: seed 000's 384 + replicate_tiered and cost_aware); disagg: seed 001's 540 coupled-vs-disaggregated configurations.",
+            help="reference: the prefix study (576 runs: seed 000's 384 + replicate_tiered "
+            "and cost_aware); disagg: seed 001's 540 coupled-vs-disaggregated configurations.",
         ),
     ] = None,
     backend: Annotated[
