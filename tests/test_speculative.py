@@ -84,9 +84,7 @@ def test_speculative_matches_reference(sets):
     prep = prepare(load_scenario("medium_chat", [*over, *sets]))
     ref_cfg = scenario_config(prep)
     assert ref_cfg.budget_tokens == prep.base.budget_tokens
-    for policy in POLICIES:
-        if policy in MIXED:  # refused: see test_speculative_refused_beside_recompute_chunks
-            continue
+    for policy in POLICIES:  # recompute_on_decode and cost_aware: chunks beside speculation
         res = simulate_policy(prep, policy, track_gaps=True)
         ref = ReferenceSim(prep.requests, dataclasses.replace(ref_cfg, policy=policy)).run()
         assert_same(res.columns, ref, f"speculative {policy}")
