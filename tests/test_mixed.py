@@ -113,7 +113,8 @@ def test_mixed_iteration_by_hand():
     compute_bound = []
     for (t0, t1, _, _), c in zip(stalls, want_chunks, strict=True):
         # one REAL iteration: A's 3 tokens verified plus tau x c chunk tokens, then / tau
-        flops = g * (f_lin + f_head) + a * g * ctx + tau * (c * f_lin + a * (c * done + c * (c + 1) / 2))
+        chunk = c * f_lin + a * (c * done + c * (c + 1) / 2)  # the engine chunk's FLOPs
+        flops = g * (f_lin + f_head) + a * g * ctx + tau * chunk
         nbytes = w + k * ctx + k * (done + tau * c)  # prefix read once, tau x c written
         dur = (max(flops / fr, nbytes / br) + draft(ctx) + g * 1e-3) / tau
         assert t1 - t0 == pytest.approx(dur, rel=1e-9)
@@ -149,12 +150,17 @@ def test_cost_aware_walks_speculative_mixed_iterations():
     req = make_requests(arrival, [6 * block + 30] * n, rng.integers(20, 80, n), chains)
     mtp = QWEN05.model_copy(update={"layers": 1})
     cfg, ref_cfg = pair(
-        QWEN05, L4, 1, L4, 1, (0.5, 0.5, 0.7, 1.0, 1.0),
-        policy="cost_aware", link_bytes_per_s=0.1e9, max_batch=16,
+        QWEN05,
+        L4,
+        1,
+        L4,
+        1,
+        (0.5, 0.5, 0.7, 1.0, 1.0),
+        policy="cost_aware",
+        link_bytes_per_s=0.1e9,
+        max_batch=16,
     )
-    cfg = dataclasses.replace(
-        cfg, decode_cost=speculative_cost(cfg.decode_cost, mtp, GAMMA, ALPHA)
-    )
+    cfg = dataclasses.replace(cfg, decode_cost=speculative_cost(cfg.decode_cost, mtp, GAMMA, ALPHA))
     ref_cfg.decode.speculate(roofline(mtp, L4, 1, EFF), GAMMA, ALPHA)
     cols = simulate(req, cfg).columns
     assert_same(cols, ReferenceSim(req, ref_cfg).run(), "speculative cost_aware")

@@ -75,7 +75,8 @@ def test_speculation_cuts_tpot():
     [
         DRAFT,
         [f"{SPEC}.method=mtp", f"{SPEC}.gamma=2", f"{SPEC}.acceptance=0.9"],
-        [f"{SPEC}.method=mtp", f"{SPEC}.gamma=3", f"{SPEC}.acceptance=0.6", "cluster.decode.devices=2"],
+        [f"{SPEC}.method=mtp", f"{SPEC}.gamma=3", f"{SPEC}.acceptance=0.6"]
+        + ["cluster.decode.devices=2"],
     ],
     ids=["draft", "mtp", "mtp-tp2"],
 )

@@ -51,8 +51,8 @@ import numpy as np
 from . import layout as L
 from .hostpath import host_path_free
 from .jit import entry, jit
-from .nics import free_at
 from .mixed import chunk_add, chunk_room, mixed_close, mixed_open
+from .nics import free_at
 
 KEEP_MIN = 1.5  # decayed uses (this one included) to keep a block: a reuse within one half-life
 X_T0, X_TOK = 0, 1  # tail, per decode instance: first admission time, admitted prompt tokens

@@ -4,9 +4,10 @@ A recompute job (``recompute_on_decode``: the prefix tokens the prefill node too
 cache) runs as chunked prefill mixed into the decode iterations, as vLLM's and SGLang's
 chunked prefill do: while jobs are queued, every iteration carries one decode token per
 running sequence plus recompute chunks, first come first served, filling the rest of a
-per-iteration token budget (``cluster.chunk_token_budget``); jobs of several requests
-share an iteration. A job whose leading blocks another queued or running job on the same
-instance is already computing does not compute them again: it waits until that job has
+per-iteration token budget (``cluster.chunk_token_budget``; with speculative decoding the
+batch's draft and verify tokens take their share first, engine/mixed.py prices the
+iteration); jobs of several requests share an iteration. A job whose leading blocks
+another queued or running job on the same instance is already computing does not compute them again: it waits until that job has
 computed them (its shared tokens count as done at the end of the iteration that finishes
 them, or at once if they already are) and then computes the rest itself.
 
@@ -23,9 +24,9 @@ import math
 from . import layout as L
 from .batch import add_work, itl_add, schedule
 from .jit import jit
+from .mixed import chunk_add, chunk_room, mixed_close, mixed_open
 from .power import decode_record, power_work
 from .queues import q_append
-from .mixed import chunk_add, chunk_room, mixed_close, mixed_open
 from .timeline import record
 
 
