@@ -330,6 +330,8 @@ class Roofline:
         """Colocated chunked step (docs/coupled.md): one decode token per running sequence
         plus prefill chunks (n new tokens after ``done`` already prefilled, and whether the
         chunk ends its prompt and so produces logits), priced at decode efficiency."""
+        if getattr(self, "spec", None) and batch > 0:  # --- spec
+            return self._speculative_mixed(batch, context, chunks)
         flops = batch * (self.f_lin + self.f_head) + self.attn * context
         tokens = batch
         kv_tokens = context
@@ -342,6 +344,42 @@ class Roofline:
         nbytes = self.weights_read(tokens) + self.kv * kv_tokens
         e = self.eff
         return self._time(flops, nbytes, e.mfu_decode, e.decode_overhead_ms) + self.comm(tokens)
+
+    # --- spec: speculative decoding beside recompute chunks (docs/model.md §1.9, §2.13)
+
+    def chunk_room(self, batch: int, budget: int) -> int:
+        """Chunk tokens one engine iteration carries beside ``batch`` sequences: the budget
+        less the batch; speculative, the budget less the batch's γ + 1 tokens each (vLLM V1
+        schedules draft tokens in the same budget), over the expected tokens τ (the real
+        iteration carries τ times the engine's chunk)."""
+        if not getattr(self, "spec", None) or batch == 0:
+            return budget - batch
+        _draft, gamma, tokens = self.spec
+        return math.floor((budget - batch * (gamma + 1)) / tokens)
+
+    def _speculative_mixed(self, batch: int, context: int, chunks) -> float:
+        """One REAL speculative iteration carrying τ times the engine's chunks, per token of
+        each sequence (over τ): γ draft steps for the batch; one target pass over the batch's
+        γ + 1 tokens each and the chunk tokens. A chunk's FLOPs over the real iteration are
+        τ times its engine chunk's (so a job's FLOPs sum to its prefill's); it reads its
+        done prefix once and writes its τ·n tokens."""
+        draft, gamma, tokens = self.spec
+        verified = batch * (gamma + 1)
+        flops = verified * (self.f_lin + self.f_head) + self.attn * (gamma + 1) * context
+        kv_tokens = float(context)
+        real_chunk = tokens * sum(n for n, _, _ in chunks)
+        for n, done, _last in chunks:
+            flops += tokens * (self.f_lin * n + self.attn * (n * done + n * (n + 1) / 2))
+            kv_tokens += done + tokens * n
+        nbytes = self.weights_read(verified + math.floor(real_chunk)) + self.kv * kv_tokens
+        e = self.eff
+        total = self._time(flops, nbytes, e.mfu_decode, 0.0)
+        total += self.comm(verified + real_chunk)
+        for _step in range(gamma):
+            total += (draft.w_dense + draft.kv * context) / (self.hbm * e.mbu)
+        for _pass in range(gamma + 1):
+            total += e.decode_overhead_ms * 1e-3
+        return total / tokens
 
     def prefix_cache_tokens(self, fraction: float) -> int:
         """§1.4: (HBM − weights) · prefill_cache_fraction / K tokens."""

@@ -1109,7 +1109,7 @@ class ReferenceSim:
 
     def mixed_recompute(self, d: int, t: float) -> None:
         cfg, dec = self.cfg, self.dc[d]
-        room = cfg.recompute_chunk_tokens - len(dec.running)
+        room = cfg.decode.chunk_room(len(dec.running), cfg.recompute_chunk_tokens)  # --- spec
         chunks = {}
         for r in dec.recompute:
             if r.rc_wait is None and room > 0:
@@ -1195,7 +1195,7 @@ class ReferenceSim:
         dec, roof = self.dc[d], self.cfg.decode
         nb = len(dec.running)
         ctx = sum(x.prompt + x.generated for x in dec.running)
-        room = self.cfg.recompute_chunk_tokens - nb
+        room = roof.chunk_room(nb, self.cfg.recompute_chunk_tokens)  # --- spec
         span = extra = 0.0
         done = h
         while m > 0:

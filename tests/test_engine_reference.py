@@ -47,7 +47,7 @@ from reference_sim import (
 
 from prefixbench import catalog
 from prefixbench.catalog.specs import AcceleratorSpec, ModelSpec
-from prefixbench.costmodel import Efficiency, InstanceCost
+from prefixbench.costmodel import Efficiency, InstanceCost, speculative_cost
 from prefixbench.errors import SimulationError
 from prefixbench.loader import load_scenario
 from prefixbench.runner import EngineConfig, prepare, simulate, simulate_policy
@@ -187,9 +187,10 @@ def workloads(draw, min_output: int = 1, shares=(0.0, 0.3, 0.7, 0.9, 1.0)):
 
 
 @st.composite
-def disagg_cases(draw, policies=POLICIES, tight: bool = False):
+def disagg_cases(draw, policies=POLICIES, tight: bool = False, speculative: bool = False):
     """(Requests, EngineConfig, RefConfig) of a small disaggregated scenario (``tight``:
-    shared chains under budgets that trim, so a host tier fills and hits)."""
+    shared chains under budgets that trim, so a host tier fills and hits; ``speculative``:
+    the decode pool always speculates)."""
     req, tokens = draw(workloads(shares=(0.7, 0.9, 1.0)) if tight else workloads())
     n_blocks = len(tokens)
     model = model_spec(draw(st.sampled_from(MODELS)))
@@ -220,6 +221,12 @@ def disagg_cases(draw, policies=POLICIES, tight: bool = False):
                 hot.append((k + 100, tokens[k]))
                 total += tokens[k]
     link = _link(draw)
+    spec = _speculative(draw, model, speculative)
+    max_batch = draw(st.integers(1, 6))
+    chunk = draw(st.sampled_from([8, 64, 512, 2048]))
+    if spec is not None:  # --- spec: the budget holds a chunk beside a full verified batch
+        g, tau = spec[1] + 1, sum(spec[2] ** i for i in range(spec[1] + 1))
+        chunk = max(chunk, max_batch * g + math.ceil(tau) + draw(st.integers(0, 3)))
     cfg, ref = pair(
         model,
         p_acc,
@@ -234,8 +241,8 @@ def disagg_cases(draw, policies=POLICIES, tight: bool = False):
         link_latency_s=draw(st.sampled_from([0.0, 30e-6, 2e-3])),
         **link,
         layers=model.layers,
-        recompute_chunk_tokens=draw(st.sampled_from([8, 64, 512, 2048])),
-        max_batch=draw(st.integers(1, 6)),
+        recompute_chunk_tokens=chunk,
+        max_batch=max_batch,
         prefill_token_budget=draw(st.sampled_from([1, 512, 2048, 8192])),
         prefill_cache_tokens=draw(st.sampled_from([0, 300, 1500, 10**9])),
         budget_tokens=budget,
@@ -257,7 +264,28 @@ def disagg_cases(draw, policies=POLICIES, tight: bool = False):
         host_path_latency_s=draw(st.sampled_from([1e-6, 1e-3])),
         **_admission(draw),
     )
+    if spec is not None:  # --- spec: each side prices the draft from its own shape
+        draft, gamma, alpha = spec
+        e = efficiency(eff)
+        cfg = dataclasses.replace(
+            cfg, decode_cost=speculative_cost(cfg.decode_cost, draft, gamma, alpha)
+        )
+        ref.decode.speculate(roofline(draft, d_acc, d_dev, e), gamma, alpha)
+        event(f"speculative with {cfg.policy}")
     return req, cfg, ref
+
+
+def _speculative(draw, model, always: bool):
+    """None (most cases), or (draft, γ, α): one MTP layer of a dense target, or Qwen2-0.5B
+    as a separate draft (the only one for MLA and MoE targets; drafts are priced dense)."""
+    if not always and draw(st.integers(0, 2)) != 0:
+        return None
+    dense = model.kv_lora_rank == 0 and model.n_routed_experts == 0
+    if dense and draw(st.booleans()):
+        draft = model.model_copy(update={"layers": 1})
+    else:
+        draft = catalog.get_model("qwen2-0.5b")
+    return draft, draw(st.integers(1, 4)), draw(st.sampled_from([0.5, 0.7, 0.9, 1.0]))
 
 
 def _admission(draw) -> dict:
@@ -328,6 +356,14 @@ def _check_disagg(case) -> None:
 @_settings(600)
 @given(disagg_cases())
 def test_disaggregated_matches_reference(case):
+    _check_disagg(case)
+
+
+@_settings(300)
+@given(disagg_cases(policies=("recompute_on_decode", "cost_aware"), speculative=True))
+def test_speculative_recompute_chunks_match_reference(case):
+    """--- spec: recompute chunks beside a speculating batch (docs/model.md §1.9, §2.13):
+    every mixed iteration's chunks and duration, and cost_aware's walk of them, agree."""
     _check_disagg(case)
 
 

@@ -561,7 +561,8 @@ class ClusterSpec(_M):
         le=MAX_TOKENS,
         description="Tokens per chunked step (decodes + prefill chunks): colocated chunked "
         "steps, and a decode instance's iterations carrying recompute_on_decode's prefix "
-        "chunks (must exceed max_decode_batch).",
+        "chunks and cost_aware's (must exceed max_decode_batch; with speculative decoding "
+        "leave at least ⌈τ⌉ beyond max_decode_batch·(γ+1), the batch's verified tokens).",
     )
     prefill_instances: int = Field(
         1, ge=1, le=MAX_INSTANCES, description="Number of prefill instances (P; 1 to 1024)."

@@ -7,6 +7,7 @@ the engine cannot represent; nothing is silently run another way.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -232,19 +233,34 @@ def _check_stream(cfg: EngineConfig) -> None:
             "cluster.link.streaming",
             "set cluster.link.topology: shared_nics, or streaming: after_prefill",
         )
-    if cfg.policy in ("recompute_on_decode", "cost_aware") and cfg.decode_cost.spec_tau != 1.0:
-        _refuse(
-            "speculative decoding beside recompute chunks in decode iterations is not "
-            "modelled yet",
-            "cluster.decode.speculative",
-            "drop speculative for recompute_on_decode and cost_aware, or run another policy",
-        )
+    if cfg.policy in ("recompute_on_decode", "cost_aware"):
+        _check_spec_room(cfg)
     if cfg.policy in ("recompute_on_decode", "cost_aware") and cfg.recompute_chunk_tokens <= cfg.max_batch:
         _refuse(
             f"chunk_token_budget {cfg.recompute_chunk_tokens} leaves no room for a recompute "
             f"chunk beside a full decode batch of {cfg.max_batch}",
             "cluster.chunk_token_budget",
             "set cluster.chunk_token_budget above cluster.max_decode_batch",
+        )
+
+
+def _check_spec_room(cfg: EngineConfig) -> None:
+    """With speculative decoding a full batch verifies max_batch·g tokens of the chunk budget
+    (vLLM V1 schedules draft tokens in the same budget); what is left, over τ, must hold a
+    recompute token per engine iteration (engine/mixed.chunk_room at a full batch)."""
+    c = cfg.decode_cost
+    g, tau = c.spec_tokens, c.spec_tau
+    if g == 1.0 and tau == 1.0:
+        return
+    left = cfg.recompute_chunk_tokens - cfg.max_batch * int(g)
+    if math.floor(left / tau) < 1:
+        _refuse(
+            f"chunk_token_budget {cfg.recompute_chunk_tokens} leaves no room for a recompute "
+            f"chunk beside a full decode batch of {cfg.max_batch} verifying {int(g)} tokens "
+            "each",
+            "cluster.chunk_token_budget",
+            f"set cluster.chunk_token_budget to at least "
+            f"{cfg.max_batch * int(g) + math.ceil(tau)}, or lower cluster.max_decode_batch",
         )
 
 

@@ -51,8 +51,8 @@ import numpy as np
 from . import layout as L
 from .hostpath import host_path_free
 from .jit import entry, jit
+from .mixed import chunk_add, chunk_room, mixed_close, mixed_open
 from .nics import free_at
-from .series import comm, roofline, weights_read
 
 KEEP_MIN = 1.5  # decayed uses (this one included) to keep a block: a reuse within one half-life
 X_T0, X_TOK = 0, 1  # tail, per decode instance: first admission time, admitted prompt tokens
@@ -81,25 +81,21 @@ def recompute_time(IS, F, d, m, h):
     on ``d`` as recompute.mixed_step runs it: chunks of the iteration token budget left by
     the current batch, each iteration also decoding the batch; the extra is what those
     iterations take beyond plain decode iterations (the delay every running sequence
-    sees). The batch is taken as it is now (the one place a recompute is priced)."""
-    c0 = L.FP_DC
+    sees). The batch is taken as it is now; each iteration is priced by engine/mixed.py,
+    as the run prices it (speculative decoding included)."""
     b = L.DI0 + d * L.NDI
-    lf, lmh, att, kv = F[c0 + L.C_LF], F[c0 + L.C_LMH], F[c0 + L.C_ATT], F[c0 + L.C_KV]
     nb, ctx = IS[b + L.D_B], IS[b + L.D_CTX]
-    room = IS[L.IP_RCHUNK] - nb
+    room = chunk_room(IS, F, nb)
     total, extra, done = 0.0, 0.0, h
     while m > 0:
         c = room if room < m else m
         plain = 0.0
         if nb > 0:
-            pf = nb * (lf + lmh) + att * ctx
-            pb = weights_read(F, c0, nb) + kv * ctx
-            plain = roofline(pf, pb, F[c0 + L.C_FRD], F[c0 + L.C_BR], F[c0 + L.C_DOV])
-            plain += comm(F, c0, float(nb))
-        flops = nb * (lf + lmh) + att * ctx + c * lf + att * (c * done + c * (c + 1) / 2.0)
-        bytes_ = weights_read(F, c0, nb + c) + kv * ctx + kv * (done + c)
-        dur = roofline(flops, bytes_, F[c0 + L.C_FRD], F[c0 + L.C_BR], F[c0 + L.C_DOV])
-        dur += comm(F, c0, float(nb + c))
+            pf, pk = mixed_open(F, nb, ctx)
+            plain = mixed_close(F, nb, ctx, 0, pf, pk)[0]
+        flops, kv_io = mixed_open(F, nb, ctx)
+        flops, kv_io = chunk_add(F, nb, flops, kv_io, c, done)
+        dur = mixed_close(F, nb, ctx, c, flops, kv_io)[0]
         total += dur
         extra += dur - plain
         done += c

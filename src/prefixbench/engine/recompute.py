@@ -4,9 +4,10 @@ A recompute job (``recompute_on_decode``: the prefix tokens the prefill node too
 cache) runs as chunked prefill mixed into the decode iterations, as vLLM's and SGLang's
 chunked prefill do: while jobs are queued, every iteration carries one decode token per
 running sequence plus recompute chunks, first come first served, filling the rest of a
-per-iteration token budget (``cluster.chunk_token_budget``); jobs of several requests
-share an iteration. A job whose leading blocks another queued or running job on the same
-instance is already computing does not compute them again: it waits until that job has
+per-iteration token budget (``cluster.chunk_token_budget``; with speculative decoding the
+batch's draft and verify tokens take their share first, engine/mixed.py prices the
+iteration); jobs of several requests share an iteration. A job whose leading blocks
+another queued or running job on the same instance is already computing does not compute them again: it waits until that job has
 computed them (its shared tokens count as done at the end of the iteration that finishes
 them, or at once if they already are) and then computes the rest itself.
 
@@ -23,9 +24,9 @@ import math
 from . import layout as L
 from .batch import add_work, itl_add, schedule
 from .jit import jit
+from .mixed import chunk_add, chunk_room, mixed_close, mixed_open
 from .power import decode_record, power_work
 from .queues import q_append
-from .series import comm, roofline, weights_read
 from .timeline import record
 
 
@@ -155,11 +156,9 @@ def mixed_step(IS, F, R, B8, bid, EHT, EHI, TLF, TLI, d, t, nj):
     n, ft = IS[L.IP_N], IS[L.H_FT]
     b = L.DI0 + d * L.NDI
     c0 = L.FP_DC
-    lf, lmh, att, kv = F[c0 + L.C_LF], F[c0 + L.C_LMH], F[c0 + L.C_ATT], F[c0 + L.C_KV]
     nb, ctx = IS[b + L.D_B], IS[b + L.D_CTX]
-    room = IS[L.IP_RCHUNK] - nb
-    flops = nb * (lf + lmh) + att * ctx
-    kv_io = kv * ctx
+    room = chunk_room(IS, F, nb)
+    flops, kv_io = mixed_open(F, nb, ctx)
     chunks = 0
     a = IS[b + L.D_RQH]
     while a != -1:  # chunks, first come first served
@@ -173,13 +172,9 @@ def mixed_step(IS, F, R, B8, bid, EHT, EHI, TLF, TLI, d, t, nj):
             R[ar + L.R_RCH] = m
             chunks += m
             room -= m
-            flops += m * lf + att * (m * done + m * (m + 1) / 2.0)
-            kv_io += kv * (done + m)
+            flops, kv_io = chunk_add(F, nb, flops, kv_io, m, done)
         a = R[ar + L.R_RQN]
-    tokens = nb + chunks
-    bytes_ = weights_read(F, c0, tokens) + kv_io
-    dur = roofline(flops, bytes_, F[c0 + L.C_FRD], F[c0 + L.C_BR], F[c0 + L.C_DOV])
-    dur += comm(F, c0, float(tokens))
+    dur, flops, bytes_ = mixed_close(F, nb, ctx, chunks, flops, kv_io)
     end = t + dur
     if t >= F[L.FP_TWARM]:
         add_work(F, L.DF0 + d * L.NDF + L.DF_FLOPS, flops, bytes_)

@@ -1,0 +1,91 @@
+"""The price of a mixed decode iteration: the running batch's decode tokens plus recompute
+chunks in one step (docs/model.md §1.9, §2.13). One pricing for every caller: the run
+(recompute.mixed_step) and the cost-aware estimate that walks those iterations
+(costaware.recompute_time).
+
+With speculative decoding the real iteration follows vLLM V1's scheduler: each running
+sequence's γ draft tokens plus its one token (g = γ + 1 to verify) are scheduled first out
+of the same token budget as the prefill chunks, which take what is left. The engine's
+fluid iteration is ``1/τ`` of a real one (every sequence emits one token), so per engine
+iteration the chunks take ``c = ⌊(budget − b·g) / τ⌋`` tokens (the real iteration carries
+``τ·c``) and everything the real iteration does once (the verify pass, its weight and KV
+reads, the draft steps, the overheads, the fabric) counts ``1/τ``, while each chunk's own
+FLOPs are its ``c`` tokens' (the causal attention of a job's ``m`` tokens sums to
+``m(m+1)/2`` however it is chunked, so the job's FLOPs are exact) and its KV: the
+``c`` tokens written, the ``done`` prefix read once per real iteration (``done/τ``).
+Without a batch (``b = 0``) nothing speculates: a plain chunk step. With speculation off
+(g = τ = 1, draft terms 0) every operation is today's, in today's order: bit-identical.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import layout as L
+from .jit import jit
+from .series import comm, roofline, weights_read
+
+
+@jit
+def spec_of(F, nb):
+    """(g, τ) of an iteration over ``nb`` sequences: the verified tokens per sequence and
+    the expected tokens per sequence; (1, 1) without a batch."""
+    if nb == 0:
+        return 1.0, 1.0
+    return F[L.FP_DC + L.C_SG], F[L.FP_DC + L.C_STAU]
+
+
+@jit
+def chunk_room(IS, F, nb):
+    """Recompute tokens one engine iteration beside ``nb`` sequences may carry:
+    ⌊(budget − nb·g) / τ⌋ (the budget less the batch without speculation)."""
+    g, tau = spec_of(F, nb)
+    if tau == 1.0 and g == 1.0:
+        return IS[L.IP_RCHUNK] - nb
+    return np.int64(math.floor((IS[L.IP_RCHUNK] - nb * int(g)) / tau))
+
+
+@jit
+def mixed_open(F, nb, ctx):
+    """(FLOPs, KV bytes) of the batch's part of an engine iteration: its verify pass over
+    nb·g tokens attending to ``ctx``, over τ."""
+    c0 = L.FP_DC
+    g, tau = spec_of(F, nb)
+    flops = (nb * g * (F[c0 + L.C_LF] + F[c0 + L.C_LMH]) + F[c0 + L.C_ATT] * g * ctx) / tau
+    return flops, (F[c0 + L.C_KV] * ctx) / tau
+
+
+@jit
+def chunk_add(F, nb, flops, kv_io, m, done):
+    """(FLOPs, KV bytes) after adding a chunk of ``m`` tokens after ``done`` computed ones:
+    its own FLOPs (no logits), its KV written and its prefix read once per real iteration."""
+    c0 = L.FP_DC
+    tau = spec_of(F, nb)[1]
+    att = F[c0 + L.C_ATT]
+    flops += m * F[c0 + L.C_LF] + att * (m * done + m * (m + 1) / 2.0)
+    kv_io += F[c0 + L.C_KV] * (done / tau + m)
+    return flops, kv_io
+
+
+@jit
+def mixed_close(F, nb, ctx, chunks, flops, kv_io):
+    """(Duration, FLOPs, bytes) of the engine iteration: one roofline over the verify pass
+    and the chunks, the draft steps (memory-bound), the overheads of the g passes and the
+    fabric of the real iteration's nb·g + τ·chunks tokens, all but the chunks' work over
+    τ; the FLOPs and bytes returned include the draft's (for MFU, MBU and energy)."""
+    c0 = L.FP_DC
+    g, tau = spec_of(F, nb)
+    br = F[c0 + L.C_BR]
+    real = nb * g + tau * chunks
+    bytes_ = weights_read(F, c0, np.int64(nb * int(g) + int(tau * chunks))) / tau + kv_io
+    dur = roofline(flops, bytes_, F[c0 + L.C_FRD], br, F[c0 + L.C_DOV] * g / tau)
+    dw, dkv, df, da = 0.0, 0.0, 0.0, 0.0
+    if nb > 0:
+        dw, dkv, df, da = F[c0 + L.C_SDW], F[c0 + L.C_SDKV], F[c0 + L.C_SDF], F[c0 + L.C_SDA]
+    dur += (dw + dkv * ctx) / br / tau
+    dur += comm(F, c0, real) / tau
+    work_f = flops + (nb * df + da * ctx) / tau
+    work_b = bytes_ + (dw + dkv * ctx) / tau
+    return dur, work_f, work_b
