@@ -239,6 +239,20 @@ def _check_stream(cfg: EngineConfig) -> None:
             "cluster.decode.speculative",
             "drop speculative for recompute_on_decode and cost_aware, or run another policy",
         )
+    if cfg.decode_cost.ced_window and cfg.decode_cost.spec_tau != 1.0:  # --- ced
+        _refuse(
+            "speculative decoding beside CED replay chunks in decode iterations is not "
+            "modelled yet",
+            "model.ced_replay_on",
+            "use ced_replay_on: prefill, or drop speculative",
+        )
+    if cfg.decode_cost.ced_window and cfg.recompute_chunk_tokens <= cfg.max_batch:  # --- ced
+        _refuse(
+            f"chunk_token_budget {cfg.recompute_chunk_tokens} leaves no room for a CED replay "
+            f"chunk beside a full decode batch of {cfg.max_batch}",
+            "cluster.chunk_token_budget",
+            "set cluster.chunk_token_budget above cluster.max_decode_batch",
+        )
     if cfg.policy in ("recompute_on_decode", "cost_aware") and cfg.recompute_chunk_tokens <= cfg.max_batch:
         _refuse(
             f"chunk_token_budget {cfg.recompute_chunk_tokens} leaves no room for a recompute "
