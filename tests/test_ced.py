@@ -107,22 +107,39 @@ def test_ced_keeps_decode_and_kv():
     assert a.kv_bpt == b.kv_bpt == 2 * 80 * 8 * 128 * 2
 
 
-def test_ced_matches_reference():
-    """The reference simulator prices the encoder-only prefill with its own per-module
-    arithmetic and agrees on every timestamp, every policy (qwen2-1.5b: QKV biases, tied
-    embeddings)."""
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["model.ced_replay_on=prefill"],
+        ["model.ced_replay_on=decode"],
+        # replay on decode under memory pressure: preempted sequences resume without a
+        # second replay; replay chunks share iterations with recompute chunks
+        ["model.ced_replay_on=decode", "memory.budget_factor=0.35", "model.ced_replay_tokens=300"],
+        ["model.ced_replay_on=decode", "memory.preemption=swap", "memory.budget_factor=0.35"],
+    ],
+)
+def test_ced_matches_reference(extra):
+    """The reference simulator prices the encoder-only prefill and the replay (on prefill:
+    in the prefill step; on decode: a job before the first iteration) with its own
+    per-module arithmetic and agrees on every timestamp, every policy (qwen2-1.5b: QKV
+    biases, tied embeddings), and on the prefill cache capacity the residency implies."""
     over = [
         "run.requests=80",
         "run.warmup_requests=8",
         "workload.output_length.min=2",
         "model.ced_encoder_layers=10",
+        *extra,
     ]
     prep = prepare(load_scenario("medium_chat", over))
     ref_cfg = scenario_config(prep)
+    assert ref_cfg.prefill_cache_tokens == prep.base.prefill_cache_tokens
     for policy in POLICIES:
         res = simulate_policy(prep, policy, track_gaps=True)
         ref = ReferenceSim(prep.requests, dataclasses.replace(ref_cfg, policy=policy)).run()
-        assert_same(res.columns, ref, f"ced {policy}")
+        assert_same(res.columns, ref, f"ced {extra} {policy}")
+        if "model.ced_replay_on=decode" in extra:  # every completed request replayed
+            done = res.columns["outcome"] == 1
+            assert not np.isnan(res.columns["t_recompute_end"][done]).any()
 
 
 @pytest.mark.parametrize(
@@ -211,3 +228,18 @@ def test_replay_on_decode_refusals():
     prep = prepare(load_scenario("seed003", [*IDEAL, *sets, *tight]))
     with pytest.raises(PrefixbenchError, match="no room for a CED replay"):
         simulate_policy(prep, "transfer_per_request")
+
+
+def test_preset_is_seed003_with_the_split():
+    """`seed003_ced` is seed003 serving the seed's illustrative 40 + 40 split, nothing else."""
+    a, b = load_scenario("seed003").model_dump(), load_scenario("seed003_ced").model_dump()
+    fmt = b.pop("model_format")
+    assert (fmt["ced_encoder_layers"], fmt["ced_replay_on"], fmt["ced_replay_tokens"]) == (
+        40,
+        "prefill",
+        128,
+    )
+    a.pop("model_format")
+    for k in ("name", "description"):
+        a.pop(k), b.pop(k)
+    assert a == b
