@@ -152,6 +152,8 @@ class Roofline:
         split: Split | None = None,
         cap_w: float | None = None,
         encoder_layers: int | None = None,
+        replay_on: str = "prefill",  # --- ced: where the bounded replay runs
+        replay_window: int = 0,
     ) -> None:
         p = _module_params(model)
         split = split or Split()
@@ -193,8 +195,11 @@ class Roofline:
             self.w_dense,
             model.layers,
         )
+        # --- ced: prefill's LM head, resident weights, replay window (tokens per prompt)
+        self.p_head, self.p_resident, self.p_window = self.f_head, self.w_all, 0
         if encoder_layers is not None:
             self._encoder_setup(model, encoder_layers, p, wb)
+            self._replay_setup(model, encoder_layers, p, wb, replay_on, replay_window)
 
     def _encoder_setup(self, model, encoder: int, p: dict, wb: float) -> None:
         """Per-layer shares of the dense stack (every layer alike): attention, norms and
@@ -210,6 +215,27 @@ class Roofline:
         head = p["embed"] if model.tied_embeddings else p["lm_head"]
         self.p_w = (per_layers * share + final_norm + projections + head) * wb
         self.p_layers = encoder
+
+    def _replay_setup(self, model, encoder: int, p: dict, wb: float, on: str, window: int):
+        """--- ced (§2.12): the bounded replay of each prompt's last ``window`` tokens
+        through the decoder layers. On prefill: here, in the prefill step, which then reads
+        the whole model. On decode: prefill is the encoder alone (no LM head; it holds the
+        embedding, the encoder and the projections)."""
+        decoder = model.layers - encoder
+        final_norm = model.hidden_size
+        per_layers = p["attention"] + (p["norms"] - final_norm) + p["dense_mlp"]
+        kv_out = model.kv_heads * model.head_dim
+        k_and_v = 2 * model.hidden_size * kv_out + (2 * kv_out if model.qkv_bias else 0)
+        encoder_part = per_layers * encoder / model.layers + final_norm + decoder * k_and_v
+        if on == "decode":
+            self.p_head = 0.0
+            self.p_w = encoder_part * wb  # the embedding: only its tokens' rows (§2.7)
+            self.p_resident = (encoder_part + p["embed"]) * wb
+            return
+        self.p_window = window
+        self.p_w = self.w_dense
+        self.r_lin = 2.0 * per_layers * decoder / model.layers  # per replayed token
+        self.r_attn = self.attn * decoder / model.layers  # per (query, key) pair
 
     # ---------------------------------------------------------------- §2.8
 
@@ -269,15 +295,23 @@ class Roofline:
         flops = 0.0
         new = 0
         kv_tokens = 0
+        replayed = 0
         for n, c in parts:
             causal = n * c + n * (n + 1) / 2  # pairs (query, attended key)
-            flops += self.p_lin * n + self.f_head + self.p_attn * causal
+            flops += self.p_lin * n + self.p_head + self.p_attn * causal
             new += n
             kv_tokens += n + c
+            if self.p_window:  # --- ced: the prompt's last w tokens through the decoder
+                s = n + c
+                w = min(self.p_window, s)
+                flops += self.r_lin * w + self.r_attn * (w * (s - w) + w * (w + 1) / 2)
+                replayed += w
         weights = self.p_w if self.w_routed == 0.0 else self.weights_read(new)
         nbytes = weights + self.kv * kv_tokens
         e = self.eff
         step = self._time(flops, nbytes, e.mfu_prefill, e.prefill_overhead_ms)
+        if replayed:  # the decoder layers' collectives over the replayed tokens
+            step += self.comm(replayed) - self.comm(replayed, self.p_layers)
         return step + self.comm(new, self.p_layers)
 
     def recompute(self, n: int, after: int = 0) -> float:
@@ -383,7 +417,7 @@ class Roofline:
 
     def prefix_cache_tokens(self, fraction: float) -> int:
         """§1.4: (HBM − weights) · prefill_cache_fraction / K tokens."""
-        return int((self.memory - self.w_all) * fraction / self.kv)
+        return int((self.memory - self.p_resident) * fraction / self.kv)
 
 
 # ---------------------------------------------------------------- §3.1 reference demand

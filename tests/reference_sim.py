@@ -241,6 +241,8 @@ class Req:
     persisted_held: int = 0  # of which in the replicas it persisted (and still references)
     aseq: int = 0  # admission (or resume) order
     preempted_at: float = NAN  # while preempted
+    # --- ced: its replay job (replay on decode) is queued or done
+    replayed: bool = False
 
     def emit(self, t: float) -> None:
         """One output token at ``t``."""
@@ -378,10 +380,26 @@ def config_from(data, prefill: Roofline, decode: Roofline) -> RefConfig:
 
 
 def roofline(
-    model, accelerator, devices: int, efficiency, split=None, cap_w=None, encoder_layers=None
+    model,
+    accelerator,
+    devices: int,
+    efficiency,
+    split=None,
+    cap_w=None,
+    encoder_layers=None,
+    replay_on="prefill",  # --- ced
+    replay_window=0,
 ) -> Roofline:
     return Roofline(
-        model, accelerator, devices, Efficiency.of(efficiency), split, cap_w, encoder_layers
+        model,
+        accelerator,
+        devices,
+        Efficiency.of(efficiency),
+        split,
+        cap_w,
+        encoder_layers,
+        replay_on,
+        replay_window,
     )
 
 
@@ -415,6 +433,8 @@ def scenario_config(prep) -> RefConfig:
         group_split(c.prefill),
         c.prefill.power_cap_w,
         s.model_format.ced_encoder_layers,
+        s.model_format.ced_replay_on,  # --- ced
+        s.model_format.ced_replay_tokens,
     )
     d_roof = roofline(
         model,
@@ -424,6 +444,10 @@ def scenario_config(prep) -> RefConfig:
         group_split(c.decode),
         c.decode.power_cap_w,
     )
+    # --- ced: replay on decode: the decode instance replays each prompt's last W tokens
+    ced_decode = s.model_format.ced_encoder_layers is not None
+    ced_decode = ced_decode and s.model_format.ced_replay_on == "decode"
+    d_roof.replay_window = s.model_format.ced_replay_tokens if ced_decode else 0
     sp = c.decode.speculative
     if sp is not None:  # §2.13: the draft priced on the decode hardware, by its own shape
         draft = (
@@ -1074,6 +1098,8 @@ class ReferenceSim:
         m += h
         best, best_s = None, 0
         for a in dec.recompute:
+            if a.replayed:  # --- ced: a replay window is its prompt's own
+                continue
             s = 0
             for (h1, tok), (h2, _) in zip(r.chain, a.chain, strict=False):
                 if h1 != h2 or s >= min(m, a.rc_total):
@@ -1096,7 +1122,7 @@ class ReferenceSim:
         if r.landed:
             for h in r.pinned:  # cost_aware keeps what it rebuilt
                 dec.replicas[h].ready = True
-            dec.ready.append(r)
+            self.ready_or_replay(dec, r)  # --- ced
 
     def resolve_waits(self, dec: DecodeInstance, t: float) -> None:
         for r in list(dec.recompute):
@@ -1250,8 +1276,23 @@ class ReferenceSim:
             for h in r.pinned:  # a recomputed request's blocks: once rebuilt (job_done)
                 dec.replicas[h].ready = True
             # no recompute, or its job is done by the end of the running step
-            dec.ready.append(r)
+            self.ready_or_replay(dec, r)  # --- ced
             self.wake(r.decode_instance, t)
+
+    def ready_or_replay(self, dec: DecodeInstance, r: Req) -> None:
+        """--- ced (§2.12, replay on decode): a request whose KV is all here first replays
+        its prompt's last w = min(W, prompt) tokens through the whole model, as a job of w
+        tokens after prompt − w done (so it attends to the whole prompt); it is ready when
+        that job is done. A resumed (preempted) request does not replay again."""
+        window = getattr(self.cfg.decode, "replay_window", 0)
+        if not window or r.replayed:
+            dec.ready.append(r)
+            return
+        r.replayed = True
+        w = min(window, r.prompt)
+        r.rc_total, r.rc_done, r.rc_wait, r.rc_shared = r.prompt, r.prompt - w, None, 0
+        r.rc_pending = True
+        dec.recompute.append(r)
 
     # ------------------------------------------------------------------ decode
 

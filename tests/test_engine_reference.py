@@ -227,6 +227,7 @@ def disagg_cases(draw, policies=POLICIES, tight: bool = False, speculative: bool
     if spec is not None:  # --- spec: the budget holds a chunk beside a full verified batch
         g, tau = spec[1] + 1, sum(spec[2] ** i for i in range(spec[1] + 1))
         chunk = max(chunk, max_batch * g + math.ceil(tau) + draw(st.integers(0, 3)))
+    ced = _ced(draw, model)  # --- ced
     cfg, ref = pair(
         model,
         p_acc,
@@ -272,6 +273,8 @@ def disagg_cases(draw, policies=POLICIES, tight: bool = False, speculative: bool
         )
         ref.decode.speculate(roofline(draft, d_acc, d_dev, e), gamma, alpha)
         event(f"speculative with {cfg.policy}")
+    if ced is not None:
+        cfg, ref = _with_ced(cfg, ref, model, p_acc, p_dev, eff, *ced)
     return req, cfg, ref
 
 
@@ -286,6 +289,34 @@ def _speculative(draw, model, always: bool):
     else:
         draft = catalog.get_model("qwen2-0.5b")
     return draft, draw(st.integers(1, 4)), draw(st.sampled_from([0.5, 0.7, 0.9, 1.0]))
+
+
+def _ced(draw, model):
+    """--- ced: a causal encoder-decoder split of a dense model (a third of the cases):
+    encoder layers, where the bounded replay runs and its window; None: no split."""
+    dense = not (model.is_moe or model.is_mla or model.linear_layers or model.sliding_layers)
+    if not dense or draw(st.integers(0, 2)) != 0:
+        return None
+    enc = draw(st.integers(1, model.layers - 1))
+    return enc, draw(st.sampled_from(["prefill", "decode"])), draw(st.sampled_from([1, 16, 128]))
+
+
+def _with_ced(cfg, ref, model, p_acc, p_dev, eff, enc, on, window):
+    """The case's costs with the CED split: the product's from its cost model, the
+    reference's from its own roofline."""
+    from prefixbench.costmodel import ced_prefill_cost
+
+    p_cost = ced_prefill_cost(cfg.prefill_cost, model, enc, p_dev, None, on, window)
+    d_cost = cfg.decode_cost
+    p_roof = roofline(model, p_acc, p_dev, efficiency(eff), None, None, enc, on, window)
+    chunk = {}
+    if on == "decode":
+        d_cost = dataclasses.replace(d_cost, ced_window=float(window))
+        ref.decode.replay_window = window
+        if cfg.recompute_chunk_tokens <= cfg.max_batch:  # room for a replay chunk
+            chunk = {"recompute_chunk_tokens": 64}
+    cfg = dataclasses.replace(cfg, prefill_cost=p_cost, decode_cost=d_cost, **chunk)
+    return cfg, dataclasses.replace(ref, prefill=p_roof, **chunk)
 
 
 def _admission(draw) -> dict:

@@ -348,6 +348,16 @@ class InstanceCost:
     draft_kv_bpt: float = 0.0  # γ · draft KV bytes per context token per iteration
     draft_flops: float = 0.0  # γ · draft FLOPs per sequence (layers + LM head)
     draft_attn: float = 0.0  # γ · draft attention FLOPs per (query, key) pair
+    # --- ced (issue 18, docs/model.md §2.12; defaults: none). A causal encoder-decoder's
+    # bounded replay: the last min(W, prompt) tokens of every prompt run the decoder layers.
+    # On a prefill cost the prefill step does it (FLOPs per replayed token through the
+    # decoder layers, attention FLOPs per (query, key) pair over them, fabric s per token);
+    # on a decode cost only ced_window is set: the decode instance replays through the whole
+    # model as a chunk in its iterations (engine/ced.py) before the request joins.
+    ced_window: float = 0.0  # W, replay tokens per prompt (0: no replay here)
+    ced_lin: float = 0.0
+    ced_attn: float = 0.0
+    ced_comm: float = 0.0
 
     @classmethod
     def build(
@@ -406,7 +416,20 @@ class InstanceCost:
             + self.attn_coef * (n * c + n * (n + 1.0) / 2.0)
         )
         kv_io = self.kv_bpt * (n + c)  # write the new KV, read the cached KV
+        if self.ced_window:  # --- ced: the replay window through the decoder layers
+            flops = flops + self.ced_replay_flops(n + c)
         return flops, kv_io
+
+    def ced_replay_tokens(self, prompt):
+        """--- ced: tokens of each prompt the prefill step replays (min(W, prompt))."""
+        return np.minimum(self.ced_window, np.asarray(prompt, dtype=np.float64))
+
+    def ced_replay_flops(self, prompt):
+        """--- ced: the last w = min(W, s) tokens of an s-token prompt through the decoder
+        layers, attending causally to the whole prompt (w·(s − w) + w(w + 1)/2 pairs)."""
+        s = np.asarray(prompt, dtype=np.float64)
+        w = self.ced_replay_tokens(s)
+        return w * self.ced_lin + self.ced_attn * (w * (s - w) + w * (w + 1.0) / 2.0)
 
 
 def prefill_time(cost: InstanceCost, new_tokens, cached_tokens):
@@ -419,7 +442,10 @@ def prefill_time(cost: InstanceCost, new_tokens, cached_tokens):
     flops, kv_io = cost.prefill_parts(n, c)
     t_compute = flops.sum() / cost.flops_rate_prefill
     t_memory = (cost.weights_read(n.sum()) + kv_io.sum()) / cost.byte_rate
-    return float(max(t_compute, t_memory) + cost.prefill_overhead + cost.comm_time(n.sum()))
+    comm = cost.comm_time(n.sum())
+    if cost.ced_window:  # --- ced: the replay window's decoder-layer traffic
+        comm = comm + cost.ced_comm * cost.ced_replay_tokens(n + c).sum()
+    return float(max(t_compute, t_memory) + cost.prefill_overhead + comm)
 
 
 def recompute_time(cost: InstanceCost, prefix_tokens):
@@ -531,13 +557,21 @@ def ced_kv_projection_params(m: ModelSpec, encoder_layers: int) -> int:
 
 
 def ced_prefill_cost(
-    cost: InstanceCost, m: ModelSpec, encoder_layers: int, devices: int, par: Parallelism | None
+    cost: InstanceCost,
+    m: ModelSpec,
+    encoder_layers: int,
+    devices: int,
+    par: Parallelism | None,
+    replay_on: str = "prefill",
+    window: int = 0,
 ) -> InstanceCost:
-    """A prefill instance's cost for a CED model whose decoder KV is projected on prefill:
-    per token the encoder layers plus the decoder layers' K/V projections, attention over
-    the encoder layers, the weights of both read once per step, TP/PP traffic of the
-    encoder layers. KV bytes per token are the full model's (every layer's KV goes to
-    decode)."""
+    """A prefill instance's cost for a CED model: per token the encoder layers plus the
+    decoder layers' K/V projections, attention over the encoder layers, TP/PP traffic of
+    the encoder layers. KV bytes per token are the full model's (every layer's KV goes to
+    decode). ``replay_on`` prefill: the last ``window`` tokens of each prompt also run the
+    decoder layers here (ced_* fields), so a step reads the whole model's weights.
+    ``replay_on`` decode: encoder-only, no LM head; a step reads the encoder and the
+    projections (the embedding table only by the rows of its tokens, §2.7)."""
     from dataclasses import replace
 
     check_ced(m, encoder_layers)
@@ -545,14 +579,42 @@ def ced_prefill_cost(
     proj = ced_kv_projection_params(m, encoder_layers)
     par = par or Parallelism(tp=devices)
     per_token, fixed = comm_coeffs(enc, devices, par)
+    common = {
+        "linear_flops": linear_flops_per_token(enc) + 2.0 * proj,
+        "attn_coef": attention_flops_coef(enc),
+        "comm_per_token": per_token,
+        "comm_fixed": fixed,
+    }
+    if replay_on == "decode":
+        head = param_counts(enc)["lm_head"] * m.weight_bytes  # tied: the embedding table
+        return replace(
+            cost,
+            **common,
+            lm_head_flops=0.0,
+            weights=weights_read_dense(enc) - head + proj * (m.quant_bytes or m.weight_bytes),
+        )
+    full_comm, full_fixed = comm_coeffs(m, devices, par)  # every step replays some tokens
+    common["comm_fixed"] = full_fixed
     return replace(
         cost,
-        linear_flops=linear_flops_per_token(enc) + 2.0 * proj,
-        attn_coef=attention_flops_coef(enc),
-        weights=weights_read_dense(enc) + proj * (m.quant_bytes or m.weight_bytes),
-        comm_per_token=per_token,
-        comm_fixed=fixed,
+        **common,
+        weights=weights_read_dense(m),
+        ced_window=float(window),
+        ced_lin=linear_flops_per_token(m) - linear_flops_per_token(enc),
+        ced_attn=attention_flops_coef(m) - attention_flops_coef(enc),
+        ced_comm=full_comm - per_token,
     )
+
+
+def ced_prefill_weight_bytes(m: ModelSpec, encoder_layers: int) -> float:
+    """Weights a prefill instance holds when the replay runs on decode: the input embedding,
+    the encoder layers (and their final norm) and the decoder layers' K/V projections; no
+    decoder layers, no LM head."""
+    enc = m.model_copy(update={"layers": encoder_layers})
+    untied_head = 0 if m.tied_embeddings else param_counts(enc)["lm_head"]
+    proj = ced_kv_projection_params(m, encoder_layers)
+    head = untied_head * m.weight_bytes
+    return weight_bytes(enc) - head + proj * (m.quant_bytes or m.weight_bytes)
 
 
 # ---------------------------------------------------------------- speculative decoding

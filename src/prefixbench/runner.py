@@ -123,18 +123,21 @@ def hot_blocks(req: Requests, upto: int, budget_tokens: float) -> list[tuple[int
     return list(zip(hashes[keep].tolist(), tokens[keep].tolist(), strict=True))
 
 
-def ced_prefill(p_cost: InstanceCost, model: ModelSpec, layers: int, on: str, c) -> InstanceCost:
+def ced_prefill(
+    p_cost: InstanceCost, model: ModelSpec, layers: int, on: str, window: int, c
+) -> InstanceCost:
     """The prefill pool's cost of a causal encoder-decoder (docs/model.md §2.12)."""
     from .costmodel import ced_prefill_cost
 
-    if on == "decode" or c.mode == "colocated":
-        what = "ced_replay_on: decode" if on == "decode" else "a CED model in colocated mode"
+    if c.mode == "colocated":
         raise SimulationError(
-            f"the engine does not run {what} yet",
-            where="model.ced_replay_on" if on == "decode" else "cluster.mode",
-            fix="use ced_replay_on: prefill in disaggregated mode",
+            "the engine does not run a CED model in colocated mode yet",
+            where="cluster.mode",
+            fix="use mode: disaggregated, or drop model.ced_encoder_layers",
         )
-    return ced_prefill_cost(p_cost, model, layers, c.prefill.devices, c.prefill.parallelism())
+    return ced_prefill_cost(
+        p_cost, model, layers, c.prefill.devices, c.prefill.parallelism(), on, window
+    )
 
 
 def speculative(d_cost: InstanceCost, model: ModelSpec, c) -> tuple[InstanceCost, ModelSpec]:
@@ -169,6 +172,7 @@ def prepare(s: Scenario) -> Prepared:
 
     fmt = s.model_format.model_dump()
     ced_layers, ced_on = fmt.pop("ced_encoder_layers"), fmt.pop("ced_replay_on")  # issue 18
+    ced_w = fmt.pop("ced_replay_tokens")
     model = with_formats(catalog.get_model(s.model), **fmt)
     c = s.cluster
     if c.prefill_router not in PREFILL_ROUTERS:
@@ -193,7 +197,11 @@ def prepare(s: Scenario) -> Prepared:
         model, d_dev, c.decode.devices, s.efficiency, c.decode.parallelism()
     )
     if ced_layers is not None:  # --- asymmetric models (issue 18)
-        p_cost = ced_prefill(p_cost, model, ced_layers, ced_on, c)
+        p_cost = ced_prefill(p_cost, model, ced_layers, ced_on, ced_w, c)
+        if ced_on == "decode":  # the decode instance replays before the first iteration
+            from dataclasses import replace
+
+            d_cost = replace(d_cost, ced_window=float(ced_w))
     p_cost = with_power(  # --- power (issue 18): cap folded into the FLOP rates
         p_cost, p_dev, c.prefill.devices, s.efficiency, c.prefill.power_cap_w,
         c.prefill.dvfs, "cluster.prefill",
@@ -204,6 +212,11 @@ def prepare(s: Scenario) -> Prepared:
     )  # fmt: skip
     kv_bpt = kv_bytes_per_token(model)
     wbytes = weight_bytes(model)
+    pwbytes = wbytes  # --- ced: a replay-on-decode prefill instance holds the encoder only
+    if ced_layers is not None and ced_on == "decode":
+        from .costmodel import ced_prefill_weight_bytes
+
+        pwbytes = ced_prefill_weight_bytes(model, ced_layers)
     kv_mem = kv_bpt  # --- speculative (issue 18): bytes of decode memory per KV token
     if c.decode.speculative is not None:
         d_cost, draft = speculative(d_cost, model, c)
@@ -212,7 +225,7 @@ def prepare(s: Scenario) -> Prepared:
     else:
         dwbytes = wbytes
     for role, cost, grp, dev, wb in (
-        ("prefill", p_cost, c.prefill, p_dev, wbytes),
+        ("prefill", p_cost, c.prefill, p_dev, pwbytes),
         ("decode", d_cost, c.decode, d_dev, dwbytes),
     ):
         if wb >= cost.memory_bytes:
@@ -282,7 +295,7 @@ def prepare(s: Scenario) -> Prepared:
             where="memory",
             fix="raise memory.budget_factor or memory.kv_budget_gb",
         )
-    prefill_cache = int((p_cost.memory_bytes - wbytes) * c.prefill_cache_fraction / kv_bpt)
+    prefill_cache = int((p_cost.memory_bytes - pwbytes) * c.prefill_cache_fraction / kv_bpt)
     host_tokens, host_bps, host_lat = host_tier(s, budget, kv_bpt)
     base = EngineConfig(
         policy="transfer_per_request",

@@ -756,8 +756,19 @@ class ModelFormat(_M):
     )
     ced_replay_on: Literal["prefill", "decode"] = Field(
         "prefill",
-        description="Where the decoder KV projection runs (with ced_encoder_layers): prefill, "
-        "or decode (refused for now: the engine does not model decode-side projection).",
+        description="Where the bounded replay runs (with ced_encoder_layers): prefill (the "
+        "prefill instance runs the last ced_replay_tokens of each prompt through the decoder "
+        "layers and holds the whole model) or decode (prefill is encoder-only and holds the "
+        "embedding, encoder and K/V projections; the decode instance replays those tokens "
+        "through the whole model before the request's first iteration).",
+    )
+    ced_replay_tokens: int = Field(
+        128,
+        ge=1,
+        le=1_000_000,
+        description="Bounded replay window W (with ced_encoder_layers): the last "
+        "min(W, prompt) prompt tokens run the decoder layers (seed 003, after the DeepSeek "
+        "CED design's n_win, arXiv:2609.19969 §2.2).",
     )
 
 

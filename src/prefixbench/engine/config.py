@@ -233,18 +233,23 @@ def _check_stream(cfg: EngineConfig) -> None:
             "cluster.link.streaming",
             "set cluster.link.topology: shared_nics, or streaming: after_prefill",
         )
-    if cfg.policy in ("recompute_on_decode", "cost_aware"):
-        _check_spec_room(cfg)
-    if cfg.policy in ("recompute_on_decode", "cost_aware") and cfg.recompute_chunk_tokens <= cfg.max_batch:
+    # decode iterations carry chunks: recompute jobs, or a CED model's replay jobs (§2.12)
+    what = "a recompute" if cfg.policy in ("recompute_on_decode", "cost_aware") else ""
+    if not what and cfg.decode_cost.ced_window:  # --- ced
+        what = "a CED replay"
+    if not what:
+        return
+    _check_spec_room(cfg, what)
+    if cfg.recompute_chunk_tokens <= cfg.max_batch:
         _refuse(
-            f"chunk_token_budget {cfg.recompute_chunk_tokens} leaves no room for a recompute "
+            f"chunk_token_budget {cfg.recompute_chunk_tokens} leaves no room for {what} "
             f"chunk beside a full decode batch of {cfg.max_batch}",
             "cluster.chunk_token_budget",
             "set cluster.chunk_token_budget above cluster.max_decode_batch",
         )
 
 
-def _check_spec_room(cfg: EngineConfig) -> None:
+def _check_spec_room(cfg: EngineConfig, what: str) -> None:
     """With speculative decoding a full batch verifies max_batch·g tokens of the chunk budget
     (vLLM V1 schedules draft tokens in the same budget); what is left, over τ, must hold a
     recompute token per engine iteration (engine/mixed.chunk_room at a full batch)."""
@@ -255,7 +260,7 @@ def _check_spec_room(cfg: EngineConfig) -> None:
     left = cfg.recompute_chunk_tokens - cfg.max_batch * int(g)
     if math.floor(left / tau) < 1:
         _refuse(
-            f"chunk_token_budget {cfg.recompute_chunk_tokens} leaves no room for a recompute "
+            f"chunk_token_budget {cfg.recompute_chunk_tokens} leaves no room for {what} "
             f"chunk beside a full decode batch of {cfg.max_batch} verifying {int(g)} tokens "
             "each",
             "cluster.chunk_token_budget",

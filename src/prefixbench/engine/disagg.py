@@ -24,6 +24,7 @@ import math
 
 import numpy as np
 
+from . import ced
 from . import costaware as ca
 from . import layout as L
 from . import paging as pg
@@ -157,6 +158,7 @@ def start_prefill(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, p, t):
     new_sum = 0
     flops = 0.0
     kv_io = 0.0
+    replayed = 0.0  # --- ced
     first = -1
     last = -1
     count = 0
@@ -182,7 +184,9 @@ def start_prefill(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, p, t):
         F[ft + L.T_PS * n + rid] = t
         flops += prompt_flops(lf, lmh, att, n_new, hit)
         kv_io += kv * prompt
-    dur = prefill_step_time(F, c0, flops, new_sum, kv_io)
+        flops += ced.replay_flops(F, c0, prompt)  # --- ced: replay window (0 without)
+        replayed += ced.replay_tokens(F, c0, prompt)
+    dur = prefill_step_time(F, c0, flops, new_sum, kv_io) + F[c0 + L.C_CEDC] * replayed
     if in_window(F, t):
         F[IS[L.H_FPB] + p] += clipped(F, t, t + dur)
         pw = IS[L.H_FCH] + IS[L.IP_NP] * IS[L.IP_ND] * IS[L.IP_NC] + 2 * p
@@ -551,7 +555,8 @@ def landed(IS, F, R, B8, EHT, EHI, bid, rid, t):
         mark_ready(IS, R, B8, bid, rid, d)
     R[fl] |= L.F_XD
     if not R[fl] & L.F_RC:
-        q_append(IS, R, L.DI0 + d * L.NDI + L.D_JQH, L.R_JQN, rid)
+        if ced.ready(IS, F, R, rid, d):  # --- ced: or its replay job first
+            q_append(IS, R, L.DI0 + d * L.NDI + L.D_JQH, L.R_JQN, rid)
         interrupt(IS, F, EHT, EHI, d, t)
 
 

@@ -217,6 +217,7 @@ F_STREAM = 8  # stream (issue 14): layer-wise transfer deferred to the step's jo
 R_J0, R_OWN0, R_GEN, R_ASEQ, R_PGN, R_PTH = range(17, 23)
 NR = 23
 F_PRE, F_REPF = 16, 32  # --- paged: preempted (until it rejoins), its re-prefill is queued
+F_CED = 64  # --- ced (issue 18): its replay job is queued or done (engine/ced.py)
 
 # ---------------------------------------------------------------- F (float64)
 FP_LINK_BPS, FP_LINK_LAT, FP_WAIT_TO, FP_TWARM = range(4)
@@ -251,9 +252,15 @@ COST_FIELDS = (
     "draft_kv_bpt",
     "draft_flops",
     "draft_attn",
+    # --- ced (issue 18): appended
+    "ced_window",
+    "ced_lin",
+    "ced_attn",
+    "ced_comm",
 )
 C_CLK, C_JF, C_JB, C_IDLE, C_DVFS, C_VF = range(14, 20)  # --- power (issue 18)
 C_SG, C_STAU, C_SDW, C_SDKV, C_SDF, C_SDA = range(20, 26)  # --- speculative (issue 18)
+C_CEDW, C_CEDL, C_CEDA, C_CEDC = range(26, 30)  # --- ced (issue 18): engine/ced.py
 NCF = len(COST_FIELDS)
 FP_PC = 4  # prefill InstanceCost fields
 FP_DC = FP_PC + NCF  # decode InstanceCost fields (colocated: the instance's cost)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 
+from . import ced
 from . import layout as L
 from .batch import add_work, itl_add, schedule
 from .jit import jit
@@ -43,6 +44,9 @@ def queue_job(IS, R, bid, bt, rid, d, m, h):
     best, best_s = -1, 0
     a = IS[b + L.D_RQH]
     while a != -1:
+        if ced.is_replay(R, a):  # --- ced: a replay window is the prompt's own
+            a = R[a * L.NR + L.R_RQN]
+            continue
         j0, j1 = IS[ptr + a], IS[ptr + a + 1]
         cap = R[a * L.NR + L.R_RTOT]
         if m < cap:
@@ -102,7 +106,8 @@ def _done(IS, F, R, B8, bid, b, rid, t_end):
     if R[fl] & L.F_XD:
         if R[fl] & L.F_PERS:
             mark_ready(IS, R, B8, bid, rid, (b - L.DI0) // L.NDI)
-        q_append(IS, R, b + L.D_JQH, L.R_JQN, rid)
+        if ced.ready(IS, F, R, rid, (b - L.DI0) // L.NDI):  # --- ced: or replay first
+            q_append(IS, R, b + L.D_JQH, L.R_JQN, rid)
 
 
 @jit
