@@ -216,13 +216,24 @@ def test_one_request_timeline_by_hand():
     assert np.isnan(c["t_recompute_end"][0])
 
 
-def test_replay_on_decode_refusals():
-    """Speculative decoding beside replay chunks is not modelled yet; a chunk budget with
-    no room beside a full batch cannot run a replay."""
-    sets = ["model.ced_encoder_layers=40", "model.ced_replay_on=decode"]
+def test_replay_on_decode_beside_speculative_decoding():
+    """Replay chunks ride speculative iterations (engine/mixed.py): the run completes, the
+    replays take time, the draft shortens TPOT; a chunk budget with no room beside a full
+    verifying batch is refused, naming the replay."""
+    sets = ["model.ced_encoder_layers=40", "model.ced_replay_on=decode", "run.requests=200"]
     spec = "cluster.decode.speculative"
+    plain = simulate_policy(prepare(load_scenario("seed003", [*IDEAL, *sets])), "transfer_per_request")
     prep = prepare(load_scenario("seed003", [*IDEAL, *sets, f"{spec}.draft_model=llama-3.1-8b"]))
-    with pytest.raises(PrefixbenchError, match="CED replay"):
+    fast = simulate_policy(prep, "transfer_per_request")
+    c = fast.columns
+    assert np.all(c["outcome"] == 1)
+    assert np.all(c["t_recompute_end"] > c["t_recompute_start"])  # every request replayed
+    out = prep.requests.output_len - 1.0  # the same requests in both runs
+    tpot = lambda cols: np.median((cols["t_done"] - cols["t_first_token"])[out > 0] / out[out > 0])  # noqa: E731
+    assert tpot(c) < 0.8 * tpot(plain.columns)
+    tight = ["cluster.max_decode_batch=64", "cluster.chunk_token_budget=65"]
+    prep = prepare(load_scenario("seed003", [*IDEAL, *sets, *tight, f"{spec}.draft_model=llama-3.1-8b"]))
+    with pytest.raises(PrefixbenchError, match="no room for a CED replay chunk beside a full decode batch of 64 verifying"):
         simulate_policy(prep, "transfer_per_request")
     tight = ["cluster.max_decode_batch=64", "cluster.chunk_token_budget=64"]
     prep = prepare(load_scenario("seed003", [*IDEAL, *sets, *tight]))
