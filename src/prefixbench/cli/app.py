@@ -208,14 +208,26 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
+SIMULATING = frozenset({"run", "sweep", "compare", "capacity", "map"})
+
+
 @app.callback()
 def _main(
+    ctx: typer.Context,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False,
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
     ] = False,
 ) -> None:
     _state["debug"] = debug
+    if ctx.invoked_subcommand in SIMULATING and err.is_terminal:
+        from ..firstrun import engine_compiled
+
+        if not engine_compiled():
+            err.print(
+                "compiling the simulation engine (first run after installing, about 30 s)",
+                highlight=False,
+            )
 
 
 TraceOpt = Annotated[
