@@ -20,6 +20,7 @@ the same terms in different orders, so bit equality is not expected; a 10 % erro
 term moves times by far more than 1e-9.
 
 Debugging a failure: set PREFIXBENCH_DUMP_CASE=/some/file.pkl to pickle the failing case.
+Soaking: PREFIXBENCH_HYPOTHESIS_SCALE=10 draws ten times the examples of every comparison.
 """
 
 from __future__ import annotations
@@ -360,7 +361,7 @@ def assert_same(prod: dict, ref: dict, what: str, case=None) -> None:
 
 def _settings(n: int):
     return settings(
-        max_examples=n,
+        max_examples=n * int(os.environ.get("PREFIXBENCH_HYPOTHESIS_SCALE", "1")),
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     )
