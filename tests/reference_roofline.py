@@ -389,7 +389,7 @@ class Roofline:
         if not getattr(self, "spec", None) or batch == 0:
             return budget - batch
         _draft, gamma, tokens = self.spec
-        return math.floor((budget - batch * (gamma + 1)) / tokens)
+        return math.floor((budget - batch * (gamma + 1)) / tokens + 1e-9)  # float-safe floor
 
     def _speculative_mixed(self, batch: int, context: int, chunks) -> float:
         """One REAL speculative iteration carrying τ times the engine's chunks, per token of
@@ -405,7 +405,7 @@ class Roofline:
         for n, done, _last in chunks:
             flops += tokens * (self.f_lin * n + self.attn * (n * done + n * (n + 1) / 2))
             kv_tokens += done + tokens * n
-        nbytes = self.weights_read(verified + math.floor(real_chunk)) + self.kv * kv_tokens
+        nbytes = self.weights_read(verified + real_chunk) + self.kv * kv_tokens
         e = self.eff
         total = self._time(flops, nbytes, e.mfu_decode, 0.0)
         total += self.comm(verified + real_chunk)

@@ -26,9 +26,11 @@ Soaking: PREFIXBENCH_HYPOTHESIS_SCALE=10 draws ten times the examples of every c
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import pickle
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -52,6 +54,7 @@ from prefixbench.costmodel import Efficiency, InstanceCost, speculative_cost
 from prefixbench.errors import SimulationError
 from prefixbench.loader import load_scenario
 from prefixbench.runner import EngineConfig, prepare, simulate, simulate_policy
+from prefixbench.workload.requests import Requests
 
 if os.environ.get("REFSIM_MUTATION"):  # tests/mutate_costmodel.py: find, don't shrink
     settings.register_profile("refsim-mutation", phases=[Phase.explicit, Phase.generate])
@@ -455,25 +458,35 @@ def test_paged_preemption_matches_reference_and_conserves(case):
     assert np.all(cols["preempt_delay_s"][pre] > 0) and np.all(cols["preempt_delay_s"][~pre] == 0)
 
 
-def test_hot_set_refresh_sees_the_blocks_taken_since_the_last_boundary():
-    """A case Hypothesis found (tests/data/refresh_paged_case.json): under paged KV a
-    hot-set refresh between two decode boundaries must count the blocks the running
-    sequences took since the last one, as an admission does. Refreshing with the last
-    boundary's books, the engine trimmed a replica the reference kept, and request 17 lost
-    its 16-token hit."""
-    import json
-    from pathlib import Path
+FOUND = Path(__file__).parent / "data" / "found_cases"
 
-    from prefixbench.workload.requests import Requests
 
-    case = json.loads((Path(__file__).parent / "data" / "refresh_paged_case.json").read_text())
+@pytest.mark.parametrize("name", sorted(p.stem for p in FOUND.glob("*.json")))
+def test_found_cases_match_reference(name):
+    """Cases the comparisons above once failed on, kept as data (tests/data/found_cases:
+    the requests, the configuration fields that differ from the defaults, and the specs the
+    costs are built from; each file says what was wrong). ``refresh_paged``: a hot-set
+    refresh under paged KV must count the blocks taken since the last decode boundary
+    (request 17 keeps its 16-token hit). ``speculative_moe_chunk``: a speculative mixed
+    iteration's τ·c chunk tokens reach an MoE's expert term unrounded."""
+    case = json.loads((FOUND / f"{name}.json").read_text())
     req = Requests(**{k: np.asarray(v) for k, v in case["requests"].items()})
-    data = dict(case["config"], hot_blocks=[tuple(b) for b in case["config"]["hot_blocks"]])
+    data = dict(case["config"])
+    data["hot_blocks"] = [tuple(b) for b in data.get("hot_blocks", [])]
     acc = catalog.get_accelerator(case["accelerator"])
-    cfg, ref_cfg = pair(model_spec(case["model"]), acc, 1, acc, 1, tuple(case["eff"]), **data)
+    model, eff = model_spec(case["model"]), tuple(case["eff"])
+    cfg, ref_cfg = pair(model, acc, 1, acc, 1, eff, **data)
+    if "speculative" in case:
+        sp = case["speculative"]
+        draft = catalog.get_model(sp["draft"])
+        cfg = dataclasses.replace(
+            cfg, decode_cost=speculative_cost(cfg.decode_cost, draft, sp["gamma"], sp["alpha"])
+        )
+        ref_cfg.decode.speculate(roofline(draft, acc, 1, efficiency(eff)), sp["gamma"], sp["alpha"])
     res = simulate(req, cfg)
-    assert_same(res.columns, ReferenceSim(req, ref_cfg).run(), "refresh under paged KV")
-    assert res.columns["replica_hit_tokens"][17] == 16
+    assert_same(res.columns, ReferenceSim(req, ref_cfg).run(), name)
+    if name == "refresh_paged":
+        assert res.columns["replica_hit_tokens"][17] == 16
 
 
 @_settings(150)

@@ -258,7 +258,7 @@ def _check_spec_room(cfg: EngineConfig, what: str) -> None:
     if g == 1.0 and tau == 1.0:
         return
     left = cfg.recompute_chunk_tokens - cfg.max_batch * int(g)
-    if math.floor(left / tau) < 1:
+    if math.floor(left / tau + 1e-9) < 1:  # engine/mixed.chunk_room's rounding
         _refuse(
             f"chunk_token_budget {cfg.recompute_chunk_tokens} leaves no room for {what} "
             f"chunk beside a full decode batch of {cfg.max_batch} verifying {int(g)} tokens "

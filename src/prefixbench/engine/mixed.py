@@ -25,7 +25,11 @@ import numpy as np
 
 from . import layout as L
 from .jit import jit
-from .series import comm, roofline, weights_read
+from .series import comm, roofline, weights_read_tokens
+
+# τ comes from a closed form here and may differ from another computation of it in the last
+# bit: a quotient within this of an integer counts as that integer (so 68 / 1.7 is 40)
+ROOM_EPS = 1e-9
 
 
 @jit
@@ -44,7 +48,7 @@ def chunk_room(IS, F, nb):
     g, tau = spec_of(F, nb)
     if tau == 1.0 and g == 1.0:
         return IS[L.IP_RCHUNK] - nb
-    return np.int64(math.floor((IS[L.IP_RCHUNK] - nb * int(g)) / tau))
+    return np.int64(math.floor((IS[L.IP_RCHUNK] - nb * int(g)) / tau + ROOM_EPS))
 
 
 @jit
@@ -79,7 +83,7 @@ def mixed_close(F, nb, ctx, chunks, flops, kv_io):
     g, tau = spec_of(F, nb)
     br = F[c0 + L.C_BR]
     real = nb * g + tau * chunks
-    bytes_ = weights_read(F, c0, np.int64(nb * int(g) + int(tau * chunks))) / tau + kv_io
+    bytes_ = weights_read_tokens(F, c0, nb * g + tau * chunks) / tau + kv_io
     dur = roofline(flops, bytes_, F[c0 + L.C_FRD], br, F[c0 + L.C_DOV] * g / tau)
     dw, dkv, df, da = 0.0, 0.0, 0.0, 0.0
     if nb > 0:

@@ -36,15 +36,22 @@ from .layout import (
 )
 
 
+@sig("float64(float64[::1], int64, float64)")
+def weights_read_tokens(F, c0, tokens):
+    """weights_read of a fractional token count (the expected experts touched are a
+    continuous function of it: a speculative mixed iteration carries τ·c chunk tokens)."""
+    ew = F[c0 + C_EW]
+    if ew == 0.0:
+        return F[c0 + C_W]
+    touched = 1.0 - (1.0 - F[c0 + C_EF]) ** tokens
+    return F[c0 + C_W] + ew * touched
+
+
 @sig("float64(float64[::1], int64, int64)")
 def weights_read(F, c0, batch):
     """Weight bytes one step reads (InstanceCost.weights_read): the dense part plus the
     experts ``batch`` tokens touch."""
-    ew = F[c0 + C_EW]
-    if ew == 0.0:
-        return F[c0 + C_W]
-    touched = 1.0 - (1.0 - F[c0 + C_EF]) ** float(batch)
-    return F[c0 + C_W] + ew * touched
+    return weights_read_tokens(F, c0, float(batch))
 
 
 @sig("float64(float64, float64, float64, float64, float64)")
