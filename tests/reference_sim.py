@@ -216,6 +216,7 @@ class Req:
     preempt_tokens: int = 0  # re-prefilled (recompute) or swapped out (swap)
     preempt_delay_s: float = 0.0
     resumes: int = 0  # paged: times it got its blocks back (each preemption: one resume)
+    solo: bool = False  # paged: once preempted running alone, it resumes without shared blocks
     # state
     prefill_done: bool = False
     landed: bool = False
@@ -1316,11 +1317,7 @@ class ReferenceSim:
                     freed = True
         # (after a stall nothing finishes: its recomputed requests are already in dec.ready)
         if freed and self.resume_preempted(d, t):
-            while dec.waiting:
-                head = dec.waiting[0]
-                if not self.try_admit(head, d, t):
-                    break
-                dec.waiting.pop(0)
+            self.admit_waiting(d, t)
         if dec.reprefill:  # paged: resumed sequences rebuild the KV they held, as a stall
             end = t
             for r in dec.reprefill:
@@ -1343,8 +1340,11 @@ class ReferenceSim:
             dec.running.append(r)
         if self.paged and dec.running:
             self.take_blocks(d, t)
-            if not dec.running and dec.ready:  # all preempted: the ready ones join now
-                dec.state = "wake"
+            held = any(x.private for x in self.reqs if x.decode_instance == d)
+            if not dec.running and not held and dec.resume and self.resume_preempted(d, t):
+                self.admit_waiting(d, t)  # nothing runs, nothing held: retry them now
+            if not dec.running and (dec.ready or dec.reprefill):  # all preempted: the
+                dec.state = "wake"  # ready ones join (or the resumed re-prefill) now
                 self.schedule(t, DECODE, d)
                 return
         if dec.recompute:
@@ -1357,6 +1357,14 @@ class ReferenceSim:
         step = cfg.decode.decode_iteration(len(dec.running), ctx)
         dec.state = "iter"
         self.schedule(t + step, DECODE, d)
+
+    def admit_waiting(self, d: int, t: float) -> None:
+        """Admit waiting requests in order until one does not fit."""
+        dec = self.dc[d]
+        while dec.waiting:
+            if not self.try_admit(dec.waiting[0], d, t):
+                break
+            dec.waiting.pop(0)
 
     def check_books(self, d: int) -> None:
         """Invariants of decode instance ``d``: each replica's refcount is the number of live
@@ -1443,7 +1451,9 @@ class ReferenceSim:
             self.trim(d, need, t)
             if need <= self.cfg.budget_tokens - self.used(d):
                 break
-            self.preempt(max(dec.running, key=lambda r: r.aseq), d, t)
+            victim = max(dec.running, key=lambda r: r.aseq)
+            victim.solo = victim.solo or len(dec.running) == 1  # resumes without shared blocks
+            self.preempt(victim, d, t)
         for r in dec.running:
             r.private = max(r.private, self.holds(r, r.generated))
         self.peak_used = max(self.peak_used, self.used(d))
@@ -1475,7 +1485,7 @@ class ReferenceSim:
         while dec.resume:
             r = dec.resume[0]
             hit_blocks: list[int] = []
-            if self.uses_replicas() and self.cfg.preemption == "recompute":
+            if self.uses_replicas() and self.cfg.preemption == "recompute" and not r.solo:
                 for h, _ in r.chain:  # the prefix cache again, as vLLM's resume does
                     rep = dec.replicas.get(h)
                     if rep is None or not rep.ready:

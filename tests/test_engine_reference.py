@@ -356,9 +356,7 @@ def assert_same(prod: dict, ref: dict, what: str, case=None) -> None:
             i = int(bad[0])
             problems.append(f"{col}[{i}]: product {a[i]!r} reference {b[i]!r}")
     if problems:
-        if os.environ.get("PREFIXBENCH_DUMP_CASE") and case is not None:
-            with open(os.environ["PREFIXBENCH_DUMP_CASE"], "wb") as f:
-                pickle.dump(case, f)
+        _dump(case)
         pytest.fail(f"product and reference disagree ({what}):\n  " + "\n  ".join(problems[:8]))
 
 
@@ -370,11 +368,22 @@ def _settings(n: int):
     )
 
 
+def _dump(case) -> None:
+    """PREFIXBENCH_DUMP_CASE: pickle the failing case there (a debugging aid)."""
+    if os.environ.get("PREFIXBENCH_DUMP_CASE") and case is not None:
+        with open(os.environ["PREFIXBENCH_DUMP_CASE"], "wb") as f:
+            pickle.dump(case, f)
+
+
 def _check_disagg(case) -> None:
     req, cfg, ref_cfg = case
-    res = simulate(req, cfg)
-    ref_sim = ReferenceSim(req, ref_cfg)
-    ref = ref_sim.run()
+    try:
+        res = simulate(req, cfg)
+        ref_sim = ReferenceSim(req, ref_cfg)
+        ref = ref_sim.run()
+    except BaseException:
+        _dump(case)
+        raise
     what = f"{cfg.policy}, {cfg.decode_router}, {cfg.on_full}, {cfg.admission}"
     assert_same(res.columns, ref, what, case)
     if cfg.admission == "reserve":  # paged: sampled at events (docs/model.md)
@@ -468,7 +477,9 @@ def test_found_cases_match_reference(name):
     costs are built from; each file says what was wrong). ``refresh_paged``: a hot-set
     refresh under paged KV must count the blocks taken since the last decode boundary
     (request 17 keeps its 16-token hit). ``speculative_moe_chunk``: a speculative mixed
-    iteration's τ·c chunk tokens reach an MoE's expert term unrounded."""
+    iteration's τ·c chunk tokens reach an MoE's expert term unrounded.
+    ``paged_solo_preemption``: a sequence preempted while running alone is resumed (every
+    request ends)."""
     case = json.loads((FOUND / f"{name}.json").read_text())
     req = Requests(**{k: np.asarray(v) for k, v in case["requests"].items()})
     data = dict(case["config"])
@@ -487,6 +498,7 @@ def test_found_cases_match_reference(name):
     assert_same(res.columns, ReferenceSim(req, ref_cfg).run(), name)
     if name == "refresh_paged":
         assert res.columns["replica_hit_tokens"][17] == 16
+    assert np.all(np.isin(res.columns["outcome"], (1, 2))), "a request never ended"
 
 
 @_settings(150)

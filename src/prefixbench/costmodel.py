@@ -438,14 +438,24 @@ def prefill_time(cost: InstanceCost, new_tokens, cached_tokens):
     Cached tokens are not recomputed but are attended to (and read).
     """
     n = np.atleast_1d(np.asarray(new_tokens, dtype=np.float64))
+    return float(prefill_times(cost, n, cached_tokens, np.zeros(1, dtype=np.int64))[0])
+
+
+def prefill_times(cost: InstanceCost, new_tokens, cached_tokens, starts):
+    """Times of consecutive prefill steps: requests ``starts[k]`` up to the next start (or
+    the end) form step k; per-request arrays as in prefill_time."""
+    n = np.atleast_1d(np.asarray(new_tokens, dtype=np.float64))
     c = np.atleast_1d(np.asarray(cached_tokens, dtype=np.float64))
     flops, kv_io = cost.prefill_parts(n, c)
-    t_compute = flops.sum() / cost.flops_rate_prefill
-    t_memory = (cost.weights_read(n.sum()) + kv_io.sum()) / cost.byte_rate
-    comm = cost.comm_time(n.sum())
+    flops = np.add.reduceat(np.broadcast_to(flops, n.shape), starts)
+    kv_io = np.add.reduceat(kv_io, starts)
+    tokens = np.add.reduceat(n, starts)
+    t_compute = flops / cost.flops_rate_prefill
+    t_memory = (cost.weights_read(tokens) + kv_io) / cost.byte_rate
+    comm = cost.comm_time(tokens)
     if cost.ced_window:  # --- ced: the replay window's decoder-layer traffic
-        comm = comm + cost.ced_comm * cost.ced_replay_tokens(n + c).sum()
-    return float(max(t_compute, t_memory) + cost.prefill_overhead + comm)
+        comm = comm + cost.ced_comm * np.add.reduceat(cost.ced_replay_tokens(n + c), starts)
+    return np.maximum(t_compute, t_memory) + cost.prefill_overhead + comm
 
 
 def recompute_time(cost: InstanceCost, prefix_tokens):

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from .costmodel import decode_iteration_time, prefill_time, recompute_time
+from .costmodel import decode_iteration_time, prefill_times, recompute_time
 
 STAGES = ("prefill", "link", "decode_slots", "decode_memory")
 LABELS = {
@@ -135,15 +135,18 @@ def unstable_line(name: str, row: dict) -> str:
 
 def _prefill_busy(cost, budget: int, new: np.ndarray, cached: np.ndarray) -> float:
     """Busy time to prefill these requests in arrival order in full batches (the engine's
-    rule: add requests while the new tokens fit the token budget; at least one)."""
-    busy, i, n = 0.0, 0, len(new)
+    rule: add requests while the new tokens fit the token budget; at least one): the
+    batches are cut first, then priced together (costmodel.prefill_time, per batch)."""
+    n = len(new)
+    if n == 0:
+        return 0.0
     csum = np.concatenate(([0], np.cumsum(new)))
+    starts, i = [], 0
     while i < n:
+        starts.append(i)
         j = int(np.searchsorted(csum, csum[i] + budget, side="right")) - 1
-        j = max(j, i + 1)
-        busy += prefill_time(cost, new[i:j], cached[i:j])
-        i = j
-    return busy
+        i = max(j, i + 1)
+    return float(prefill_times(cost, new, cached, np.asarray(starts)).sum())
 
 
 def _col(df: pl.DataFrame, name: str) -> np.ndarray:

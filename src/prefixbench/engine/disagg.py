@@ -661,9 +661,14 @@ def decode_boundary(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, d, version, 
         pg.prepare_iteration(IS, F, R, B32, B8, bid, d, t)
         mem_changed(IS, F, TLF, TLI, d, t)
         nj = pg.still_joining(IS, R, nj)
-        if IS[b + L.D_B] == 0 and IS[b + L.D_JQH] != -1:
+        if IS[b + L.D_B] == 0 and IS[b + L.D_PRIV] == 0 and IS[b + L.D_PQH] != -1:
+            # it preempted every sequence and no admitted request holds KV here: no
+            # completion will free memory, so the preempted retry now (as vLLM's scheduler
+            # retries its waiting queue every step)
+            drain_waiting(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, d, t)
+        if IS[b + L.D_B] == 0 and (IS[b + L.D_JQH] != -1 or IS[b + L.D_FQH] != -1):
             schedule(IS, F, EHT, EHI, d, t, 0)  # it preempted every sequence: the join
-            return True  # queue goes next
+            return True  # queue (or the resumed sequences' re-prefills) goes next
     if IS[b + L.D_RQH] != -1:
         mixed_step(IS, F, R, B8, bid, EHT, EHI, TLF, TLI, d, t, nj)
         return True

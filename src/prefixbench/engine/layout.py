@@ -218,6 +218,7 @@ R_J0, R_OWN0, R_GEN, R_ASEQ, R_PGN, R_PTH = range(17, 23)
 NR = 23
 F_PRE, F_REPF = 16, 32  # --- paged: preempted (until it rejoins), its re-prefill is queued
 F_CED = 64  # --- ced (issue 18): its replay job is queued or done (engine/ced.py)
+F_SOLO = 128  # --- paged: preempted while running alone: it resumes without shared blocks
 
 # ---------------------------------------------------------------- F (float64)
 FP_LINK_BPS, FP_LINK_LAT, FP_WAIT_TO, FP_TWARM = range(4)

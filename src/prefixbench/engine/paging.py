@@ -322,7 +322,10 @@ def prepare_iteration(IS, F, R, B32, B8, bid, d, t):
             break
         if idle > 0:
             rs_trim(IS, F, B32, B8, d, idle, t)
-        preempt(IS, F, R, B32, B8, bid, d, most_recent(IS, R, d), t)
+        victim = most_recent(IS, R, d)
+        if IS[b + L.D_B] == 1:  # alone and still short: its shared blocks' rounding is
+            R[victim * L.NR + L.R_FLAGS] |= L.F_SOLO  # in the way; it resumes on its own
+        preempt(IS, F, R, B32, B8, bid, d, victim, t)
         victims += 1
     alloc_through(IS, F, R, B32, B8, d, it, t)
     if victims and IS[b + L.D_B] > 0:
@@ -355,7 +358,8 @@ def resume_one(IS, F, R, B32, B8, EHT, EHI, bid, bt, d, rid, t):
     ptr = IS[L.H_PTR]
     i0, i1 = IS[ptr + rid], IS[ptr + rid + 1]
     nhit = 0
-    if not IS[L.IP_SWAP] and IS[L.IP_POLICY] >= L.POL_HOTSET and i1 > i0:
+    solo = R[rr + L.R_FLAGS] & L.F_SOLO
+    if not IS[L.IP_SWAP] and IS[L.IP_POLICY] >= L.POL_HOTSET and i1 > i0 and not solo:
         nhit = rs_match(B8, IS[L.IP_U], d, bid, i0, i1)
     hit = 0
     for j in range(i0, i0 + nhit):
