@@ -229,6 +229,10 @@ def offered_load(prep, df, stats: dict) -> tuple[float, dict, bool]:
         if n_adm and not colocated
         else np.zeros(0)
     )
+    w = getattr(b.decode_cost, "ced_window", 0.0)
+    if w and n_adm and not colocated:  # a CED model's replay job rides there too (§2.12;
+        # priced as a recompute of its w tokens: a little low, it also attends the prompt)
+        rc = rc + recompute_time(b.decode_cost, np.minimum(w, admitted["prompt_tokens"]))
     if not colocated and n_adm:
         nbytes = admitted["transfer_tokens"] * prep.kv_bpt
         if getattr(b, "link_topology", "private_paths") == "shared_nics":
