@@ -272,3 +272,17 @@ def test_preset_is_seed003_with_the_split():
     for k in ("name", "description"):
         a.pop(k), b.pop(k)
     assert a == b
+
+
+def test_replay_jobs_count_in_the_decode_slot_load():
+    """The stability verdict's decode-slot load includes each request's replay job when
+    the replay runs on decode (and nothing of it when it runs on prefill)."""
+    from prefixbench.study.runs import run_scenario
+
+    sets = ["model.ced_encoder_layers=40", "run.requests=300", "run.warmup_requests=30"]
+    rho = {}
+    for on in ("prefill", "decode"):
+        s = load_scenario("seed003", [*sets, f"model.ced_replay_on={on}"])
+        row = run_scenario(s, ["transfer_per_request"], keep_requests=False).summary.row(0, named=True)
+        rho[on] = row["rho_decode_slots"]
+    assert rho["decode"] > rho["prefill"] * 1.01
