@@ -201,20 +201,33 @@ class Roofline:
             self._encoder_setup(model, encoder_layers, p, wb)
             self._replay_setup(model, encoder_layers, p, wb, replay_on, replay_window)
 
-    def _encoder_setup(self, model, encoder: int, p: dict, wb: float) -> None:
-        """Per-layer shares of the dense stack (every layer alike): attention, norms and
-        MLP scale by encoder / layers; the final norm, embedding and LM head do not."""
-        share = encoder / model.layers
+    @staticmethod
+    def _prompt_params(model, encoder: int, p: dict) -> float:
+        """Parameters a CED prompt token multiplies: the encoder layers (per-layer shares of
+        the dense stack, every layer alike), the final norm, and k_proj and v_proj of every
+        decoder layer."""
         final_norm = model.hidden_size
         per_layers = p["attention"] + (p["norms"] - final_norm) + p["dense_mlp"]
         kv_out = model.kv_heads * model.head_dim
         k_and_v = 2 * model.hidden_size * kv_out + (2 * kv_out if model.qkv_bias else 0)
-        projections = (model.layers - encoder) * k_and_v
-        self.p_lin = 2.0 * (per_layers * share + final_norm + projections)
-        self.p_attn = self.attn * share
+        return per_layers * encoder / model.layers + final_norm + (model.layers - encoder) * k_and_v
+
+    def _encoder_setup(self, model, encoder: int, p: dict, wb: float) -> None:
+        """Prefill runs the prompt pass: attention over the encoder layers; the embedding
+        and LM head do not scale."""
+        self.p_lin = 2.0 * self._prompt_params(model, encoder, p)
+        self.p_attn = self.attn * encoder / model.layers
         head = p["embed"] if model.tied_embeddings else p["lm_head"]
-        self.p_w = (per_layers * share + final_norm + projections + head) * wb
+        self.p_w = (self._prompt_params(model, encoder, p) + head) * wb
         self.p_layers = encoder
+
+    def prompt_pass(self, model, encoder: int) -> None:
+        """--- ced (§2.12): a prefix this (decode) instance recomputes runs the prompt pass
+        of a CED model: FLOPs per token, attention FLOPs per pair over the encoder layers,
+        and the encoder layers' KV bytes read per attended token."""
+        share = encoder / model.layers
+        lin = 2.0 * self._prompt_params(model, encoder, _module_params(model))
+        self.ced_prompt = (lin, self.attn * share, self.kv * share)
 
     def _replay_setup(self, model, encoder: int, p: dict, wb: float, on: str, window: int):
         """--- ced (§2.12): the bounded replay of each prompt's last ``window`` tokens
@@ -368,16 +381,26 @@ class Roofline:
             return self._speculative_mixed(batch, context, chunks)
         flops = batch * (self.f_lin + self.f_head) + self.attn * context
         tokens = batch
-        kv_tokens = context
-        for n, done, last in chunks:
-            flops += self.f_lin * n + self.attn * (n * done + n * (n + 1) / 2)
+        kv_bytes = self.kv * context
+        for n, done, last, *prompt in chunks:
+            lin, attn, kv_read = self.chunk_terms(prompt)
+            flops += lin * n + attn * (n * done + n * (n + 1) / 2)
             if last:
                 flops += self.f_head
             tokens += n
-            kv_tokens += done + n
-        nbytes = self.weights_read(tokens) + self.kv * kv_tokens
+            kv_bytes += kv_read * done + self.kv * n
+        nbytes = self.weights_read(tokens) + kv_bytes
         e = self.eff
         return self._time(flops, nbytes, e.mfu_decode, e.decode_overhead_ms) + self.comm(tokens)
+
+    def chunk_terms(self, prompt) -> tuple[float, float, float]:
+        """(FLOPs per token, attention FLOPs per pair, KV bytes read per attended token) of
+        a chunk: a recomputed prefix (``prompt`` = [True]) of a CED model runs its prompt
+        pass (prompt_pass); anything else the whole model."""
+        ced = getattr(self, "ced_prompt", None)
+        if prompt and prompt[0] and ced is not None:
+            return ced
+        return self.f_lin, self.attn, self.kv
 
     # --- spec: speculative decoding beside recompute chunks (docs/model.md §1.9, §2.13)
 
@@ -400,12 +423,13 @@ class Roofline:
         draft, gamma, tokens = self.spec
         verified = batch * (gamma + 1)
         flops = verified * (self.f_lin + self.f_head) + self.attn * (gamma + 1) * context
-        kv_tokens = float(context)
-        real_chunk = tokens * sum(n for n, _, _ in chunks)
-        for n, done, _last in chunks:
-            flops += tokens * (self.f_lin * n + self.attn * (n * done + n * (n + 1) / 2))
-            kv_tokens += done + tokens * n
-        nbytes = self.weights_read(verified + real_chunk) + self.kv * kv_tokens
+        kv_bytes = self.kv * float(context)
+        real_chunk = tokens * sum(c[0] for c in chunks)
+        for n, done, _last, *prompt in chunks:
+            lin, attn, kv_read = self.chunk_terms(prompt)
+            flops += tokens * (lin * n + attn * (n * done + n * (n + 1) / 2))
+            kv_bytes += kv_read * done + self.kv * tokens * n
+        nbytes = self.weights_read(verified + real_chunk) + kv_bytes
         e = self.eff
         total = self._time(flops, nbytes, e.mfu_decode, 0.0)
         total += self.comm(verified + real_chunk)

@@ -449,6 +449,8 @@ def scenario_config(prep) -> RefConfig:
     ced_decode = s.model_format.ced_encoder_layers is not None
     ced_decode = ced_decode and s.model_format.ced_replay_on == "decode"
     d_roof.replay_window = s.model_format.ced_replay_tokens if ced_decode else 0
+    if s.model_format.ced_encoder_layers is not None:  # its recomputed prefixes
+        d_roof.prompt_pass(model, s.model_format.ced_encoder_layers)
     sp = c.decode.speculative
     if sp is not None:  # §2.13: the draft priced on the decode hardware, by its own shape
         draft = (
@@ -1147,7 +1149,11 @@ class ReferenceSim:
         step = cfg.decode.mixed_step(
             len(dec.running),
             ctx,
-            [(chunks[r.rid], r.rc_done, False) for r in dec.recompute if r.rid in chunks],
+            [  # a recomputed prefix (not a CED replay) is a prompt pass (§2.12)
+                (chunks[r.rid], r.rc_done, False, not r.replayed)
+                for r in dec.recompute
+                if r.rid in chunks
+            ],
         )
         end = t + step
         for r in list(dec.recompute):
@@ -1227,7 +1233,7 @@ class ReferenceSim:
         done = h
         while m > 0:
             c = min(room, m)
-            step = roof.mixed_step(nb, ctx, [(c, done, False)])
+            step = roof.mixed_step(nb, ctx, [(c, done, False, True)])
             span += step
             extra += step - (roof.mixed_step(nb, ctx, []) if nb else 0.0)
             done += c

@@ -118,11 +118,20 @@ def test_replay_on_decode_prefill_holds_the_encoder():
 
 
 def test_ced_keeps_decode_and_kv():
-    """Only prefill changes: decode coefficients and KV bytes per token are the full model's."""
+    """Decoding and KV bytes per token are the full model's; only what the decode instance
+    recomputes of a prefix is the prompt pass. By hand from config.json: per token 2 x
+    (40 layers + the final norm + 40 decoder k_proj and v_proj), attention over 40 layers
+    (64 heads x (2 x 128 + 2 x 128) FLOPs per pair each), and half the KV read."""
     a = prepare(load_scenario("seed003", IDEAL))
     b = prepare(load_scenario("seed003", [*IDEAL, "model.ced_encoder_layers=40"]))
-    assert a.base.decode_cost == b.base.decode_cost
+    prompt = ("ced_prompt_lin", "ced_prompt_attn", "ced_prompt_kv")
+    assert dataclasses.replace(b.base.decode_cost, **dict.fromkeys(prompt, 0.0)) == a.base.decode_cost
     assert a.kv_bpt == b.kv_bpt == 2 * 80 * 8 * 128 * 2
+    layer = 2 * 8192**2 + 2 * 8192 * 1024 + 3 * 8192 * 28672 + 2 * 8192
+    c = b.base.decode_cost
+    assert c.ced_prompt_lin == 2 * (40 * layer + 8192 + 40 * 2 * 8192 * 1024)
+    assert c.ced_prompt_attn == 40 * 64 * (2 * 128 + 2 * 128)
+    assert c.ced_prompt_kv == 2 * 40 * 8 * 128 * 2
 
 
 @pytest.mark.parametrize(

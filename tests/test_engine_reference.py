@@ -278,7 +278,7 @@ def disagg_cases(draw, policies=POLICIES, tight: bool = False, speculative: bool
         ref.decode.speculate(roofline(draft, d_acc, d_dev, e), gamma, alpha)
         event(f"speculative with {cfg.policy}")
     if ced is not None:
-        cfg, ref = _with_ced(cfg, ref, model, p_acc, p_dev, eff, *ced)
+        cfg, ref = _with_ced(cfg, ref, model, p_acc, p_dev, d_acc, d_dev, eff, *ced)
     return req, cfg, ref
 
 
@@ -305,13 +305,14 @@ def _ced(draw, model):
     return enc, draw(st.sampled_from(["prefill", "decode"])), draw(st.sampled_from([1, 16, 128]))
 
 
-def _with_ced(cfg, ref, model, p_acc, p_dev, eff, enc, on, window):
+def _with_ced(cfg, ref, model, p_acc, p_dev, d_acc, d_dev, eff, enc, on, window):
     """The case's costs with the CED split: the product's from its cost model, the
-    reference's from its own roofline."""
-    from prefixbench.costmodel import ced_prefill_cost
+    reference's from its own roofline (a prefix decode recomputes is a prompt pass)."""
+    from prefixbench.costmodel import ced_decode_cost, ced_prefill_cost
 
     p_cost = ced_prefill_cost(cfg.prefill_cost, model, enc, p_dev, None, on, window)
-    d_cost = cfg.decode_cost
+    d_cost = ced_decode_cost(cfg.decode_cost, model, enc)
+    ref.decode.prompt_pass(model, enc)
     p_roof = roofline(model, p_acc, p_dev, efficiency(eff), None, None, enc, on, window)
     chunk = {}
     if on == "decode":

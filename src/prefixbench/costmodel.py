@@ -358,6 +358,12 @@ class InstanceCost:
     ced_lin: float = 0.0
     ced_attn: float = 0.0
     ced_comm: float = 0.0
+    # On a decode cost, a CED model's prefix recomputed here runs what a prompt token runs
+    # (the encoder and the decoder's K/V projections) and attends over the encoder layers,
+    # reading only their KV of the resident tokens (0: not CED, the full-depth terms above)
+    ced_prompt_lin: float = 0.0  # FLOPs per recomputed token (no logits)
+    ced_prompt_attn: float = 0.0  # attention FLOPs per (query, key) pair
+    ced_prompt_kv: float = 0.0  # KV bytes read per attended token (the encoder layers')
 
     @classmethod
     def build(
@@ -459,13 +465,23 @@ def prefill_times(cost: InstanceCost, new_tokens, cached_tokens, starts):
 
 
 def recompute_time(cost: InstanceCost, prefix_tokens):
-    """Time for a decode instance to rebuild the KV of ``prefix_tokens`` (a prefill, no logits)."""
+    """Time for a decode instance to rebuild the KV of ``prefix_tokens`` (a prefill, no
+    logits; a CED model's prompt pass, §2.12)."""
     n = np.asarray(prefix_tokens, dtype=np.float64)
-    flops = n * cost.linear_flops + cost.attn_coef * n * (n + 1.0) / 2.0
+    lin, attn = recompute_rates(cost)
+    flops = n * lin + attn * n * (n + 1.0) / 2.0
     t = np.maximum(
         flops / cost.flops_rate_prefill, (cost.weights_read(n) + cost.kv_bpt * n) / cost.byte_rate
     )
     return np.where(n > 0, t + cost.prefill_overhead + cost.comm_time(n), 0.0)
+
+
+def recompute_rates(cost: InstanceCost) -> tuple[float, float]:
+    """(FLOPs per recomputed token, attention FLOPs per pair) of a decode-side recompute:
+    the full depth, or a CED model's prompt pass."""
+    if cost.ced_prompt_lin:
+        return cost.ced_prompt_lin, cost.ced_prompt_attn
+    return cost.linear_flops, cost.attn_coef
 
 
 def decode_iteration_time(cost: InstanceCost, batch, context):
@@ -566,6 +582,26 @@ def ced_kv_projection_params(m: ModelSpec, encoder_layers: int) -> int:
     return (m.layers - encoder_layers) * per_layer
 
 
+def ced_prompt_rates(m: ModelSpec, encoder_layers: int) -> tuple[float, float]:
+    """(Linear FLOPs per prompt token, attention FLOPs per (query, key) pair) of a CED
+    model's prompt pass: the encoder layers plus the decoder layers' K/V projections, no
+    logits."""
+    enc = m.model_copy(update={"layers": encoder_layers})
+    proj = ced_kv_projection_params(m, encoder_layers)
+    return linear_flops_per_token(enc) + 2.0 * proj, attention_flops_coef(enc)
+
+
+def ced_decode_cost(cost: InstanceCost, m: ModelSpec, encoder_layers: int) -> InstanceCost:
+    """A decode instance's cost for a CED model: a prefix it recomputes runs the prompt
+    pass (ced_prompt_rates) and reads the encoder layers' KV of what it attends to."""
+    from dataclasses import replace
+
+    check_ced(m, encoder_layers)
+    lin, attn = ced_prompt_rates(m, encoder_layers)
+    kv = cost.kv_bpt * encoder_layers / m.layers  # identical layers: KV per layer alike
+    return replace(cost, ced_prompt_lin=lin, ced_prompt_attn=attn, ced_prompt_kv=kv)
+
+
 def ced_prefill_cost(
     cost: InstanceCost,
     m: ModelSpec,
@@ -589,9 +625,10 @@ def ced_prefill_cost(
     proj = ced_kv_projection_params(m, encoder_layers)
     par = par or Parallelism(tp=devices)
     per_token, fixed = comm_coeffs(enc, devices, par)
+    lin, attn = ced_prompt_rates(m, encoder_layers)
     common = {
-        "linear_flops": linear_flops_per_token(enc) + 2.0 * proj,
-        "attn_coef": attention_flops_coef(enc),
+        "linear_flops": lin,
+        "attn_coef": attn,
         "comm_per_token": per_token,
         "comm_fixed": fixed,
     }

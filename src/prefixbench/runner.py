@@ -197,7 +197,10 @@ def prepare(s: Scenario) -> Prepared:
         model, d_dev, c.decode.devices, s.efficiency, c.decode.parallelism()
     )
     if ced_layers is not None:  # --- asymmetric models (issue 18)
+        from .costmodel import ced_decode_cost
+
         p_cost = ced_prefill(p_cost, model, ced_layers, ced_on, ced_w, c)
+        d_cost = ced_decode_cost(d_cost, model, ced_layers)  # its recomputed prefixes
         if ced_on == "decode":  # the decode instance replays before the first iteration
             from dataclasses import replace
 

@@ -94,7 +94,7 @@ def recompute_time(IS, F, d, m, h):
             pf, pk = mixed_open(F, nb, ctx)
             plain = mixed_close(F, nb, ctx, 0, pf, pk)[0]
         flops, kv_io = mixed_open(F, nb, ctx)
-        flops, kv_io = chunk_add(F, nb, flops, kv_io, c, done)
+        flops, kv_io = chunk_add(F, nb, flops, kv_io, c, done, True)
         dur = mixed_close(F, nb, ctx, c, flops, kv_io)[0]
         total += dur
         extra += dur - plain

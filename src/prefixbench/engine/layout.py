@@ -258,10 +258,14 @@ COST_FIELDS = (
     "ced_lin",
     "ced_attn",
     "ced_comm",
+    "ced_prompt_lin",
+    "ced_prompt_attn",
+    "ced_prompt_kv",
 )
 C_CLK, C_JF, C_JB, C_IDLE, C_DVFS, C_VF = range(14, 20)  # --- power (issue 18)
 C_SG, C_STAU, C_SDW, C_SDKV, C_SDF, C_SDA = range(20, 26)  # --- speculative (issue 18)
 C_CEDW, C_CEDL, C_CEDA, C_CEDC = range(26, 30)  # --- ced (issue 18): engine/ced.py
+C_CEDPL, C_CEDPA, C_CEDPK = range(30, 33)  # --- ced: a recomputed prefix's prompt pass
 NCF = len(COST_FIELDS)
 FP_PC = 4  # prefill InstanceCost fields
 FP_DC = FP_PC + NCF  # decode InstanceCost fields (colocated: the instance's cost)

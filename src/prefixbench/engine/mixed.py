@@ -62,11 +62,19 @@ def mixed_open(F, nb, ctx):
 
 
 @jit
-def chunk_add(F, nb, flops, kv_io, m, done):
+def chunk_add(F, nb, flops, kv_io, m, done, prompt):
     """(FLOPs, KV bytes) after adding a chunk of ``m`` tokens after ``done`` computed ones:
-    its own FLOPs (no logits), its KV written and its prefix read once per real iteration."""
+    its own FLOPs (no logits), its KV written and its prefix read once per real iteration.
+    ``prompt``: a recomputed prefix, which for a CED model is its prompt pass (the encoder
+    and the decoder's K/V projections, attending over the encoder layers' KV, §2.12); a
+    replay chunk runs the whole model."""
     c0 = L.FP_DC
     tau = spec_of(F, nb)[1]
+    if prompt and F[c0 + L.C_CEDPL] > 0.0:
+        att = F[c0 + L.C_CEDPA]
+        flops += m * F[c0 + L.C_CEDPL] + att * (m * done + m * (m + 1) / 2.0)
+        kv_io += F[c0 + L.C_CEDPK] * done / tau + F[c0 + L.C_KV] * m
+        return flops, kv_io
     att = F[c0 + L.C_ATT]
     flops += m * F[c0 + L.C_LF] + att * (m * done + m * (m + 1) / 2.0)
     kv_io += F[c0 + L.C_KV] * (done / tau + m)

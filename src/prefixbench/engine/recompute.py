@@ -177,7 +177,7 @@ def mixed_step(IS, F, R, B8, bid, EHT, EHI, TLF, TLI, d, t, nj):
             R[ar + L.R_RCH] = m
             chunks += m
             room -= m
-            flops, kv_io = chunk_add(F, nb, flops, kv_io, m, done)
+            flops, kv_io = chunk_add(F, nb, flops, kv_io, m, done, not ced.is_replay(R, a))
         a = R[ar + L.R_RQN]
     dur, flops, bytes_ = mixed_close(F, nb, ctx, chunks, flops, kv_io)
     end = t + dur
