@@ -1346,7 +1346,9 @@ class ReferenceSim:
             dec.running.append(r)
         if self.paged and dec.running:
             self.take_blocks(d, t)
-            held = any(x.private for x in self.reqs if x.decode_instance == d)
+            held = any(x.private for x in self.reqs if x.decode_instance == d) or any(
+                rep.refs > 0 for rep in dec.replicas.values()
+            )  # an admitted request whose prompt is all hits holds only references
             if not dec.running and not held and dec.resume and self.resume_preempted(d, t):
                 self.admit_waiting(d, t)  # nothing runs, nothing held: retry them now
             if not dec.running and (dec.ready or dec.reprefill):  # all preempted: the

@@ -661,10 +661,10 @@ def decode_boundary(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, d, version, 
         pg.prepare_iteration(IS, F, R, B32, B8, bid, d, t)
         mem_changed(IS, F, TLF, TLI, d, t)
         nj = pg.still_joining(IS, R, nj)
-        if IS[b + L.D_B] == 0 and IS[b + L.D_PRIV] == 0 and IS[b + L.D_PQH] != -1:
-            # it preempted every sequence and no admitted request holds KV here: no
-            # completion will free memory, so the preempted retry now (as vLLM's scheduler
-            # retries its waiting queue every step)
+        if IS[b + L.D_B] == 0 and IS[b + L.D_PQH] != -1 and pg.nothing_held(IS, d):
+            # it preempted every sequence and no admitted request holds KV or a replica
+            # here: no completion will free memory, so the preempted retry now (as vLLM's
+            # scheduler retries its waiting queue every step)
             drain_waiting(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, d, t)
         if IS[b + L.D_B] == 0 and (IS[b + L.D_JQH] != -1 or IS[b + L.D_FQH] != -1):
             schedule(IS, F, EHT, EHI, d, t, 0)  # it preempted every sequence: the join

@@ -69,6 +69,14 @@ def generated_before(R, rid):
 
 
 @jit
+def nothing_held(IS, d):
+    """No admitted request holds KV on ``d``: no private blocks, and every resident replica
+    block idle (an admitted request whose prompt is all hits holds only references)."""
+    b = L.DI0 + d * L.NDI
+    return IS[b + L.D_PRIV] == 0 and IS[b + L.D_USED] == IS[b + L.D_IDLE]
+
+
+@jit
 def mem_short(IS, d):
     """(free tokens, idle replica tokens) of decode instance ``d``."""
     b = L.DI0 + d * L.NDI
