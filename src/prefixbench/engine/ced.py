@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from . import layout as L
 from .jit import jit, sig
-from .queues import q_append
+from .queues import job_enqueue
 
 
 @sig("float64(float64[::1], int64, int64)")
@@ -54,13 +54,9 @@ def ready(IS, F, R, rid, d):
     w = s
     if W < s:
         w = int(W)
-    R[rr + L.R_FLAGS] |= L.F_CED | L.F_RC
-    R[rr + L.R_RDONE] = s - w
-    R[rr + L.R_RDEP] = -1
-    R[rr + L.R_RSH] = 0
-    R[rr + L.R_RTOT] = s
+    R[rr + L.R_FLAGS] |= L.F_CED
     R[rr + L.R_RCH] = 0  # (queued during a mixed step's bookkeeping: no chunk in it)
-    q_append(IS, R, L.DI0 + d * L.NDI + L.D_RQH, L.R_RQN, rid)
+    job_enqueue(IS, R, d, rid, s - w, -1, 0, s)  # shares nothing: the prompt's own tokens
     return False
 
 

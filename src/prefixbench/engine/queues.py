@@ -17,7 +17,9 @@ from __future__ import annotations
 from .jit import entry_sig, sig
 from .layout import (
     D_HSZ,
+    D_RQH,
     DI0,
+    F_RC,
     GI_HSZ,
     GI_SEQ,
     H_CAPB,
@@ -25,7 +27,13 @@ from .layout import (
     KIND_SHIFT,
     NDI,
     NR,
+    R_FLAGS,
     R_PBN,
+    R_RDEP,
+    R_RDONE,
+    R_RQN,
+    R_RSH,
+    R_RTOT,
     R_WQN,
     R_WQP,
 )
@@ -158,6 +166,19 @@ def q_append(IS, R, hp, f, rid):
     else:
         R[tail * NR + f] = rid
     IS[hp + 1] = rid
+
+
+@sig("void(int64[::1], int32[::1], int64, int64, int64, int64, int64, int64)")
+def job_enqueue(IS, R, d, rid, done, dep, shared, total):
+    """Queue ``rid``'s decode-side prefill job on ``d`` (engine/recompute.py): tokens
+    [done, total) to compute, waiting on job ``dep`` (-1: none) for its first ``shared``."""
+    rr = rid * NR
+    R[rr + R_RDONE] = done
+    R[rr + R_RDEP] = dep
+    R[rr + R_RSH] = shared
+    R[rr + R_RTOT] = total
+    R[rr + R_FLAGS] |= F_RC
+    q_append(IS, R, DI0 + d * NDI + D_RQH, R_RQN, rid)
 
 
 @sig("int64(int64[::1], int32[::1], int64, int64)")

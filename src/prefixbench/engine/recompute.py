@@ -27,7 +27,7 @@ from .batch import add_work, itl_add, schedule
 from .jit import jit
 from .mixed import chunk_add, chunk_room, mixed_close, mixed_open
 from .power import decode_record, power_work
-from .queues import q_append
+from .queues import job_enqueue, q_append
 from .timeline import record
 
 
@@ -63,13 +63,7 @@ def queue_job(IS, R, bid, bt, rid, d, m, h):
         a = R[a * L.NR + L.R_RQN]
     if best_s <= h:  # nothing to take from another job beyond what is resident
         best, best_s = -1, 0
-    rr = rid * L.NR
-    R[rr + L.R_RDONE] = h
-    R[rr + L.R_RDEP] = best
-    R[rr + L.R_RSH] = best_s
-    R[rr + L.R_RTOT] = m
-    R[rr + L.R_FLAGS] |= L.F_RC
-    q_append(IS, R, b + L.D_RQH, L.R_RQN, rid)
+    job_enqueue(IS, R, d, rid, h, best, best_s, m)
     return m - max(best_s, h)
 
 
