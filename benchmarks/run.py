@@ -182,10 +182,10 @@ def mode_million(kind: str, policy: str, trace: str) -> None:
     """One 1,000,000-request run: workload, prepare, simulate, per-request table and summary."""
     T = time.perf_counter
     t0 = T()
-    import prefixbench.runner as runner
-    from prefixbench.loader import load_scenario
-    from prefixbench.metrics import requests_frame, summarize
-    from prefixbench.runner import prepare, simulate_policy
+    import prefixbench.system.runner as runner
+    from prefixbench.metrics.summary import requests_frame, summarize
+    from prefixbench.scenario.loader import load_scenario
+    from prefixbench.system.runner import prepare, simulate_policy
 
     t1 = T()
     phases = {}
@@ -237,8 +237,8 @@ import json, time
 t0 = time.perf_counter()
 import prefixbench.engine
 t1 = time.perf_counter()
-from prefixbench.loader import load_scenario
-from prefixbench.runner import prepare, simulate_policy
+from prefixbench.scenario.loader import load_scenario
+from prefixbench.system.runner import prepare, simulate_policy
 prep = prepare(load_scenario("medium_chat", ["run.requests=200", "run.warmup_requests=0"]))
 co = prepare(load_scenario("medium_chat", ["run.requests=200", "run.warmup_requests=0",
                                            "cluster.mode=colocated"]))
@@ -285,8 +285,8 @@ def bench_throughput(n: int, repeats: int) -> dict:
     import dataclasses
 
     from prefixbench.engine import simulate
-    from prefixbench.loader import load_scenario
-    from prefixbench.runner import prepare
+    from prefixbench.scenario.loader import load_scenario
+    from prefixbench.system.runner import prepare
 
     rows = []
     for wl in WORKLOADS:
@@ -450,8 +450,8 @@ def bench_scaling_requests(sizes: list[int], repeats: int) -> dict:
     import dataclasses
 
     from prefixbench.engine import simulate
-    from prefixbench.loader import load_scenario
-    from prefixbench.runner import prepare
+    from prefixbench.scenario.loader import load_scenario
+    from prefixbench.system.runner import prepare
 
     rows = []
     for n in sizes:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from prefixbench import catalog
-from prefixbench.costmodel import Efficiency, InstanceCost
+from prefixbench.physics.costmodel import Efficiency, InstanceCost
 from prefixbench.workload.requests import Requests
 
 _COSTS: dict[tuple, InstanceCost] = {}

@@ -10,9 +10,9 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from prefixbench import costmodel as cm
 from prefixbench.catalog import ACCELERATORS, MODELS
 from prefixbench.catalog.fabrics import get_fabric
+from prefixbench.physics import costmodel as cm
 
 DATA = Path(__file__).parent / "data" / "measured"
 VIDUR_GPU = {"h100": "h100-sxm", "a100": "a100-80gb"}  # Vidur: DGX nodes, 80 GB parts

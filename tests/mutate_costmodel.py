@@ -5,7 +5,7 @@ run the reference tests, restore the file. Not a test; run by hand:
     MUT_ONLY=decode .venv/bin/python tests/mutate_costmodel.py 4   # terms whose name has "decode"
 
 Prints one line per mutation: the term, the factor and the tests that failed (``SURVIVED``
-if none did). Each mutation is a textual edit of src/prefixbench/costmodel.py; the file is
+if none did). Each mutation is a textual edit of src/prefixbench/physics/costmodel.py; the file is
 restored after every run (and at exit).
 """
 
@@ -17,7 +17,7 @@ import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-TARGET = ROOT / "src" / "prefixbench" / "costmodel.py"
+TARGET = ROOT / "src" / "prefixbench" / "physics" / "costmodel.py"
 
 # (term, exact text in costmodel.py, the same with {F} where the factor goes)
 MUTATIONS = [

@@ -1,4 +1,4 @@
-"""The hindsight bound (study/bound.py) against exhaustive search on small cases, and
+"""The hindsight bound (metrics/bound.py) against exhaustive search on small cases, and
 against every policy on whole scenarios."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from enginecases import instance_cost
 
-from prefixbench.loader import load_scenario
-from prefixbench.scenario import POLICIES
-from prefixbench.study.bound import Prices, belady_resident, max_resident
+from prefixbench.metrics.bound import Prices, belady_resident, max_resident
+from prefixbench.scenario.loader import load_scenario
+from prefixbench.scenario.models import POLICIES
 from prefixbench.study.runs import run_scenario
 
 COST = instance_cost("qwen2-0.5b", "l4", 1, (0.5, 0.3, 0.7, 1.0, 0.5))

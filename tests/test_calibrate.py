@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from prefixbench import costmodel as cm
-from prefixbench.calibrate import ProfileError, calibrate, load_efficiency, read_profiles
 from prefixbench.catalog import ACCELERATORS, MODELS
 from prefixbench.cli import app
-from prefixbench.loader import load_scenario
+from prefixbench.physics import costmodel as cm
+from prefixbench.physics.calibrate import ProfileError, calibrate, read_profiles
+from prefixbench.scenario.loader import load_efficiency, load_scenario
 
 runner = CliRunner(env={"COLUMNS": "80", "NO_COLOR": "1", "TERM": "dumb"})
 ROOT = Path(__file__).resolve().parents[1]
@@ -102,7 +102,7 @@ def test_round_trip_from_vllm_results(tmp_path):
     for f, b in zip(lat, (64, 1024, 2048), strict=True):
         ms += read_profiles([str(f)], "llama-3.1-8b", lengths={
             "input_len": 128, "output_len": 32, "batch_size": b})  # fmt: skip
-    from prefixbench.calibrate import fit
+    from prefixbench.physics.calibrate import fit
 
     res = fit(ms)
     for k, v in TRUE.model_dump().items():

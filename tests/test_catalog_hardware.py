@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from prefixbench.loader import load_scenario
-from prefixbench.runner import prepare, simulate_policy
+from prefixbench.scenario.loader import load_scenario
+from prefixbench.system.runner import prepare, simulate_policy
 
 MFU, MBU, OVERHEAD = 0.5, 0.7, 1e-3
 # Datasheets (catalog/accelerators.py): dense BF16 TFLOP/s, HBM GB/s

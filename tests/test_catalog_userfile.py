@@ -12,7 +12,7 @@ from prefixbench.catalog import AcceleratorSpec, LinkSpec, get_accelerator, get_
 from prefixbench.catalog.userfile import load_hardware
 from prefixbench.cli import app
 from prefixbench.errors import CatalogError
-from prefixbench.loader import load_scenario
+from prefixbench.scenario.loader import load_scenario
 
 cli = CliRunner(env={"COLUMNS": "120", "NO_COLOR": "1", "TERM": "dumb"})
 SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"

@@ -1,5 +1,4 @@
-"""Asymmetric models: a causal encoder-decoder, replay on prefill or on decode (issue 18;
-docs/model.md §2.12)."""
+"""Asymmetric models: a causal encoder-decoder, replay on prefill or on decode (docs/model.md §2.12)."""
 
 from __future__ import annotations
 
@@ -10,10 +9,10 @@ import pytest
 from reference_sim import ReferenceSim, scenario_config
 from test_engine_reference import POLICIES, assert_same
 
-from prefixbench.costmodel import prefill_time
 from prefixbench.errors import PrefixbenchError
-from prefixbench.loader import load_scenario
-from prefixbench.runner import prepare, simulate_policy
+from prefixbench.physics.costmodel import prefill_time
+from prefixbench.scenario.loader import load_scenario
+from prefixbench.system.runner import prepare, simulate_policy
 
 IDEAL = ["cluster.prefill.fabric=ideal", "run.requests=50", "run.warmup_requests=5"]
 
@@ -97,7 +96,7 @@ def test_replay_on_decode_prefill_holds_the_encoder():
     cache takes prefill_cache_fraction = 0.9 of what the weights leave, at 2 x 80 layers x
     8 KV heads x 128 x 2 B = 327,680 B per token (the seed: 0.9 of HBM minus the weights,
     220,048 tokens instead of 8,835)."""
-    from prefixbench.costmodel import ced_prefill_weight_bytes
+    from prefixbench.physics.costmodel import ced_prefill_weight_bytes
 
     embed, layer = 128256 * 8192, 2 * 8192**2 + 2 * 8192 * 1024 + 3 * 8192 * 28672 + 2 * 8192
     held = (embed + 40 * layer + 40 * 2 * 8192 * 1024 + 8192) * 2
@@ -188,8 +187,8 @@ def _one_request(on: str):
     from enginecases import make_requests
 
     from prefixbench import catalog
-    from prefixbench.costmodel import Efficiency, InstanceCost, ced_prefill_cost
-    from prefixbench.runner import EngineConfig, simulate
+    from prefixbench.physics.costmodel import Efficiency, InstanceCost, ced_prefill_cost
+    from prefixbench.system.runner import EngineConfig, simulate
 
     m, dev = catalog.get_model("llama-3.1-8b"), catalog.get_accelerator("h100-sxm")
     eff = Efficiency()

@@ -10,7 +10,7 @@ from studyutil import make_tiny_study
 from typer.testing import CliRunner
 
 from prefixbench.cli import app
-from prefixbench.scenario import POLICIES
+from prefixbench.scenario.models import POLICIES
 
 runner = CliRunner(env={"COLUMNS": "80", "NO_COLOR": "1", "TERM": "dumb"})
 SMALL = ["--set", "run.requests=600", "--set", "run.warmup_requests=100"]

@@ -11,14 +11,13 @@ from hypothesis import strategies as st
 
 from prefixbench.catalog import ACCELERATORS, LINKS, MODELS
 from prefixbench.catalog.specs import ModelSpec
-from prefixbench.costmodel import (
+from prefixbench.physics.costmodel import (
     Efficiency,
     InstanceCost,
     attention_flops_coef,
     decode_iteration_time,
     decode_series_coeffs,
     flops_per_token,
-    iterations_within,
     kv_bytes,
     kv_bytes_per_token,
     linear_flops_per_token,
@@ -27,7 +26,6 @@ from prefixbench.costmodel import (
     prefill_time,
     recompute_time,
     ridge_point,
-    series_time,
     transfer_time,
     weight_bytes,
 )
@@ -36,6 +34,20 @@ from prefixbench.costmodel import (
 EFF = Efficiency(
     mfu_prefill=0.5, mfu_decode=0.5, mbu=0.7, prefill_overhead_ms=1.0, decode_overhead_ms=1.0
 )
+
+
+def series_time(coeffs, k):
+    """The compiled closed form of a fixed batch's first k iterations (engine/series.py)."""
+    from prefixbench.engine.series import series_time as closed_form
+
+    return closed_form(*(float(c) for c in coeffs), int(k))
+
+
+def iterations_within(coeffs, elapsed, k_max):
+    """The compiled inverse: largest k <= k_max whose series time fits in ``elapsed``."""
+    from prefixbench.engine.series import iterations_within as inverse
+
+    return int(inverse(*(float(c) for c in coeffs), float(elapsed), int(k_max)))
 
 
 # ---------------------------------------------------------------- model arithmetic

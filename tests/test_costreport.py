@@ -7,10 +7,10 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from prefixbench import costmodel as cm
 from prefixbench.catalog import ACCELERATORS, LINKS, MODELS
 from prefixbench.cli import app
-from prefixbench.costreport import cost_report
+from prefixbench.physics import costmodel as cm
+from prefixbench.physics.costreport import cost_report
 
 runner = CliRunner(env={"COLUMNS": "80", "NO_COLOR": "1", "TERM": "dumb"})
 

@@ -11,12 +11,12 @@ from typer.testing import CliRunner
 
 from prefixbench.cli import app
 from prefixbench.engine import Outcome
-from prefixbench.loader import load_scenario
-from prefixbench.runner import colocated_config, prepare, simulate_policy
+from prefixbench.scenario.loader import load_scenario
 from prefixbench.study.capacity import max_rate, probe
 from prefixbench.study.compare import compare
 from prefixbench.study.disagg import configs, headline, run_study
 from prefixbench.study.runs import run_scenario
+from prefixbench.system.runner import colocated_config, prepare, simulate_policy
 
 SHORT = ["run.requests=2500", "run.warmup_requests=250"]
 

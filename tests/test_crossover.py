@@ -70,7 +70,7 @@ def test_layerwise_charges_only_what_sticks_out_past_the_suffix_prefill():
     """At the 2,048-token reference prefix both options overlap the 256-token suffix's
     prefill (costmodel.prefill_time of one step: 256 new tokens after 2,048 cached)."""
     from prefixbench import catalog
-    from prefixbench.costmodel import Efficiency, InstanceCost, prefill_time
+    from prefixbench.physics.costmodel import Efficiency, InstanceCost, prefill_time
 
     after, lw = _lw()
     cost = InstanceCost.build(catalog.get_model("qwen2-1.5b"), catalog.get_accelerator("l4"), 1,

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from prefixbench.docgen import EXAMPLE, REGENERATE, collect, scenario_reference
-from prefixbench.scenario import Scenario
+from prefixbench.scenario.docgen import EXAMPLE, REGENERATE, collect, scenario_reference
+from prefixbench.scenario.models import Scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -34,7 +34,7 @@ def test_scenarios_md_is_current():
 
 def test_docgen_module_prints_the_reference():
     out = subprocess.run(
-        [sys.executable, "-m", "prefixbench.docgen"], capture_output=True, check=True, cwd=ROOT
+        [sys.executable, "-m", "prefixbench.scenario.docgen"], capture_output=True, check=True, cwd=ROOT
     ).stdout
     assert out.decode("utf-8") == scenario_reference()
 
@@ -80,7 +80,7 @@ def test_docs_relative_links_exist(page):
 
 def test_model_md_defines_every_output_column():
     """docs/model.md promises a definition of every requests-table and summary column."""
-    from prefixbench.loader import load_scenario
+    from prefixbench.scenario.loader import load_scenario
     from prefixbench.study.runs import run_scenario
 
     s = load_scenario("enterprise_hotset", ["run.requests=200", "run.warmup_requests=20"])

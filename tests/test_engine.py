@@ -29,7 +29,7 @@ from prefixbench.engine import (
 )
 from prefixbench.engine.blocks import dense_block_ids
 from prefixbench.errors import SimulationError
-from prefixbench.loader import load_scenario
+from prefixbench.scenario.loader import load_scenario
 from prefixbench.study.runs import run_scenario
 
 COST = instance_cost("qwen2-0.5b", "l4", 1, (0.5, 0.5, 0.7, 1.0, 1.0))
@@ -40,8 +40,8 @@ POLICIES = ("transfer_per_request", "recompute_on_decode", "replicate_hotset", "
 CASES = """
 import dataclasses, hashlib, json, sys
 import numpy as np
-from prefixbench.loader import load_scenario
-from prefixbench.runner import colocated_config, prepare
+from prefixbench.scenario.loader import load_scenario
+from prefixbench.system.runner import colocated_config, prepare
 from prefixbench.engine import simulate, simulate_colocated
 
 def digest(res):

@@ -18,7 +18,7 @@ Each test names what it guards and is built so that it fails when that thing is 
   bytes.
 
 Only public entry points are used (``runner.prepare``, ``runner.simulate_policy``,
-``simulate`` and ``EngineConfig`` as re-exported by ``prefixbench.runner``).
+``simulate`` and ``EngineConfig`` as re-exported by ``prefixbench.system.runner``).
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ import numpy as np
 import pytest
 
 from prefixbench import catalog
-from prefixbench.costmodel import Efficiency, InstanceCost
 from prefixbench.engine.audit import audit
-from prefixbench.loader import load_scenario
-from prefixbench.runner import EngineConfig, prepare, simulate, simulate_policy
+from prefixbench.physics.costmodel import Efficiency, InstanceCost
+from prefixbench.scenario.loader import load_scenario
+from prefixbench.system.runner import EngineConfig, prepare, simulate, simulate_policy
 from prefixbench.workload.requests import Requests
 
 POLICIES = ("transfer_per_request", "recompute_on_decode", "replicate_hotset", "replicate_all_lru")

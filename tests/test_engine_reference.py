@@ -53,10 +53,10 @@ from reference_sim import (
 
 from prefixbench import catalog
 from prefixbench.catalog.specs import AcceleratorSpec, ModelSpec
-from prefixbench.costmodel import Efficiency, InstanceCost, speculative_cost
 from prefixbench.errors import SimulationError
-from prefixbench.loader import load_scenario
-from prefixbench.runner import EngineConfig, prepare, simulate, simulate_policy
+from prefixbench.physics.costmodel import Efficiency, InstanceCost, speculative_cost
+from prefixbench.scenario.loader import load_scenario
+from prefixbench.system.runner import EngineConfig, prepare, simulate, simulate_policy
 from prefixbench.workload.requests import Requests
 
 if os.environ.get("REFSIM_MUTATION"):  # tests/mutate_costmodel.py: find, don't shrink
@@ -311,7 +311,7 @@ def _ced(draw, model):
 def _with_ced(cfg, ref, model, p_acc, p_dev, d_acc, d_dev, eff, enc, on, window):
     """The case's costs with the CED split: the product's from its cost model, the
     reference's from its own roofline (a prefix decode recomputes is a prompt pass)."""
-    from prefixbench.costmodel import ced_decode_cost, ced_prefill_cost
+    from prefixbench.physics.costmodel import ced_decode_cost, ced_prefill_cost
 
     p_cost = ced_prefill_cost(cfg.prefill_cost, model, enc, p_dev, None, on, window)
     d_cost = ced_decode_cost(cfg.decode_cost, model, enc)
@@ -957,7 +957,7 @@ def test_costmodel_functions_match_reference_roofline(model_name, eff):
     the closed-form sum of a fixed batch's iterations and its inverse."""
     from prefixbench.catalog.fabrics import get_fabric
     from prefixbench.catalog.specs import LinkSpec
-    from prefixbench.costmodel import (
+    from prefixbench.physics.costmodel import (
         Parallelism,
         decode_iteration_time,
         decode_series_coeffs,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prefixbench.firstrun import engine_compiled
+from prefixbench.support.firstrun import engine_compiled
 
 
 def test_an_empty_cache_dir_is_a_first_run(tmp_path, monkeypatch):

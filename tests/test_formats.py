@@ -14,7 +14,8 @@ import pytest
 from prefixbench.catalog import ACCELERATORS, MODELS
 from prefixbench.catalog.formats import with_formats
 from prefixbench.catalog.hfconfig import load_hf_config
-from prefixbench.costmodel import (
+from prefixbench.errors import CatalogError, ScenarioError, SimulationError
+from prefixbench.physics.costmodel import (
     Efficiency,
     InstanceCost,
     kv_bytes,
@@ -22,8 +23,7 @@ from prefixbench.costmodel import (
     param_counts,
     weight_bytes,
 )
-from prefixbench.errors import CatalogError, ScenarioError, SimulationError
-from prefixbench.loader import load_scenario
+from prefixbench.scenario.loader import load_scenario
 
 CONFIGS = Path(__file__).parent / "data" / "configs"
 
@@ -110,7 +110,7 @@ def test_bad_kv_dtype_is_one_line():
 
 
 def test_prepare_uses_the_kv_dtype():
-    from prefixbench.runner import prepare
+    from prefixbench.system.runner import prepare
 
     small = ["run.requests=300", "run.warmup_requests=50"]
     bf16 = prepare(load_scenario("tool_call", small))
@@ -176,7 +176,7 @@ def test_unmodelled_quant_method_is_never_sized_silently(tmp_path):
 
 
 def test_unmodelled_quant_method_in_a_run_is_one_line(tmp_path):
-    from prefixbench.runner import prepare
+    from prefixbench.system.runner import prepare
 
     qc = {"quant_method": "mxfp4"}
     path = write(tmp_path, dict(cfg("llama-3.1-8b-instruct"), quantization_config=qc))
@@ -250,7 +250,7 @@ def test_moe_expert_reads_use_the_quantized_width():
     [("h100-sxm", 8, False), ("h200", 8, True), ("h100-sxm", 16, True)],
 )
 def test_deepseek_fp8_memory_fit(accelerator, devices, fits):
-    from prefixbench.runner import prepare
+    from prefixbench.system.runner import prepare
 
     sets = [
         f"model={CONFIGS / 'deepseek-v3.json'}",
@@ -414,7 +414,7 @@ def test_crossover_at_fp8_kv_halves_the_tie_bandwidth():
 
 def test_fp8_kv_halves_every_transfer():
     # End to end through the engine: the same requests, each transfer's bytes halved.
-    from prefixbench.runner import prepare, simulate_policy
+    from prefixbench.system.runner import prepare, simulate_policy
 
     sets = ["run.requests=400", "run.warmup_requests=50"]
     moved = {}

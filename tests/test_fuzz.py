@@ -1,4 +1,4 @@
-"""The fuzzer (issue 20): at least 10,000 generated inputs per run, across every way data
+"""The fuzzer: at least 10,000 generated inputs per run, across every way data
 gets into prefixbench, each of which must end in ONE of
 
 - a ``PrefixbenchError`` whose message is one printable line naming what, where and a fix
@@ -105,7 +105,7 @@ def _clear(err: BaseException, where: str | None = None) -> str:
 
 
 def _preset(name: str) -> dict:
-    from prefixbench.loader import scenario_source
+    from prefixbench.scenario.loader import scenario_source
 
     return scenario_source(name)[0]
 
@@ -120,7 +120,7 @@ def _field_paths() -> list[str]:
 
     from pydantic import BaseModel
 
-    from prefixbench.scenario import Scenario
+    from prefixbench.scenario.models import Scenario
 
     def members(tp) -> list:
         args = [a for a in get_args(tp) if a is not type(None)]
@@ -191,7 +191,7 @@ def _check_scenario(s) -> None:
 
 
 def _validate_or_refuse(data, where: str = "fuzz.yaml"):
-    from prefixbench.loader import validate
+    from prefixbench.scenario.loader import validate
 
     try:
         s = validate(data, where)
@@ -205,7 +205,7 @@ def _validate_or_refuse(data, where: str = "fuzz.yaml"):
 @settings(max_examples=1800, **FUZZ)
 @given(data=mutated_scenario())
 def test_fuzz_scenario_documents(data: dict) -> None:
-    from prefixbench.loader import _parse
+    from prefixbench.scenario.loader import _parse
 
     with _timed("scenario YAML documents"):
         try:
@@ -239,7 +239,7 @@ def mutated_scenario_text(draw) -> str:
 @settings(max_examples=1400, **FUZZ)
 @given(text=mutated_scenario_text())
 def test_fuzz_scenario_text(text: str) -> None:
-    from prefixbench.loader import _parse
+    from prefixbench.scenario.loader import _parse
 
     with _timed("scenario YAML text"):
         try:
@@ -262,7 +262,7 @@ override = st.tuples(
 @settings(max_examples=3200, **FUZZ)
 @given(preset=st.sampled_from(PRESETS), sets=st.lists(override, min_size=1, max_size=3))
 def test_fuzz_set_overrides(preset: str, sets: list[str]) -> None:
-    from prefixbench.loader import apply_overrides
+    from prefixbench.scenario.loader import apply_overrides
 
     with _timed("--set paths and values"):
         try:
@@ -402,7 +402,7 @@ def test_fuzz_trace_lines(fuzz_dir: Path, case) -> None:
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory) -> dict[str, pl.DataFrame]:
-    from prefixbench.artifacts import read_artifact
+    from prefixbench.io.artifacts import read_artifact
     from prefixbench.study.backends import SerialBackend
     from prefixbench.study.grid import build_spec
     from prefixbench.study.sweep import run_sweep
@@ -445,7 +445,7 @@ def hostile_frame(draw, frames: dict[str, pl.DataFrame]) -> tuple[str, pl.DataFr
 @settings(max_examples=300, **FUZZ)
 @given(data=st.data())
 def test_fuzz_parquet_results(fuzz_dir: Path, results, data) -> None:
-    from prefixbench.artifacts import artifact_meta, read_artifact, write_atomic
+    from prefixbench.io.artifacts import artifact_meta, read_artifact, write_atomic
     from prefixbench.study.crossover import crossover_table
     from prefixbench.study.recommend import recommend
 
@@ -513,9 +513,9 @@ FILE_KINDS = ["directory", "fifo", "symlink-loop", "huge", "empty", "binary", "d
 
 
 def _roles():
-    from prefixbench.artifacts import read_artifact
     from prefixbench.catalog.hfconfig import load_hf_config
-    from prefixbench.loader import load_scenario
+    from prefixbench.io.artifacts import read_artifact
+    from prefixbench.scenario.loader import load_scenario
     from prefixbench.study.grid import load_sweep_file
     from prefixbench.workload.traces import read_trace
 
@@ -625,7 +625,7 @@ def _check_summary(row: dict, prep) -> None:
 @settings(max_examples=30, **FUZZ)
 @given(preset=st.sampled_from(PRESETS), sets=st.lists(override, min_size=1, max_size=2))
 def test_fuzz_simulate_valid_scenarios(preset: str, sets: list[str]) -> None:
-    from prefixbench.loader import load_scenario
+    from prefixbench.scenario.loader import load_scenario
     from prefixbench.study.runs import run_scenario
 
     with _timed("--set paths and values (sampled for simulation)"):

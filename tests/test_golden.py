@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from goldens import check_golden
 
-from prefixbench.loader import preset_names
-from prefixbench.scenario import POLICIES
+from prefixbench.scenario.loader import preset_names
+from prefixbench.scenario.models import POLICIES
 from prefixbench.study.runs import run_scenario
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -43,7 +43,7 @@ def _overrides(name: str) -> tuple[list[str], str | None]:
 
 @pytest.mark.parametrize("name", preset_names())
 def test_preset_matches_golden(name):
-    from prefixbench.loader import load_scenario
+    from prefixbench.scenario.loader import load_scenario
 
     sets, trace = _overrides(name)
     s = load_scenario(name, sets, trace=trace)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from goldens import check_golden
 
-from prefixbench.loader import load_scenario
+from prefixbench.scenario.loader import load_scenario
 from prefixbench.study.runs import run_scenario
 
 GOLDEN = Path(__file__).parent / "golden"

@@ -8,8 +8,8 @@ import pytest
 
 from prefixbench.catalog import MODELS, get_model
 from prefixbench.catalog.hfconfig import load_hf_config
-from prefixbench.costmodel import kv_bytes_per_token, param_counts
 from prefixbench.errors import CatalogError
+from prefixbench.physics.costmodel import kv_bytes_per_token, param_counts
 
 # Qwen/Qwen2-1.5B config.json (as published on the Hub).
 QWEN2_15B = {

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from prefixbench.catalog.hfconfig import load_hf_config
-from prefixbench.costmodel import (
+from prefixbench.physics.costmodel import (
     kv_bytes,
     kv_bytes_per_token,
     param_counts,

@@ -20,8 +20,8 @@ from prefixbench.engine import EngineConfig, simulate
 from prefixbench.engine import layout as L
 from prefixbench.engine.audit import audit
 from prefixbench.errors import CatalogError, ScenarioError
-from prefixbench.loader import load_scenario
-from prefixbench.runner import prepare, simulate_policy
+from prefixbench.scenario.loader import load_scenario
+from prefixbench.system.runner import prepare, simulate_policy
 
 KV = 2 * 24 * 2 * 64 * 2  # bytes per token, Qwen2-0.5B
 LINK = 3.125e9

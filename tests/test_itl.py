@@ -13,11 +13,11 @@ from enginecases import make_requests
 from reference_sim import ColocatedReference, ReferenceSim, pooled_gaps, scenario_config
 
 from prefixbench import catalog
-from prefixbench.costmodel import Efficiency, InstanceCost
 from prefixbench.engine import ColocatedConfig, simulate_colocated
-from prefixbench.itl import histogram, itl_mean_ms, itl_quantile_ms, itl_summary
-from prefixbench.loader import load_scenario
-from prefixbench.runner import EngineConfig, prepare, simulate, simulate_policy
+from prefixbench.metrics.itl import histogram, itl_mean_ms, itl_quantile_ms, itl_summary
+from prefixbench.physics.costmodel import Efficiency, InstanceCost
+from prefixbench.scenario.loader import load_scenario
+from prefixbench.system.runner import EngineConfig, prepare, simulate, simulate_policy
 
 POLICIES = ("transfer_per_request", "recompute_on_decode", "replicate_hotset", "replicate_all_lru")
 
@@ -207,7 +207,7 @@ def test_mfu_mbu_per_instance_by_hand():
     weights and 1000 tokens of KV; the decode runs 6 iterations attending to 1000..1005
     tokens. MFU and MBU over the window [0, t_done], against the L4 datasheet (121 TFLOP/s
     bf16 dense, 300 GB/s)."""
-    from prefixbench.utilisation import instance_figures
+    from prefixbench.metrics.utilisation import instance_figures
 
     req = make_requests([0.0], [1000], [6], [[]])
     prep = dataclasses.replace(
@@ -243,7 +243,7 @@ def test_two_prefill_instances_show_their_split():
     """2P1D: requests alternate prefill instances only when both are idle (least tokens,
     ties to the lowest index): three requests far apart all go to instance 0, so instance
     1 has no FLOPs at all and the min/max columns show the split."""
-    from prefixbench.utilisation import instance_figures
+    from prefixbench.metrics.utilisation import instance_figures
 
     req = make_requests([0.0, 1.0, 2.0], [1000] * 3, [6] * 3, [[]] * 3)
     prep = dataclasses.replace(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from prefixbench.errors import ScenarioError
-from prefixbench.loader import apply_overrides, load_scenario, parse_override, preset_names
+from prefixbench.scenario.loader import apply_overrides, load_scenario, parse_override, preset_names
 
 SEED_WORKLOADS = {"enterprise_hotset", "long_context_support", "medium_chat", "tool_call"}
 

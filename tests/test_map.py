@@ -175,7 +175,7 @@ def test_slow_link_recompute_wins_fast_link_transfer_wins(extremes):
 
 
 def test_breakeven_matches_the_crossover_formula():
-    from prefixbench.loader import load_scenario
+    from prefixbench.scenario.loader import load_scenario
     from prefixbench.study.crossover import analytic_row
     from prefixbench.study.decision_map import breakeven_gbps
 
@@ -185,9 +185,9 @@ def test_breakeven_matches_the_crossover_formula():
 
 
 def test_map_run_metrics_equal_the_summary_row():
-    from prefixbench.loader import load_scenario
-    from prefixbench.metrics import requests_frame, summarize
-    from prefixbench.runner import prepare, simulate_policy
+    from prefixbench.metrics.summary import requests_frame, summarize
+    from prefixbench.scenario.loader import load_scenario
+    from prefixbench.system.runner import prepare, simulate_policy
 
     s = load_scenario(
         "tool_call",
@@ -224,7 +224,7 @@ def test_cli_text_map_at_80_columns(tmp_path):
     ):
         assert p in r.stdout
     assert "\x1b[" not in r.stderr  # no progress bar off a terminal
-    from prefixbench.artifacts import read_artifact
+    from prefixbench.io.artifacts import read_artifact
 
     cells = read_artifact(tmp_path / "decision_map.parquet", "decision_map")
     assert cells.height == 9
@@ -271,7 +271,7 @@ def test_bad_options_are_one_line_errors(args, where, tmp_path):
 
 @pytest.mark.parametrize("name", sorted(AXES))
 def test_every_axis_is_a_scenario_field(name):
-    from prefixbench.loader import load_scenario
+    from prefixbench.scenario.loader import load_scenario
 
     ax = AXES[name]
     v = ax.values(3)[1]
@@ -311,11 +311,11 @@ def test_map_kinds_are_known_to_a_fresh_reader(tmp_path):
     import sys
 
     r = _fake_result()
-    from prefixbench.artifacts import write_atomic
+    from prefixbench.io.artifacts import write_atomic
 
     write_atomic(r.cells, tmp_path / "decision_map.parquet", "decision_map")
     code = (
-        "from prefixbench.artifacts import read_artifact; import sys; "
+        "from prefixbench.io.artifacts import read_artifact; import sys; "
         "print(read_artifact(sys.argv[1], 'decision_map').height)"
     )
     out = subprocess.run(

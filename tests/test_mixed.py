@@ -14,11 +14,11 @@ from reference_sim import ReferenceSim, roofline
 from test_engine_reference import assert_same, pair
 
 from prefixbench import catalog
-from prefixbench.costmodel import Efficiency, InstanceCost, speculative_cost
 from prefixbench.engine import layout as L
 from prefixbench.engine.recorder import Recorder
 from prefixbench.errors import SimulationError
-from prefixbench.runner import EngineConfig, simulate
+from prefixbench.physics.costmodel import Efficiency, InstanceCost, speculative_cost
+from prefixbench.system.runner import EngineConfig, simulate
 
 QWEN05 = catalog.get_model("qwen2-0.5b")
 L4 = catalog.get_accelerator("l4")

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from prefixbench import catalog
-from prefixbench.costmodel import Efficiency, InstanceCost
-from prefixbench.loader import load_scenario
-from prefixbench.runner import EngineConfig, prepare, simulate
+from prefixbench.physics.costmodel import Efficiency, InstanceCost
+from prefixbench.scenario.loader import load_scenario
 from prefixbench.study.runs import run_scenario
+from prefixbench.system.runner import EngineConfig, prepare, simulate
 from prefixbench.workload.requests import Requests
 
 KV_BPT = 2 * 24 * 2 * 64 * 2  # 12,288 bytes per token

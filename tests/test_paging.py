@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from enginecases import make_requests
 
-from prefixbench.costmodel import InstanceCost
 from prefixbench.engine import EngineConfig, simulate
 from prefixbench.errors import SimulationError
+from prefixbench.physics.costmodel import InstanceCost
 
 # the cost terms without a default, zero (power and speculative terms keep their defaults)
 _ZERO = {

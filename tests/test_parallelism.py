@@ -20,7 +20,8 @@ from typer.testing import CliRunner
 from prefixbench import catalog
 from prefixbench.catalog.fabrics import FABRICS, default_fabric, get_fabric
 from prefixbench.cli import app
-from prefixbench.costmodel import (
+from prefixbench.errors import CatalogError, ScenarioError
+from prefixbench.physics.costmodel import (
     Efficiency,
     InstanceCost,
     Parallelism,
@@ -29,8 +30,7 @@ from prefixbench.costmodel import (
     decode_series_coeffs,
     prefill_time,
 )
-from prefixbench.errors import CatalogError, ScenarioError
-from prefixbench.loader import load_scenario
+from prefixbench.scenario.loader import load_scenario
 
 GOLDEN = Path(__file__).parent / "golden"
 NVL4_BPS, NVL4_LAT = 450e9, 0.6e-6
@@ -195,7 +195,7 @@ def test_cli_refuses_the_split_in_one_line(tmp_path):
 def _summary(name: str, sets: list[str]) -> dict:
     from test_golden import KEYS
 
-    from prefixbench.scenario import POLICIES
+    from prefixbench.scenario.models import POLICIES
     from prefixbench.study.runs import run_scenario
 
     # the seed's reserve admission, as when those goldens were stored
@@ -210,7 +210,7 @@ def test_zero_cost_fabric_is_bit_identical_to_ideal_tensor_parallelism(name):
     """The multi-device presets (splitwise_hetero: 8× H100 prefill, 8× A100 decode;
     optical_mac: 4 devices each) on the ideal fabric reproduce the goldens stored BEFORE
     communication was modelled, exactly (== on every float); their recompute_on_decode rows
-    were regenerated when recompute became chunks in decode iterations (issue 14)."""
+    were regenerated when recompute became chunks in decode iterations."""
     want = json.loads((GOLDEN / f"{name}_ideal_fabric.json").read_text())
     got = _summary(name, ["cluster.prefill.fabric=ideal", "cluster.decode.fabric=ideal"])
     assert set(want) <= set(got)
@@ -228,7 +228,7 @@ def test_engine_step_times_carry_the_comm_terms_by_hand():
     """One 2,048-token request, 4 output tokens, on Llama-3.1-70B: prefill on 8 H100s at
     tp 8, decode on 8 H100s at tp 4 × pp 2, NVLink 4, zero-latency 3.125 GB/s link. Every
     stage written out from the raw numbers above."""
-    from prefixbench.runner import EngineConfig, simulate
+    from prefixbench.system.runner import EngineConfig, simulate
 
     m, dev = llama70b(), h100()
     cfg = EngineConfig(

@@ -212,7 +212,7 @@ def test_regret_is_zero_for_the_best_policy_only(results):
 
 def test_breakeven_band_brackets_the_hand_tie_bandwidth():
     from prefixbench import catalog
-    from prefixbench.costmodel import Efficiency, InstanceCost, recompute_time
+    from prefixbench.physics.costmodel import Efficiency, InstanceCost, recompute_time
     from prefixbench.study.plots import breakeven_frame
 
     df = breakeven_frame(["qwen2-0.5b"], ["l4"], n=60)

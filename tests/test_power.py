@@ -1,4 +1,4 @@
-"""Power, the power cap and DVFS (issue 18; docs/model.md §2.11): hand-calculated
+"""Power, the power cap and DVFS (docs/model.md §2.11): hand-calculated
 coefficients, energy conservation, and seed 003's three qualitative findings."""
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ import math
 import pytest
 
 from prefixbench.catalog.specs import AcceleratorSpec
-from prefixbench.costmodel import Efficiency, InstanceCost
 from prefixbench.errors import CatalogError, PrefixbenchError
-from prefixbench.loader import load_scenario
-from prefixbench.power import with_power
-from prefixbench.runner import prepare
+from prefixbench.physics.costmodel import Efficiency, InstanceCost
+from prefixbench.physics.power import with_power
+from prefixbench.scenario.loader import load_scenario
 from prefixbench.study.runs import run_scenario
+from prefixbench.system.runner import prepare
 
 # H100 SXM, by hand from the datasheet (700 W, 989.5 dense TFLOP/s, 3,350 GB/s), the stated
 # idle share (11.5 % of TDP) and HBM energy (3.9 pJ/bit), default efficiency (MBU 0.7,
@@ -215,7 +215,7 @@ def test_capacity_file_from_before_power_columns(tmp_path):
     old = Probe(2.0, 0.95, 1.9, 500, 18)
     write_probes(tmp_path, "a", "transfer_per_request", 0.9, 2.0, [old])
     path = tmp_path / "capacity.parquet"
-    from prefixbench.artifacts import write_atomic
+    from prefixbench.io.artifacts import write_atomic
 
     write_atomic(pl.read_parquet(path).drop("power_w", "energy_per_token_j"), path, "capacity")
     new = Probe(4.0, 0.95, 3.9, 500, 18, power_w=2000.0, energy_per_token_j=2.0)

@@ -18,10 +18,10 @@ from typer.testing import CliRunner
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 ray = pytest.importorskip("ray")
 
-from prefixbench.artifacts import read_artifact  # noqa: E402
 from prefixbench.cli import app  # noqa: E402
 from prefixbench.errors import PrefixbenchError, ScenarioError  # noqa: E402
-from prefixbench.loader import load_scenario  # noqa: E402
+from prefixbench.io.artifacts import read_artifact  # noqa: E402
+from prefixbench.scenario.loader import load_scenario  # noqa: E402
 from prefixbench.study.backends import SerialBackend, make_backend  # noqa: E402
 from prefixbench.study.grid import build_spec  # noqa: E402
 from prefixbench.study.ray_backend import RayBackend  # noqa: E402

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from prefixbench import catalog
-from prefixbench.costmodel import (
+from prefixbench.physics.costmodel import (
     Efficiency,
     InstanceCost,
     kv_bytes_per_token,
@@ -83,7 +83,7 @@ def test_cli_recommend_runs_only_what_it_needs(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
     from prefixbench.cli import app
-    from prefixbench.scenario import POLICIES
+    from prefixbench.scenario.models import POLICIES
 
     monkeypatch.chdir(tmp_path)
     runner = CliRunner(env={"COLUMNS": "120"})

@@ -79,7 +79,7 @@ def test_concurrent_requests_compute_a_shared_prefix_once():
 
 
 def test_the_budget_must_leave_room_beside_a_full_batch():
-    from prefixbench.costmodel import InstanceCost
+    from prefixbench.physics.costmodel import InstanceCost
 
     cost = InstanceCost(**dict.fromkeys(InstanceCost.__dataclass_fields__, 1.0))
     cfg = EngineConfig(

@@ -10,9 +10,9 @@ import pytest
 from studyutil import make_tiny_study
 from typer.testing import CliRunner
 
-from prefixbench.artifacts import read_artifact, write_atomic
 from prefixbench.cli import app
 from prefixbench.errors import ArtifactError
+from prefixbench.io.artifacts import read_artifact, write_atomic
 from prefixbench.study.recommend import recommend
 from prefixbench.study.report import write_report
 

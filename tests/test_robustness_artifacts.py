@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 from robustness_util import assert_clear
 
-from prefixbench.artifacts import (
+from prefixbench.errors import ArtifactError, PrefixbenchError
+from prefixbench.io.artifacts import (
     _FRACTIONS,
     DIGEST_KEY,
     SCHEMA_VERSION,
@@ -32,7 +33,6 @@ from prefixbench.artifacts import (
     read_artifact,
     write_atomic,
 )
-from prefixbench.errors import ArtifactError, PrefixbenchError
 
 FUZZ = {"deadline": None, "suppress_health_check": list(HealthCheck)}
 KIND = "summary"
@@ -327,7 +327,7 @@ def test_really_full_disk(tiny_fs: Path) -> None:
 def test_a_full_disk_is_called_a_full_disk(tmp_path: Path, monkeypatch) -> None:
     """polars can report ENOSPC as 'Invalid thrift: transport error' (when it strikes while
     the footer is written): the message says the disk is full instead."""
-    import prefixbench.artifacts as artifacts
+    import prefixbench.io.artifacts as artifacts
 
     def thrift(self, file, *args, **kwargs):
         raise pl.exceptions.ComputeError("parquet: Invalid thrift: transport error")

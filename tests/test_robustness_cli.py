@@ -10,8 +10,8 @@ import pytest
 from robustness_util import assert_one_stderr_line
 from typer.testing import CliRunner
 
-from prefixbench.artifacts import write_atomic
 from prefixbench.cli import app
+from prefixbench.io.artifacts import write_atomic
 
 # A Python or numpy warning would be one more stderr line in a real terminal (CliRunner does
 # not show it): make every warning an error here.
@@ -202,7 +202,7 @@ def _files(tmp_path: Path) -> dict[str, Path]:
     f["summary_as_agg"].mkdir()
     import polars as pl
 
-    from prefixbench.artifacts import SCHEMAS
+    from prefixbench.io.artifacts import SCHEMAS
 
     row = {
         c: (1.0 if t == pl.Float64 else 1 if t == pl.Int64 else "x" if t == pl.Utf8 else True)

@@ -1,4 +1,4 @@
-"""Sweep grids and results files (issue 20): repeated grid values, a grid in another order,
+"""Sweep grids and results files: repeated grid values, a grid in another order,
 ``set`` as a string, parts that must prove which point they hold, and results files that
 pass the schema check but hold no rows, a row twice, inf/NaN metrics or odd metadata."""
 
@@ -12,9 +12,9 @@ import pytest
 from robustness_util import assert_clear, assert_one_stderr_line
 from typer.testing import CliRunner
 
-from prefixbench.artifacts import SCHEMA_VERSION, artifact_meta, read_artifact, write_atomic
 from prefixbench.cli import app
 from prefixbench.errors import ArtifactError, PrefixbenchError
+from prefixbench.io.artifacts import SCHEMA_VERSION, artifact_meta, read_artifact, write_atomic
 from prefixbench.study.backends import SerialBackend
 from prefixbench.study.grid import build_spec
 from prefixbench.study.sweep import _part_paths, run_sweep

@@ -1,4 +1,4 @@
-"""Second robustness pass (issue 20): inputs that used to crash, hang, or run with wrong
+"""Second robustness pass: inputs that used to crash, hang, or run with wrong
 numbers. Each case failed before its fix: a traceback, a hang on a FIFO or /dev/zero,
 gigabytes allocated, or a silently changed value."""
 
@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from prefixbench.cli import app
 from prefixbench.errors import PrefixbenchError
-from prefixbench.loader import load_scenario
+from prefixbench.scenario.loader import load_scenario
 
 pytestmark = pytest.mark.filterwarnings("error")
 runner = CliRunner(env={"COLUMNS": "120", "NO_COLOR": "1", "TERM": "dumb"})
@@ -213,8 +213,8 @@ def test_config_json_shaped_value_is_data(tmp_path: Path):
 
 
 def test_a_run_that_cannot_fit_in_memory_is_refused_before_allocating(monkeypatch):
-    import prefixbench.memcheck as memcheck
-    import prefixbench.runner as runner_mod
+    import prefixbench.support.memcheck as memcheck
+    import prefixbench.system.runner as runner_mod
 
     monkeypatch.setattr(memcheck, "available_bytes", lambda: 4e9)  # a 4 GB machine
 
@@ -230,7 +230,7 @@ def test_a_run_that_cannot_fit_in_memory_is_refused_before_allocating(monkeypatc
 
 
 def test_available_memory_is_read_from_the_system():
-    from prefixbench.memcheck import available_bytes
+    from prefixbench.support.memcheck import available_bytes
 
     have = available_bytes()
     assert have is not None and 1e8 < have < 1e15

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from robustness_util import assert_clear
 
 from prefixbench.errors import PrefixbenchError, ScenarioError, one_line
-from prefixbench.loader import (
+from prefixbench.scenario.loader import (
     _preset_text,
     apply_overrides,
     load_scenario,
@@ -27,7 +27,7 @@ from prefixbench.loader import (
     scenario_source,
     validate,
 )
-from prefixbench.scenario import Scenario
+from prefixbench.scenario.models import Scenario
 
 
 def fuzz(n: int) -> settings:
@@ -302,7 +302,7 @@ def _get(data, path):
 @given(case=numeric_mutation())
 def test_extreme_values_are_refused_or_prepared(case) -> None:
     """Past validation, preparing (workload, memory budget) also ends cleanly."""
-    from prefixbench.runner import prepare
+    from prefixbench.system.runner import prepare
 
     name, data = case
     s = _loads_or_clear(lambda: validate(data, f"scenarios/{name}.yaml"))

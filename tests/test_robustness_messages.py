@@ -1,4 +1,4 @@
-"""Messages that misled (issue 20): recommend's "pass --force" with no such option, a
+"""Messages that misled: recommend's "pass --force" with no such option, a
 config.json path called an unknown model, a crossover filter silently dropped, and the
 "Exception ignored ... Bad file descriptor" after an interrupted pool."""
 

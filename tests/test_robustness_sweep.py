@@ -22,9 +22,9 @@ from polars.testing import assert_frame_equal
 from robustness_util import assert_clear, assert_one_stderr_line
 from typer.testing import CliRunner
 
-from prefixbench.artifacts import read_artifact
 from prefixbench.cli import app
 from prefixbench.errors import ArtifactError
+from prefixbench.io.artifacts import read_artifact
 from prefixbench.study.grid import build_spec
 from prefixbench.study.sweep import run_sweep
 

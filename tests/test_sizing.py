@@ -5,7 +5,7 @@ from __future__ import annotations
 from typer.testing import CliRunner
 
 from prefixbench.cli import app
-from prefixbench.sizing import devices_needed, fit_fix
+from prefixbench.physics.sizing import devices_needed, fit_fix
 
 
 def test_devices_needed_by_hand():

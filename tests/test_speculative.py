@@ -1,4 +1,4 @@
-"""Speculative decoding on the decode pool (issue 18; docs/model.md §2.13)."""
+"""Speculative decoding on the decode pool (docs/model.md §2.13)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import pytest
 from reference_sim import ReferenceSim, scenario_config
 from test_engine_reference import POLICIES, assert_same
 
-from prefixbench.costmodel import decode_iteration_time, expected_tokens
 from prefixbench.errors import PrefixbenchError
-from prefixbench.loader import load_scenario
-from prefixbench.runner import prepare, simulate_policy
+from prefixbench.physics.costmodel import decode_iteration_time, expected_tokens
+from prefixbench.scenario.loader import load_scenario
+from prefixbench.system.runner import prepare, simulate_policy
 
 SPEC = "cluster.decode.speculative"
 BASE = ["run.requests=60", "run.warmup_requests=6", "cluster.decode.fabric=ideal"]

@@ -15,9 +15,9 @@ import pytest
 from typer.testing import CliRunner
 
 from prefixbench.cli import app
-from prefixbench.loader import load_scenario
-from prefixbench.scenario import POLICIES
-from prefixbench.stability import TREND_Z, queue_lengths, trend
+from prefixbench.metrics.stability import TREND_Z, queue_lengths, trend
+from prefixbench.scenario.loader import load_scenario
+from prefixbench.scenario.models import POLICIES
 from prefixbench.study.runs import run_scenario
 
 KV_BPT = 2 * 24 * 2 * 64 * 2  # bytes per token, Qwen2-0.5B (see the module docstring)
@@ -182,7 +182,7 @@ def test_overloaded_example_is_flagged_with_the_decode_slots(tmp_path):
 def test_recommend_refuses_to_rank_the_overloaded_example(tmp_path):
     import polars as pl
 
-    from prefixbench.artifacts import read_artifact
+    from prefixbench.io.artifacts import read_artifact
     from prefixbench.study.crossover import run_crossover
     from prefixbench.study.report import write_report
 
@@ -283,7 +283,7 @@ def test_admission_cliff_under_paged_is_an_unstable_queue():
 
 
 def test_busy_union_by_hand():
-    from prefixbench.stability import _union_length
+    from prefixbench.metrics.stability import _union_length
 
     start, end = np.array([0.0, 1.0, 5.0, np.nan]), np.array([2.0, 3.0, 6.0, 1.0])
     assert _union_length(start, end, 0.0, 10.0) == pytest.approx(4.0)  # [0, 3) and [5, 6)

@@ -13,7 +13,7 @@ from enginecases import make_requests
 from test_engine_reference import _compare
 
 from prefixbench.errors import ScenarioError
-from prefixbench.loader import load_scenario
+from prefixbench.scenario.loader import load_scenario
 
 H, LAYERS, INTER, VOCAB = 896, 24, 4864, 151_936
 ATTN_PARAMS = H * 896 + 2 * H * 128 + 896 * H + (896 + 2 * 128)

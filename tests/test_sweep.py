@@ -6,8 +6,8 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from prefixbench.artifacts import read_artifact
 from prefixbench.errors import ArtifactError, ScenarioError
+from prefixbench.io.artifacts import read_artifact
 from prefixbench.study.aggregate import aggregate, t975
 from prefixbench.study.grid import SweepSpec, build_spec
 from prefixbench.study.sweep import run_sweep

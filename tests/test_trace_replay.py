@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 from prefixbench.cli import app
 from prefixbench.engine import simulate
-from prefixbench.loader import load_scenario
-from prefixbench.runner import prepare
+from prefixbench.scenario.loader import load_scenario
+from prefixbench.system.runner import prepare
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 DATA = Path(__file__).resolve().parent / "data"

@@ -16,7 +16,7 @@ from measured import (
     vidur_linear,
 )
 
-from prefixbench.costmodel import Efficiency
+from prefixbench.physics.costmodel import Efficiency
 
 EFF = Efficiency()  # the defaults: MFU 0.5, MBU 0.7, 1 ms per step
 

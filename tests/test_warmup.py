@@ -9,8 +9,8 @@ import pytest
 from enginecases import make_requests
 from test_engine_reference import _compare
 
-from prefixbench.loader import load_scenario
-from prefixbench.runner import prepare, simulate_policy
+from prefixbench.scenario.loader import load_scenario
+from prefixbench.system.runner import prepare, simulate_policy
 
 A, B = (1, 512), (2, 512)
 

@@ -60,8 +60,8 @@ def test_matches_the_trace_statistic_computed_from_the_raw_file():
 
 
 def test_summary_reports_it_and_it_bounds_every_policy():
-    from prefixbench.loader import load_scenario
-    from prefixbench.scenario import POLICIES
+    from prefixbench.scenario.loader import load_scenario
+    from prefixbench.scenario.models import POLICIES
     from prefixbench.study.runs import run_scenario
 
     s = load_scenario("multi_turn_chat", ["run.requests=800", "run.warmup_requests=80"])

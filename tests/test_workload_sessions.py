@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from prefixbench.errors import ScenarioError
-from prefixbench.scenario import SessionWorkload
+from prefixbench.scenario.models import SessionWorkload
 from prefixbench.workload.sessions import generate, generate_sessions
 
 BS = 16
@@ -330,8 +330,8 @@ def test_unbounded_lru_reproduces_the_generators_infinite_cache_hit_ratio():
     import dataclasses
 
     from prefixbench.engine import simulate
-    from prefixbench.loader import load_scenario
-    from prefixbench.runner import prepare
+    from prefixbench.scenario.loader import load_scenario
+    from prefixbench.system.runner import prepare
 
     s = load_scenario("multi_turn_chat", ["run.requests=1500", "run.warmup_requests=0"])
     prep = prepare(s)
@@ -350,13 +350,13 @@ def test_relaxed_budget_lru_approaches_the_infinite_cache_ratio():
     """At 4x the reference demand (16.3 GB of an L4's 20.9 GB free) LRU evicts only blocks of
     finished conversations: the steady hit rate is within 0.2 points of the unbounded ratio and
     never above it."""
-    from prefixbench.loader import load_scenario
+    from prefixbench.scenario.loader import load_scenario
     from prefixbench.study.runs import run_scenario
 
     sets = ["run.requests=1500", "run.warmup_requests=150", "memory.budget_factor=4.0"]
     s = load_scenario("multi_turn_chat", sets)
     row = run_scenario(s, ["replicate_all_lru"], keep_requests=False).summary.to_dicts()[0]
-    from prefixbench.runner import build_requests
+    from prefixbench.system.runner import build_requests
 
     req, _ = build_requests(s)
     oracle = _infinite_cache_hit_ratio(req, s.cluster.block_size, start=150)
@@ -371,7 +371,7 @@ def test_cli_run_multi_turn_chat_runs_every_policy(tmp_path):
     from typer.testing import CliRunner
 
     from prefixbench.cli import app
-    from prefixbench.scenario import POLICIES
+    from prefixbench.scenario.models import POLICIES
 
     r = CliRunner(env={"COLUMNS": "80"}).invoke(
         app,
@@ -418,7 +418,7 @@ def test_preset_cites_the_conversation_traces_session_statistics():
     tests/tracestats.py (docs/model.md, "Sessions"): the numbers in the YAML must match."""
     from tracestats import session_stats
 
-    from prefixbench.loader import load_scenario
+    from prefixbench.scenario.loader import load_scenario
 
     st = session_stats(SHARED_CONV)
     w = load_scenario("multi_turn_chat", []).workload
@@ -435,7 +435,7 @@ def test_capacity_probes_sessions_in_requests_per_second():
     """`capacity` searches a request rate; a sessions workload's arrivals are sessions, so a
     probe at r req/s runs r / E[turns] sessions/s. The preset's turns histogram has
     E[turns] = 11,872 / 8,056 (Σ turns·count / Σ count)."""
-    from prefixbench.loader import load_scenario
+    from prefixbench.scenario.loader import load_scenario
     from prefixbench.study.capacity import _with_rate
 
     s = load_scenario("multi_turn_chat", [])

@@ -1,6 +1,6 @@
 """Multiply each term of costmodel.py by 1.1 in turn and check tests/test_costmodel.py fails.
 
-A one-off check (issue 16), not a CI step: `python tools/scale_terms.py` copies src/ and
+A one-off check, not a CI step: `python tools/scale_terms.py` copies src/ and
 tests/ to a temporary folder, edits one term at a time and runs the cost-model tests there.
 """
 
@@ -209,7 +209,7 @@ def main():
     shutil.copytree(SRC / "src", tmp / "src")
     shutil.copytree(SRC / "tests", tmp / "tests")
     shutil.copy(SRC / "pyproject.toml", tmp)
-    target = tmp / "src/prefixbench/costmodel.py"
+    target = tmp / "src/prefixbench/physics/costmodel.py"
     orig = target.read_text()
     survivors, missing = [], []
     seen = {}

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from prefixbench.support.suggest import did_you_mean
+
 from ..errors import CatalogError
-from ..suggest import did_you_mean
 from .accelerators import ACCELERATORS
 from .links import LINKS
 from .models import MODELS

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .specs import AcceleratorSpec
 
-# --- power (issue 18; docs/model.md §2.11). TDP is each datasheet's board power limit (the
+# --- power (docs/model.md §2.11). TDP is each datasheet's board power limit (the
 # comment on each preset). Idle power is an assumption: 11.5 % of TDP, the share one
 # third-party measurement found on an H200 SXM (80.3 W idle against a 700 W TDP,
 # https://api.serialalice.pt/alice-benchmark); vendors publish no idle figure. Memory

@@ -19,8 +19,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from prefixbench.support.suggest import did_you_mean
+
 from ..errors import CatalogError
-from ..suggest import did_you_mean
 
 _NCCL = "https://github.com/NVIDIA/nccl/blob/master/src/graph/tuning.cc (hwLat, Ring/LL)"
 _NVLINK = "https://www.nvidia.com/en-us/data-center/nvlink/"

@@ -95,7 +95,7 @@ def _read_json(path: Path) -> dict[str, Any]:
             where=where,
             fix="pass the path of a Hugging Face config.json on disk (nothing is downloaded)",
         )
-    from ..files import INT_DIGITS_HINT, read_capped
+    from prefixbench.support.files import INT_DIGITS_HINT, read_capped
 
     try:
         text = read_capped(path, CatalogError, "config file").decode("utf-8")

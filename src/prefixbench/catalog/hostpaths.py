@@ -16,8 +16,9 @@ has 2 TB of system memory for its 8 GPUs, 256 GB per device (DGX H100 datasheet)
 
 from __future__ import annotations
 
+from prefixbench.support.suggest import did_you_mean
+
 from ..errors import CatalogError
-from ..suggest import did_you_mean
 from .fabrics import FabricSpec
 
 _PCIE = "https://pcisig.com/specifications ; https://en.wikipedia.org/wiki/PCI_Express"

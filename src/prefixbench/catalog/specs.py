@@ -119,7 +119,7 @@ class AcceleratorSpec(_Spec):
     hbm_gbps: float = Field(gt=0, le=1e6, description="Memory bandwidth, GB/s (10^9 bytes/s).")
     memory_gb: float = Field(gt=0, le=1e5, description="Memory capacity, GB (10^9 bytes).")
     source: str = Field("", description="Datasheet the numbers come from.")
-    # --- power (issue 18): None means "not modelled" (a user file may leave them out)
+    # --- power: None means "not modelled" (a user file may leave them out)
     tdp_w: float | None = Field(
         None, gt=0, le=1e5, description="Board power limit (TDP), W, from the datasheet."
     )

@@ -26,8 +26,9 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from prefixbench.support.suggest import closest
+
 from ..errors import CatalogError
-from ..suggest import closest
 from .specs import AcceleratorSpec, LinkSpec
 
 KINDS: dict[str, type[AcceleratorSpec] | type[LinkSpec]] = {
@@ -40,7 +41,7 @@ UNITS = {
     "memory_gb": "GB",
     "bandwidth_gbps": "GB/s",
     "latency_us": "µs",
-    "tdp_w": "W",  # --- power (issue 18)
+    "tdp_w": "W",  # --- power
     "idle_w": "W",
     "memory_pj_per_bit": "pJ/bit",
 }

@@ -22,7 +22,7 @@ def _suggestion(e) -> str:
     """'; did you mean …?' for a mistyped choice (a policy, a format)."""
     import re
 
-    from ..suggest import closest
+    from prefixbench.support.suggest import closest
 
     m = re.search(r"'([^']*)' is not one of (.*)", e.format_message())
     if not m:
@@ -221,7 +221,7 @@ def _main(
 ) -> None:
     _state["debug"] = debug
     if ctx.invoked_subcommand in SIMULATING and err.is_terminal:
-        from ..firstrun import engine_compiled
+        from prefixbench.support.firstrun import engine_compiled
 
         if not engine_compiled():
             err.print(
@@ -321,15 +321,15 @@ class _Progress:
 
 def echo_json(obj) -> None:
     """Strict JSON on stdout (null for NaN/inf), unstyled and unwrapped."""
-    from ..export import dumps
+    from prefixbench.io.export import dumps
 
     typer.echo(dumps(obj))
 
 
 def check_policy(policy: str) -> str:
     """A hand-off policy name typed by the user, or a one-line error with a suggestion."""
-    from ..scenario import POLICIES
-    from ..suggest import did_you_mean
+    from prefixbench.scenario.models import POLICIES
+    from prefixbench.support.suggest import did_you_mean
 
     if policy not in POLICIES:
         raise PrefixbenchError(

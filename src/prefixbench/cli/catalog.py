@@ -25,8 +25,8 @@ def catalog_list(
     """List models, accelerators, links and workloads."""
     if ctx.invoked_subcommand is not None:
         return
-    from ..catalog.describe import list_entries
-    from ..render import print_rows, unit_names
+    from prefixbench.render.tables import print_rows, unit_names
+    from prefixbench.scenario.describe import list_entries
 
     entries = unit_names(list_entries())
     if as_json:
@@ -48,8 +48,8 @@ def catalog_show(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Derived figures of one entry: KV bytes/token, parameters, FLOPs/token, ridge point…"""
-    from ..catalog.describe import show
-    from ..render import kv_table, safe_text, unit_names
+    from prefixbench.render.tables import kv_table, safe_text, unit_names
+    from prefixbench.scenario.describe import show
 
     info = unit_names(show(name, accelerator))
     if as_json:

@@ -178,11 +178,11 @@ def cost(
     as_json: Annotated[bool, typer.Option("--json", help="Print strict JSON.")] = False,
 ) -> None:
     """Prefill, decode, transfer and recompute times, each with FLOPs, bytes and its bound."""
-    from ..costreport import cost_report
+    from prefixbench.physics.costreport import cost_report
 
     eff = None
     if efficiency:
-        from ..loader import load_efficiency
+        from prefixbench.scenario.loader import load_efficiency
 
         eff = load_efficiency(efficiency)
     rep = cost_report(
@@ -259,7 +259,7 @@ def calibrate_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print strict JSON.")] = False,
 ) -> None:
     """Fit MFU, MBU and per-step overheads to measured step times (least squares)."""
-    from ..calibrate import calibrate
+    from prefixbench.physics.calibrate import calibrate
 
     lengths = {
         k: v

@@ -26,7 +26,7 @@ from .app import (
 
 
 def _warn_unstable(rows: list[dict], label: str = "policy") -> None:
-    from ..stability import warnings
+    from prefixbench.metrics.stability import warnings
 
     for line in warnings(rows, label):
         err.print(line, highlight=False, soft_wrap=True)
@@ -82,10 +82,11 @@ def run(
     ] = None,
 ) -> None:
     """Simulate one scenario under every policy (or one) and compare them."""
-    from ..export import parse_percentiles, run_result, write_requests
-    from ..loader import load_scenario
-    from ..render import run_table, safe_text
-    from ..scenario import POLICIES
+    from prefixbench.io.export import parse_percentiles, run_result, write_requests
+    from prefixbench.render.tables import run_table, safe_text
+    from prefixbench.scenario.loader import load_scenario
+    from prefixbench.scenario.models import POLICIES
+
     from ..study.runs import run_scenario, write_run
 
     sets = list(overrides or [])
@@ -148,7 +149,7 @@ def run(
     )
     out.print(run_table(rows, title))
     energy = [(r["policy"], r.get("energy_per_token_j")) for r in rows]
-    if any(e is not None for _, e in energy):  # --- power (issue 18; compare has the table)
+    if any(e is not None for _, e in energy):  # --- power (compare has the table)
         out.print(
             "energy per output token (J; all figures in --json and summary.parquet): "
             + ", ".join(f"{p} {e:.3f}" for p, e in energy if e is not None),
@@ -172,9 +173,10 @@ def compare(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Coupled (colocated) vs disaggregated on the same instance count, and where time goes."""
-    from ..export import renamed
-    from ..loader import load_scenario
-    from ..render import kv_table, run_table
+    from prefixbench.io.export import renamed
+    from prefixbench.render.tables import kv_table, run_table
+    from prefixbench.scenario.loader import load_scenario
+
     from ..study.compare import compare as run_compare
 
     s = load_scenario(scenario, list(overrides or []))
@@ -239,8 +241,9 @@ def capacity(
     """Highest arrival rate meeting the scenario's TTFT and TPOT SLOs for `target` of requests."""
     from dataclasses import asdict
 
-    from ..loader import load_scenario
-    from ..render import kv_table
+    from prefixbench.render.tables import kv_table
+    from prefixbench.scenario.loader import load_scenario
+
     from ..study.capacity import best_per_watt, max_rate
 
     policy = check_policy(policy.value)

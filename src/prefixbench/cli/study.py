@@ -204,8 +204,8 @@ def sweep(
     if "agg" in paths:
         _warn_unstable_points(paths["agg"])
     if as_json:
-        from ..artifacts import read_artifact
-        from ..export import renamed
+        from prefixbench.io.artifacts import read_artifact
+        from prefixbench.io.export import renamed
 
         if links:
             rows = read_artifact(paths["decision"], "decision").to_dicts()
@@ -238,8 +238,8 @@ def sweep(
 
 
 def _warn_unstable_points(agg_path: Path) -> None:
-    from ..artifacts import read_artifact
-    from ..stability import sweep_warning
+    from prefixbench.io.artifacts import read_artifact
+    from prefixbench.metrics.stability import sweep_warning
 
     line = sweep_warning(read_artifact(agg_path, "agg"))
     if line:
@@ -365,7 +365,8 @@ def recommend(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Recommend a policy per workload for a model and budget, with its margin."""
-    from ..render import recommend_table
+    from prefixbench.render.tables import recommend_table
+
     from ..study.recommend import run_recommend
 
     if budget <= 0:

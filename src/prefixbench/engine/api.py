@@ -169,7 +169,7 @@ def _work(IS: np.ndarray, F: np.ndarray, n_prefill: int, n_decode: int) -> dict:
 
 
 def _power(IS: np.ndarray, F: np.ndarray, n_prefill: int, n_decode: int) -> dict:
-    """--- power (issue 18): each instance's dynamic joules, seconds the cap slowed and
+    """--- power: each instance's dynamic joules, seconds the cap slowed and
     highest step-average power (engine/power.py; records counted from the end of F)."""
     end, nd = F.shape[0], int(IS[L.IP_ND])
     dec = [end - L.NPW * (d + 1) for d in range(n_decode)]
@@ -446,7 +446,7 @@ def simulate_colocated(req: Requests, cfg: ColocatedConfig, recorder=None) -> Si
 def warm_up(colocated: bool = False) -> None:
     """Compile (or load from the cache) the engine on a three-request run, so that worker
     processes started afterwards load the cached machine code instead of each compiling it."""
-    from ..costmodel import InstanceCost
+    from prefixbench.physics.costmodel import InstanceCost
 
     cost = InstanceCost(**{f.name: 1.0 for f in fields(InstanceCost)})
     req = Requests(

@@ -201,14 +201,14 @@ def segment_work(F, d, nb, ctx, k):
     c0 = FP_DC
     kf = float(k)
     toks = kf * ctx + nb * kf * (kf - 1.0) / 2.0  # context tokens attended, summed over j
-    # --- speculative decoding (issue 18): the verify pass and the draft steps per token
+    # --- speculative decoding: the verify pass and the draft steps per token
     g, tau = F[c0 + C_SG], F[c0 + C_STAU]
     flops = kf * nb * g * (F[c0 + C_LF] + F[c0 + C_LMH]) + F[c0 + C_ATT] * g * toks
     flops = (flops + (kf * nb * F[c0 + C_SDF] + F[c0 + C_SDA] * toks)) / tau
     bytes_ = kf * weights_read(F, c0, nb * int(g)) + F[c0 + C_KV] * toks
     bytes_ = (bytes_ + (kf * F[c0 + C_SDW] + F[c0 + C_SDKV] * toks)) / tau
     add_work(F, DF0 + d * NDF + DF_FLOPS, flops, bytes_)
-    a1, s1, a2, s2, o = coeffs(F, nb, ctx)  # --- power (issue 18)
+    a1, s1, a2, s2, o = coeffs(F, nb, ctx)  # --- power
     dur = series_time(a1, s1, a2, s2, o, k)
     power_work(F, decode_record(F, d), c0, F[c0 + C_FRD], flops, bytes_, dur)
 

@@ -1,4 +1,4 @@
-"""A causal encoder-decoder's bounded replay (issue 18; docs/model.md §2.12).
+"""A causal encoder-decoder's bounded replay (docs/model.md §2.12).
 
 A CED model's prefill runs only the encoder layers and projects every decoder layer's KV;
 the last ``w = min(W, prompt)`` prompt tokens still go through the decoder layers (the

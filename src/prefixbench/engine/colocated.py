@@ -232,7 +232,7 @@ def prefill_step(IS, F, R, B32, TLF, TLI, bid, bt, i, t):
     dur = prefill_step_time(F, c0, flops, new_sum, kv_io)
     if in_window(F, t):
         add_work(F, L.DF0 + i * L.NDF + L.DF_FLOPS, flops, weights_read(F, c0, new_sum) + kv_io)
-        power_work(  # --- power (issue 18)
+        power_work(  # --- power
             F, decode_record(F, i), c0, F[c0 + L.C_FRP], flops,
             weights_read(F, c0, new_sum) + kv_io, dur,
         )  # fmt: skip
@@ -313,7 +313,7 @@ def chunked_step(IS, F, R, B32, TLF, TLI, bid, bt, i, t):
     if in_window(F, t):
         pw = L.DF0 + i * L.NDF + L.DF_FLOPS
         add_work(F, pw, flops, weights_read(F, c0, nb + chunk_sum) + kv_io)
-        power_work(  # --- power (issue 18)
+        power_work(  # --- power
             F, decode_record(F, i), c0, F[c0 + L.C_FRD], flops,
             weights_read(F, c0, nb + chunk_sum) + kv_io, dur,
         )  # fmt: skip

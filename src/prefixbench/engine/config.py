@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..costmodel import InstanceCost
+from prefixbench.physics.costmodel import InstanceCost
+
 from ..errors import SimulationError
 from .layout import Outcome, Reason
 from .policies import POLICIES
@@ -78,19 +79,19 @@ class EngineConfig:
     link_topology: str = "shared_nics"
     nics_prefill: int = 1
     nics_decode: int = 1
-    # stream (issue 14): after_prefill moves the KV once the prefill step ends; layerwise
+    # stream: after_prefill moves the KV once the prefill step ends; layerwise
     # admits at the step's start and streams layer by layer (engine/streaming.py), over
     # ``layers`` layers. recompute_chunk_tokens: the decode instance's per-iteration token
     # budget (decode tokens + recompute chunks, engine/recompute.py)
     streaming: str = "after_prefill"
     layers: int = 1
     recompute_chunk_tokens: int = 1024
-    # --- tiered (issue 13), replicate_tiered only: host-DRAM KV pool per decode instance
+    # --- tiered, replicate_tiered only: host-DRAM KV pool per decode instance
     # (tokens) and the instance's host<->GPU path (aggregate bytes/s over its devices, s)
     host_kv_tokens: int = 0
     host_path_bytes_per_s: float = 63.0e9
     host_path_latency_s: float = 1e-6
-    # --- policy (issue 19): the hot set's warm-up traffic (engine/warmup.py)
+    # --- policy: the hot set's warm-up traffic (engine/warmup.py)
     prewarm: str = "free"  # free: resident and ready at time zero; link: sent at the start
     hot_refresh_s: float = 0.0  # re-rank and re-warm the hot set this often (0: never)
     hot_cap_tokens: int = 0  # the hot set's capacity (memory.hotset_share × budget)

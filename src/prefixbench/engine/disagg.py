@@ -191,7 +191,7 @@ def start_prefill(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, p, t):
         F[IS[L.H_FPB] + p] += clipped(F, t, t + dur)
         pw = IS[L.H_FCH] + IS[L.IP_NP] * IS[L.IP_ND] * IS[L.IP_NC] + 2 * p
         add_work(F, pw, flops, weights_read(F, c0, new_sum) + kv_io)
-        power_work(  # --- power (issue 18)
+        power_work(  # --- power
             F, prefill_record(IS, F, p), c0, F[c0 + L.C_FRP], flops,
             weights_read(F, c0, new_sum) + kv_io, dur,
         )  # fmt: skip

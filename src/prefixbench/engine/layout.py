@@ -83,8 +83,8 @@ REC_PREFILL, REC_LINK, REC_DECODE, REC_STALL, REC_KV, REC_QUEUE = 0, 1, 2, 3, 4,
 REC_CO_PREFILL, REC_CO_MIXED = 6, 7
 KIND_SHIFT = 56  # an event's heap key is kind << KIND_SHIFT | insertion number
 POL_TRANSFER, POL_RECOMPUTE, POL_HOTSET, POL_ALL_LRU = 0, 1, 2, 3
-POL_TIERED = 4  # --- tiered (issue 13): all-LRU over HBM plus a host-DRAM tier
-# --- policy (issue 19)
+POL_TIERED = 4  # --- tiered: all-LRU over HBM plus a host-DRAM tier
+# --- policy
 POL_COST_AWARE = 5  # uses replicas (codes >= POL_HOTSET do); engine/costaware.py
 
 
@@ -120,11 +120,11 @@ H_PI, H_DH, H_CAPB, H_JN, H_PTR, H_O, H_FPB, H_FCH, H_FT, H_PC, H_PFLAG, H_HOT =
 # instance, ingress free time per decode instance, then their busy times), and whether the
 # link is shared NIC groups (1) or private per-pair channels (0)
 H_FNIC, IP_SHARED = 36, 37
-# --- stream (issue 14): KV streaming mode (0 after_prefill, 1 layerwise), the model's
+# --- stream: KV streaming mode (0 after_prefill, 1 layerwise), the model's
 # layers, the decode instance's per-iteration token budget for recompute chunks, and a flag
 # set while a prefill step's hand-offs defer their layer-wise transfers (streaming.py)
 IP_STREAM, IP_LAYERS, IP_RCHUNK, GI_DEFER = 38, 39, 40, 41
-# --- paged (issue 15): admission mode (0 reserve, 1 paged), block size in tokens, preemption
+# --- paged: admission mode (0 reserve, 1 paged), block size in tokens, preemption
 # mode (0 recompute, 1 swap), the F section of per-request preemption times, the admission
 # sequence counter (preemption picks the most recently admitted running sequence)
 IP_PAGED, IP_BS, IP_SWAP, H_PGF, GI_ASEQ = 42, 43, 44, 45, 46
@@ -153,9 +153,9 @@ DI0 = 47
     D_LREP,
     D_LUSED,  # replica and total KV since the last memory change (time integrals)
 ) = range(21)
-# --- tiered (issue 13): the host-DRAM tier under this instance's HBM (hosttier.py)
+# --- tiered: the host-DRAM tier under this instance's HBM (hosttier.py)
 D_HUSED, D_HCAP, D_HLRUH, D_HLRUT, D_HPEAK, D_LHUSED = range(21, 27)
-# --- paged (issue 15): preempted sequences waiting to resume (ahead of the admission
+# --- paged: preempted sequences waiting to resume (ahead of the admission
 # queue); resumed sequences whose re-prefill is due (paging.run_reprefills, linked by R_RQN)
 D_PQH, D_PQT, D_FQH, D_FQT = range(27, 31)
 NDI = 31
@@ -163,8 +163,8 @@ P_LOAD, P_QH, P_QT, P_BH, P_USED, P_LRUH, P_LRUT, P_QN = range(8)
 NPI = 8
 # integer result columns
 O_PI, O_DI, O_OUT, O_REA, O_PH, O_RH, O_RC, O_XT, O_PT = range(9)
-O_HBMB, O_HOSTB, O_LINKB, O_HOSTT = range(9, 13)  # --- tiered (issue 13)
-O_NPRE, O_PTOK = 13, 14  # --- paged (issue 15): preemptions, tokens re-prefilled or swapped
+O_HBMB, O_HOSTB, O_LINKB, O_HOSTT = range(9, 13)  # --- tiered
+O_NPRE, O_PTOK = 13, 14  # --- paged: preemptions, tokens re-prefilled or swapped
 INT_COLUMNS = (
     "prefill_instance",
     "decode_instance",
@@ -175,13 +175,13 @@ INT_COLUMNS = (
     "recompute_tokens",
     "transfer_tokens",
     "persisted_tokens",
-    # --- tiered (issue 13): chain blocks served from decode HBM, promoted from the host
+    # --- tiered: chain blocks served from decode HBM, promoted from the host
     # tier, sent over the link; tokens promoted
     "hbm_hit_blocks",
     "host_hit_blocks",
     "link_blocks",
     "host_hit_tokens",
-    # --- paged (issue 15)
+    # --- paged
     "preemptions",
     "preempt_tokens",
 )
@@ -204,20 +204,20 @@ NIC = len(INT_COLUMNS)
     R_OUTPUT,
     R_CHUNK,
 ) = range(12)
-# --- stream (issue 14): a recompute job (recompute.py): prefix tokens done, the job it
+# --- stream: a recompute job (recompute.py): prefix tokens done, the job it
 # waits on for its shared leading tokens (-1: none), those shared tokens, its total tokens,
 # its chunk in the step being built
 R_RDONE, R_RDEP, R_RSH, R_RTOT, R_RCH = 12, 13, 14, 15, 16
 F_RC, F_XD, F_PERS = 1, 2, 4  # recompute pending, KV landed, has persisted blocks
-F_STREAM = 8  # stream (issue 14): layer-wise transfer deferred to the step's joint pass
-# --- paged (issue 15): iteration at which generated token 0 would have run (the sequence's
+F_STREAM = 8  # stream: layer-wise transfer deferred to the step's joint pass
+# --- paged: iteration at which generated token 0 would have run (the sequence's
 # g-th token is iteration R_J0 + g), own prompt tokens (prompt - replica hit), tokens
 # generated when preempted, admission sequence number, resume queue link, its persisted
 # tokens it holds as replicas
 R_J0, R_OWN0, R_GEN, R_ASEQ, R_PGN, R_PTH = range(17, 23)
 NR = 23
 F_PRE, F_REPF = 16, 32  # --- paged: preempted (until it rejoins), its re-prefill is queued
-F_CED = 64  # --- ced (issue 18): its replay job is queued or done (engine/ced.py)
+F_CED = 64  # --- ced: its replay job is queued or done (engine/ced.py)
 F_SOLO = 128  # --- paged: preempted while running alone: it resumes without shared blocks
 
 # ---------------------------------------------------------------- F (float64)
@@ -239,21 +239,21 @@ COST_FIELDS = (
     "expert_frac",
     "comm_per_token",
     "comm_fixed",
-    # --- power (issue 18): appended
+    # --- power: appended
     "clock",
     "j_per_flop",
     "j_per_byte",
     "idle_w",
     "dvfs",
     "volt_floor",
-    # --- speculative decoding (issue 18): appended
+    # --- speculative decoding: appended
     "spec_tokens",
     "spec_tau",
     "draft_weights",
     "draft_kv_bpt",
     "draft_flops",
     "draft_attn",
-    # --- ced (issue 18): appended
+    # --- ced: appended
     "ced_window",
     "ced_lin",
     "ced_attn",
@@ -262,9 +262,9 @@ COST_FIELDS = (
     "ced_prompt_attn",
     "ced_prompt_kv",
 )
-C_CLK, C_JF, C_JB, C_IDLE, C_DVFS, C_VF = range(14, 20)  # --- power (issue 18)
-C_SG, C_STAU, C_SDW, C_SDKV, C_SDF, C_SDA = range(20, 26)  # --- speculative (issue 18)
-C_CEDW, C_CEDL, C_CEDA, C_CEDC = range(26, 30)  # --- ced (issue 18): engine/ced.py
+C_CLK, C_JF, C_JB, C_IDLE, C_DVFS, C_VF = range(14, 20)  # --- power
+C_SG, C_STAU, C_SDW, C_SDKV, C_SDF, C_SDA = range(20, 26)  # --- speculative
+C_CEDW, C_CEDL, C_CEDA, C_CEDC = range(26, 30)  # --- ced: engine/ced.py
 C_CEDPL, C_CEDPA, C_CEDPK = range(30, 33)  # --- ced: a recomputed prefix's prompt pass
 NCF = len(COST_FIELDS)
 FP_PC = 4  # prefill InstanceCost fields
@@ -278,20 +278,20 @@ G_NOW, G_LINK, G_REP_AREA, G_USED_AREA, G_BATCH_AREA = range(NFP, NFP + 5)
 G_ITL_NW, G_ITL_SUM, G_ITL_CNT, G_ITL_MIN, G_ITL_MAX = range(NFP + 5, NFP + 10)
 ITL_LOG10_LO, ITL_BPD, ITL_NB = -7.0, 400, 4800
 G_ITL_H = NFP + 10
-# --- paged (issue 15): the end of the steady window (the last arrival; inf: measure to the
+# --- paged: the end of the steady window (the last arrival; inf: measure to the
 # end of the drain): busy times, work and memory integrals count steps started in
 # [FP_TWARM, FP_TSTEADY), clipped (the host path is tiered's, per instance: DF_HP_*)
 FP_TSTEADY = G_ITL_H + ITL_NB
 DF0 = G_ITL_H + ITL_NB + 1
 DF_TSEG, DF_STALL_END, DF_NEXT_T, DF_BUSY, DF_MEM_T = range(5)
 DF_FLOPS, DF_BYTES = 5, 6  # FLOPs and bytes of the steps started in the measured window
-# --- tiered (issue 13): the host<->GPU path's FCFS queue (hostpath.py): free time, busy
+# --- tiered: the host<->GPU path's FCFS queue (hostpath.py): free time, busy
 # time and bytes moved in the window, its rate (bytes/s) and latency; host KV token-seconds
 DF_HP_FREE, DF_HP_BUSY, DF_HP_BYTES, DF_HP_BPS, DF_HP_LAT, DF_HAREA = range(7, 13)
 NDF = 13
 # after the link channels' free times: FLOPs and bytes of each prefill instance's steps
 # started in the measured window, at F[IS[H_FCH] + P·D·C + 2·p] and the next one
-# --- power (issue 18): NPW floats per instance at the very end of F (engine/power.py):
+# --- power: NPW floats per instance at the very end of F (engine/power.py):
 # dynamic joules, seconds the cap slowed, highest step-average power
 PW_J, PW_CAPPED, PW_PEAK = range(3)
 NPW = 3
@@ -308,7 +308,7 @@ RS_TOK, RS_REF, RS_PREV, RS_NEXT = range(4)
 PC_TOK, PC_PREV, PC_NEXT, PC_IN = range(4)
 ST_IN, ST_READY, ST_INACT = 1, 2, 4  # replica state bits of decode d at B8[U·d + h]
 ST_ACTIVE_MASK = 0xFF ^ ST_INACT  # clears ST_INACT in a uint8 (~ST_INACT is negative)
-# --- tiered (issue 13): host tier of decode d at 4·U·(D + P) + 4·U·d + 4·h: tokens, LRU
+# --- tiered: host tier of decode d at 4·U·(D + P) + 4·U·d + 4·h: tokens, LRU
 # prev, LRU next, present
 HT_TOK, HT_PREV, HT_NEXT, HT_IN = range(4)
 

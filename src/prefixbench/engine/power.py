@@ -1,7 +1,7 @@
-"""Energy of each step, accumulated per instance (issue 18; docs/model.md §2.11).
+"""Energy of each step, accumulated per instance (docs/model.md §2.11).
 
 The power cap needs no engine code: it lowers the core clock of a capped instance once,
-before the run (``prefixbench.power``), and the instance's FLOP rates carry it. What the
+before the run (``prefixbench.physics.power``), and the instance's FLOP rates carry it. What the
 engine adds is the account: each step's dynamic energy
 
     FLOPs · J/FLOP · max(clock, volt_floor)² + bytes · J/byte

@@ -174,7 +174,7 @@ def coeffs(F, batch, ctx):
     c0 = FP_DC
     fr, br = F[c0 + C_FRD], F[c0 + C_BR]
     att, kv = F[c0 + C_ATT], F[c0 + C_KV]
-    # --- speculative decoding (issue 18; exactly the plain iteration with the defaults
+    # --- speculative decoding (exactly the plain iteration with the defaults
     # g = tau = 1, draft terms 0): verify g tokens per sequence, the draft's memory-bound
     # steps added to both roofline terms, all divided by the expected tokens tau
     g, tau = F[c0 + C_SG], F[c0 + C_STAU]

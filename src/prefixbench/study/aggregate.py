@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from ..artifacts import register
-from .bound import COLUMNS as GAP_METRICS
+from prefixbench.io.artifacts import register
+from prefixbench.metrics.bound import COLUMNS as GAP_METRICS
+
 from .margins import t975
 
 WARMUP_METRICS = ["prewarm_gb", "refresh_gb", "prewarm_s"]
@@ -47,7 +48,7 @@ AGG_METRICS = [
     "host_mb_per_request",
     "mean_host_kv_gb",
     "host_path_util",
-    # the gap to the hindsight bound (study/bound.py) and the hot set's warm-up traffic;
+    # the gap to the hindsight bound (metrics/bound.py) and the hot set's warm-up traffic;
     # absent from older runs files
     *GAP_METRICS,
     *WARMUP_METRICS,

@@ -165,8 +165,9 @@ def make_backend(
     name: str = "local", *, jobs: int | None = None, address: str | None = None
 ) -> Backend:
     """The backend users name with ``--backend`` (local or ray)."""
+    from prefixbench.support.suggest import did_you_mean
+
     from ..errors import ScenarioError
-    from ..suggest import did_you_mean
 
     if name == "local":
         return LocalPoolBackend(jobs)

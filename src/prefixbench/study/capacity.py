@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from prefixbench.scenario.models import Scenario, SessionWorkload, SyntheticWorkload
+
 from ..errors import ScenarioError
-from ..scenario import Scenario, SessionWorkload, SyntheticWorkload
 
 
 @dataclass
@@ -25,7 +26,7 @@ class Probe:
     tpot_p99_ms: float
     stable: bool = True
     saturated_stage: str | None = None
-    power_w: float | None = None  # --- power (issue 18): mean power of the whole system
+    power_w: float | None = None  # --- power: mean power of the whole system
     energy_per_token_j: float | None = None
 
     def meets(self, target: float) -> bool:
@@ -38,7 +39,7 @@ class Probe:
 
 
 def best_per_watt(probes: list[Probe], target: float) -> Probe | None:
-    """The probe meeting ``target`` with the most goodput per watt (issue 18): the rate at
+    """The probe meeting ``target`` with the most goodput per watt: the rate at
     which the system turns energy into SLO-meeting requests best, which can sit below the
     highest rate when latency degrades before the idle power is amortised."""
     ok = [p for p in probes if p.meets(target) and p.goodput_per_kw is not None]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import polars as pl
 
-from ..artifacts import read_artifact, register, write_atomic
+from prefixbench.io.artifacts import read_artifact, register, write_atomic
 
 register(
     "capacity",
@@ -48,7 +48,7 @@ def write_probes(
         old = read_artifact(path, "capacity").filter(
             ~((pl.col("scenario") == scenario) & (pl.col("policy") == policy))
         )
-        # files written before a column existed (power_w, issue 18) get it as null
+        # files written before a column existed (power_w) get it as null
         old = old.with_columns(pl.lit(None).alias(c) for c in new.columns if c not in old.columns)
         new = pl.concat([old.select(new.columns), new], how="vertical_relaxed")
     return write_atomic(new.sort(["scenario", "policy", "rate"]), path, "capacity")

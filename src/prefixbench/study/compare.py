@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..scenario import Scenario
+from prefixbench.scenario.models import Scenario
 
 # TTFT components of the disaggregated path, in the order a request meets them
 STAGES = [

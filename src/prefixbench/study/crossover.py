@@ -24,10 +24,17 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from prefixbench.io.artifacts import register
+from prefixbench.physics.costmodel import (
+    Efficiency,
+    InstanceCost,
+    kv_bytes_per_token,
+    recompute_time,
+    transfer_time,
+)
+
 from .. import catalog
-from ..artifacts import register
 from ..catalog.formats import with_formats
-from ..costmodel import Efficiency, InstanceCost, kv_bytes_per_token, recompute_time, transfer_time
 
 REFERENCE_PREFIX = 2048  # tokens: the prefix length the tie bandwidth is quoted for
 # tokens: the request's own suffix whose prefill hides a layer-wise stream (the mean suffix
@@ -326,7 +333,7 @@ def run_crossover(
     streaming: str = "after_prefill",
 ) -> tuple[pl.DataFrame, Path]:
     """Build crossover.parquet in ``results`` (with simulated TTFT differences if agg exists)."""
-    from ..artifacts import read_artifact, write_atomic
+    from prefixbench.io.artifacts import read_artifact, write_atomic
 
     agg_path = Path(results) / "agg.parquet"
     agg = read_artifact(agg_path, "agg") if agg_path.exists() else None

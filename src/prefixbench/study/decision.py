@@ -16,8 +16,9 @@ from pathlib import Path
 
 import polars as pl
 
+from prefixbench.io.artifacts import read_artifact, register, write_atomic
+
 from .. import catalog
-from ..artifacts import read_artifact, register, write_atomic
 from .grid import SweepSpec
 from .margins import is_tie, strength
 
@@ -89,8 +90,9 @@ def run_link_sweep(
     on_point=None,
 ) -> dict[str, Path]:
     """Run ``spec`` once per link and write ``out/decision.parquet``."""
+    from prefixbench.support.suggest import did_you_mean
+
     from ..errors import CatalogError
-    from ..suggest import did_you_mean
     from .sweep import run_sweep
 
     links = list(dict.fromkeys(links))

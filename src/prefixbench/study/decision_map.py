@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from ..artifacts import register
+from prefixbench.io.artifacts import register
+
 from ..errors import ScenarioError
 from .margins import REJECT_SLACK, is_tie, paired_margin
 
@@ -171,8 +172,8 @@ class MapSpec:
 
 def check_spec(spec: MapSpec) -> MapSpec:
     """Refuse a grid that cannot be decided, with one line saying how to fix it."""
-    from ..scenario import POLICIES
-    from ..suggest import did_you_mean
+    from prefixbench.scenario.models import POLICIES
+    from prefixbench.support.suggest import did_you_mean
 
     for opt, name in (("--x", spec.x), ("--y", spec.y)):
         if name not in AXES:
@@ -235,7 +236,7 @@ def _outcome_codes() -> tuple[int, int]:
 
 def run_metrics(prep, res) -> dict:
     """The map's per-run figures (docs/model.md §5.3 definitions) and the stability verdict."""
-    from ..stability import COLUMNS, Cols, assess
+    from prefixbench.metrics.stability import COLUMNS, Cols, assess
 
     completed, rejected = _outcome_codes()
     req, s, cols = prep.requests, prep.scenario, res.columns
@@ -277,8 +278,8 @@ def run_metrics(prep, res) -> dict:
 
 def run_row(y: float, spec: MapSpec) -> list[dict]:
     """Every x × seed × policy at one y value (one task for a worker process)."""
-    from ..loader import load_scenario
-    from ..runner import prepare, simulate_policy
+    from prefixbench.scenario.loader import load_scenario
+    from prefixbench.system.runner import prepare, simulate_policy
 
     ax_x, ax_y = AXES[spec.x], AXES[spec.y]
     rows = []
@@ -393,8 +394,9 @@ def breakeven_gbps(scenario, prefix_tokens: float) -> float:
     """Link bandwidth (GB/s) at which moving a prefix's KV costs as long as recomputing it on
     the decode instance (unqueued; the formula of study/crossover.py). NaN when recompute
     is faster than the link latency alone."""
+    from prefixbench.physics.costmodel import InstanceCost, kv_bytes_per_token, recompute_time
+
     from .. import catalog
-    from ..costmodel import InstanceCost, kv_bytes_per_token, recompute_time
 
     c = scenario.cluster
     m = catalog.get_model(scenario.model)
@@ -417,7 +419,7 @@ def breakeven_gbps(scenario, prefix_tokens: float) -> float:
 def breakeven_fn(spec: MapSpec) -> Callable[[float, float], float | None]:
     """The break-even bandwidth at cell (x, y): depends on the prefix length, so on the
     prefix axis if there is one, else the workload's mean prefix length."""
-    from ..loader import load_scenario
+    from prefixbench.scenario.loader import load_scenario
 
     s = load_scenario(spec.workload, spec.base_overrides())
     mean = _mean_prefix(s)
@@ -464,8 +466,9 @@ def run_map(
     on_point: Callable[[object], None] | None = None,
 ) -> MapResult:
     """Simulate every cell × seed × policy and decide each cell."""
-    from ..loader import load_scenario
-    from ..runner import prepare
+    from prefixbench.scenario.loader import load_scenario
+    from prefixbench.system.runner import prepare
+
     from .backends import LocalPoolBackend
 
     spec = check_spec(spec)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import polars as pl
 
-from ..artifacts import register, write_atomic
+from prefixbench.io.artifacts import register, write_atomic
 
 RATES = [1.0, 2.0, 4.0, 8.0, 16.0]
 PROMPTS = [128, 256, 512]
@@ -60,7 +60,7 @@ def configs() -> list[dict]:
 
 
 def scenario_for(c: dict, requests: int):
-    from ..loader import validate
+    from prefixbench.scenario.loader import validate
 
     return validate(
         {

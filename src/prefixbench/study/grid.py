@@ -14,8 +14,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from prefixbench.scenario.models import POLICIES, REFERENCE_POLICIES
+
 from ..errors import ScenarioError
-from ..scenario import POLICIES, REFERENCE_POLICIES
 
 
 class SweepSpec(BaseModel):
@@ -82,7 +83,7 @@ class SweepSpec(BaseModel):
     @field_validator("policies")
     @classmethod
     def _known_policies(cls, v: list[str]) -> list[str]:
-        from ..suggest import did_you_mean
+        from prefixbench.support.suggest import did_you_mean
 
         for p in v:
             if p not in POLICIES:
@@ -160,7 +161,7 @@ class Point:
 
     def load(self):
         """This point's validated scenario."""
-        from ..loader import load_scenario
+        from prefixbench.scenario.loader import load_scenario
 
         fmt = None if self.trace_format == "auto" else self.trace_format
         return load_scenario(
@@ -192,7 +193,7 @@ def stable_id(*parts) -> str:
 
 
 def load_sweep_file(path: Path) -> dict:
-    from ..loader import read_yaml
+    from prefixbench.scenario.loader import read_yaml
 
     data = read_yaml(Path(path))
     if not isinstance(data, dict):
@@ -213,6 +214,6 @@ def build_spec(base: dict | None = None, **flags) -> SweepSpec:
     try:
         return SweepSpec.model_validate(data)
     except ValidationError as e:
-        from ..loader import format_validation_error
+        from prefixbench.scenario.loader import format_validation_error
 
         raise format_validation_error(e, "sweep") from None

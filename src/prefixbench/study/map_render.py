@@ -301,7 +301,7 @@ def save_png(result: MapResult, path: Path, size=(9.0, 6.0), dpi: int = 150) -> 
 
 def write_map(result: MapResult, out) -> list:
     """decision_map.parquet, map_runs.parquet and decision_map.png in ``out``."""
-    from ..artifacts import write_atomic
+    from prefixbench.io.artifacts import write_atomic
 
     out = Path(out)
     spec = result.spec

@@ -18,9 +18,10 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from ..artifacts import read_artifact
+from prefixbench.io.artifacts import read_artifact
+from prefixbench.scenario.models import POLICIES
+
 from ..errors import ArtifactError
-from ..scenario import POLICIES
 from .results import load
 
 DPI = 150
@@ -112,7 +113,7 @@ def _save(plot, path: Path, size: tuple[float, float], dpi: int = DPI) -> Path:
     """Draw at ``dpi`` into a temp file next to ``path``, then rename into place."""
     import warnings
 
-    from ..artifacts import _UMASK
+    from prefixbench.io.artifacts import _UMASK
 
     tmp = None
     try:
@@ -251,14 +252,15 @@ def crossover_curves(
     crossover: pl.DataFrame, accelerator: str, link: str, n: int = 240
 ) -> pl.DataFrame:
     """Unqueued transfer and recompute time over a grid of prefix lengths per model."""
-    from .. import catalog
-    from ..costmodel import (
+    from prefixbench.physics.costmodel import (
         Efficiency,
         InstanceCost,
         kv_bytes_per_token,
         recompute_time,
         transfer_time,
     )
+
+    from .. import catalog
     from ..errors import CatalogError
 
     frames = []
@@ -846,15 +848,16 @@ def plot_regret(agg: pl.DataFrame):
 def breakeven_frame(models: list[str], accelerators: list[str], n: int = 60) -> pl.DataFrame:
     """Prefix lengths over which recompute beats transfer, against link bandwidth (roofline,
     no queueing, latency of 20 µs), per model and decode accelerator."""
-    from .. import catalog
-    from ..catalog.specs import LinkSpec
-    from ..costmodel import (
+    from prefixbench.physics.costmodel import (
         Efficiency,
         InstanceCost,
         kv_bytes_per_token,
         recompute_time,
         transfer_time,
     )
+
+    from .. import catalog
+    from ..catalog.specs import LinkSpec
 
     frames = []
     for name in models:

@@ -23,7 +23,8 @@ from pathlib import Path
 
 import polars as pl
 
-from ..artifacts import register
+from prefixbench.io.artifacts import register
+
 from .margins import REJECT_SLACK, paired_margin
 
 OBJECTIVES = ("balanced", "latency", "memory")
@@ -177,7 +178,7 @@ _OUT_TYPES = {"recommended": pl.Utf8, "runner_up": pl.Utf8}
 
 def _refusal(ident: dict, objective: str, rows: list[dict]) -> dict:
     """No recommendation: every policy is unstable. Say what saturates and where it stops."""
-    from ..stability import LABELS
+    from prefixbench.metrics.stability import LABELS
 
     best = max(rows, key=lambda r: r.get("capacity_rps") or 0.0)
     stage = best.get("saturated_stage") or best.get("bottleneck_stage")
@@ -211,7 +212,8 @@ def recommendations(
     A file made for another objective (``recommend --objective latency``) is left alone and
     the ``objective`` table is computed in memory.
     """
-    from ..artifacts import read_artifact, write_atomic
+    from prefixbench.io.artifacts import read_artifact, write_atomic
+
     from .results import load
 
     results = Path(results)
@@ -250,7 +252,8 @@ def run_recommend(
     default the ``results/`` folder `prefixbench sweep` writes) when they cover it, else by
     running just the scenarios needed (3 seeds, all policies) into ``results/recommend/``.
     Writes recommendations.parquet for the whole grid of the results used."""
-    from ..artifacts import read_artifact, write_atomic
+    from prefixbench.io.artifacts import read_artifact, write_atomic
+
     from ..catalog import get_model
     from .grid import build_spec
     from .sweep import run_sweep
@@ -273,7 +276,7 @@ def run_recommend(
         read_artifact(folder / "agg.parquet", "agg")
     ):
         folder = Path(results or "results") / "recommend" / f"{spec.name}-{budget:g}"
-        from ..scenario import POLICIES
+        from prefixbench.scenario.models import POLICIES
 
         grid = build_spec(
             {"models": [name], "budgets": [budget], "workloads": wanted, "policies": list(POLICIES)}

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import polars as pl
 
-from ..artifacts import artifact_meta
+from prefixbench.io.artifacts import artifact_meta
+from prefixbench.scenario.models import POLICIES
+
 from ..errors import ArtifactError
-from ..scenario import POLICIES
 from .aggregate import PRIMARY_ADMISSION, one_admission
 from .plots import _pair, ttft_change_vs_transfer
 from .recommend import recommendations
@@ -400,7 +401,7 @@ def _recommend_md(rec: pl.DataFrame) -> list[str]:
 
 def _stability_md(agg: pl.DataFrame) -> list[str]:
     """Points whose queues grow without bound: listed here, left out of every result below."""
-    from ..stability import LABELS
+    from prefixbench.metrics.stability import LABELS
 
     bad = agg.filter(~pl.col("stable"))
     out = ["## Stability", ""]
@@ -558,7 +559,7 @@ def _warmup_section(agg: pl.DataFrame) -> list[str]:
 
 
 def _bound_section(agg: pl.DataFrame) -> list[str]:
-    """Each policy's share of the achievable hand-off-time reduction (study/bound.py)."""
+    """Each policy's share of the achievable hand-off-time reduction (metrics/bound.py)."""
     if "bound_share" not in agg.columns or agg["bound_share"].is_null().all():
         return []
     pols = _policies(agg)

@@ -77,7 +77,7 @@ def render_html(markdown: str, base: Path, title: str = "prefixbench study repor
 
 def write_html(markdown: str, path: Path, base: Path) -> Path:
     """Write the page atomically, with the file mode of the Parquet files."""
-    from ..artifacts import _UMASK
+    from prefixbench.io.artifacts import _UMASK
 
     path = Path(path)
     tmp = None

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import polars as pl
 
-from ..artifacts import read_artifact
+from prefixbench.io.artifacts import read_artifact
+
 from ..errors import ArtifactError
 
 # which command writes each input file (for the error a missing file raises)

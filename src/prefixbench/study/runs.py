@@ -7,10 +7,10 @@ from pathlib import Path
 
 import polars as pl
 
-from ..artifacts import write_atomic
-from ..metrics import requests_frame, summarize
-from ..runner import Prepared, prepare, simulate_policy
-from ..scenario import Scenario
+from prefixbench.io.artifacts import write_atomic
+from prefixbench.metrics.summary import requests_frame, summarize
+from prefixbench.scenario.models import Scenario
+from prefixbench.system.runner import Prepared, prepare, simulate_policy
 
 
 @dataclass
@@ -81,7 +81,8 @@ def _write_timeline(recorders: list, path: Path) -> Path:
     import shutil
     import tempfile
 
-    from ..artifacts import _UMASK
+    from prefixbench.io.artifacts import _UMASK
+
     from ..engine.recorder import write_chrome_trace
     from ..errors import ArtifactError
 

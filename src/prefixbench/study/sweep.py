@@ -19,9 +19,10 @@ from pathlib import Path
 
 import polars as pl
 
-from ..artifacts import SCHEMAS, artifact_meta, read_artifact, register, write_atomic
+from prefixbench.io.artifacts import SCHEMAS, artifact_meta, read_artifact, register, write_atomic
+from prefixbench.support.files import is_file
+
 from ..errors import ArtifactError, PrefixbenchError
-from ..files import is_file
 from .aggregate import aggregate, prefix_table
 from .backends import Backend, LocalPoolBackend, sigterm_as_interrupt
 from .grid import Point, SweepSpec, canonical
@@ -220,7 +221,7 @@ def run_sweep(
 def _validate_first(todo: list[Point]) -> None:
     """Load and prepare every scenario (first seed of each) before any simulation, so a bad
     or impossible grid (weights that do not fit, a budget below a request) fails at once."""
-    from ..runner import prepare
+    from prefixbench.system.runner import prepare
 
     first: dict[tuple, Point] = {}
     for q in todo:

@@ -1,4 +1,4 @@
-"""How the transfer path moves the study's transfer-vs-recompute finding (issue 14): a small
+"""How the transfer path moves the study's transfer-vs-recompute finding: a small
 fixed comparison the report runs itself, cheap enough for every report.
 
 The study runs with the KV moving after prefill (``cluster.link.streaming: after_prefill``,
@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from ..loader import load_scenario
+from prefixbench.scenario.loader import load_scenario
+
 from .runs import run_scenario
 
 WORKLOAD = "tool_call"

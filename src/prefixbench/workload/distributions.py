@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..scenario import Empirical, Fixed, LogNormal, Uniform
+from prefixbench.scenario.models import Empirical, Fixed, LogNormal, Uniform
 
 
 def sample(dist, rng: np.random.Generator, size: int) -> np.ndarray:

@@ -6,8 +6,9 @@ import contextlib
 
 import numpy as np
 
+from prefixbench.scenario.models import TraceWorkload
+
 from ..errors import ScenarioError
-from ..scenario import TraceWorkload
 from .controls import limit, rescale_rate, window
 from .distributions import sample
 from .overlength import apply_overlength

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from prefixbench.scenario.models import SessionWorkload
+
 from ..errors import ScenarioError
-from ..scenario import SessionWorkload
 from .distributions import mean, sample
 from .requests import Requests
 from .synthetic import arrival_times, zipf_weights

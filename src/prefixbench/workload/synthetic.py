@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..scenario import SyntheticWorkload
+from prefixbench.scenario.models import SyntheticWorkload
+
 from .distributions import sample
 from .requests import Requests
 

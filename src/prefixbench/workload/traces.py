@@ -78,7 +78,7 @@ def _polars_failures() -> tuple[type[BaseException], ...]:
 
 
 def _check_readable(path: str) -> None:
-    from ..files import check_regular
+    from prefixbench.support.files import check_regular
 
     check_regular(path, TraceFormatError, "trace file")  # not a FIFO, device, directory
     try:

@@ -97,7 +97,7 @@ RUN_GROUPS: list[tuple[str, list[tuple[str, str, str]]]] = [
 # (column, label, format) of every metric the run comparison shows, in display order
 RUN_ROWS: list[tuple[str, str, str]] = [m for _, group in RUN_GROUPS for m in group]
 
-# --- power (issue 18): `compare` shows it beside latency (`run` prints one line per policy)
+# --- power: `compare` shows it beside latency (`run` prints one line per policy)
 ENERGY_GROUP: tuple[str, list[tuple[str, str, str]]] = (
     "energy and power (W per pool; docs/model.md §2.11)",
     [

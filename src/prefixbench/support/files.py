@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import stat
 
-from .errors import PrefixbenchError
+from prefixbench.errors import PrefixbenchError
 
 MAX_TEXT_BYTES = 16 * 1024 * 1024  # a scenario, grid or config.json is a few KB
 INT_DIGITS_HINT = "numbers here fit in 64 bits (at most 19 digits)"

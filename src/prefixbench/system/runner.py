@@ -11,18 +11,29 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import catalog
-from .catalog.describe import run_notes
-from .catalog.formats import with_formats
-from .catalog.specs import ModelSpec
-from .costmodel import InstanceCost, decode_iteration_time, kv_bytes_per_token, weight_bytes
-from .engine import ColocatedConfig, EngineConfig, SimResult, simulate, simulate_colocated
-from .engine.routing import DECODE_ROUTERS, PREFILL_ROUTERS
-from .errors import ScenarioError, SimulationError
-from .power import with_power
-from .scenario import Scenario, SessionWorkload, SyntheticWorkload, TraceWorkload
-from .suggest import did_you_mean
-from .workload.requests import Requests
+from prefixbench import catalog
+from prefixbench.catalog.formats import with_formats
+from prefixbench.catalog.specs import ModelSpec
+from prefixbench.engine import (
+    ColocatedConfig,
+    EngineConfig,
+    SimResult,
+    simulate,
+    simulate_colocated,
+)
+from prefixbench.engine.routing import DECODE_ROUTERS, PREFILL_ROUTERS
+from prefixbench.errors import ScenarioError, SimulationError
+from prefixbench.physics.costmodel import (
+    InstanceCost,
+    decode_iteration_time,
+    kv_bytes_per_token,
+    weight_bytes,
+)
+from prefixbench.physics.power import with_power
+from prefixbench.scenario.describe import run_notes
+from prefixbench.scenario.models import Scenario, SessionWorkload, SyntheticWorkload, TraceWorkload
+from prefixbench.support.suggest import did_you_mean
+from prefixbench.workload.requests import Requests
 
 DEFAULT_REQUESTS = 10_000  # synthetic run length when run.requests is not set (docs/model.md)
 HEADROOM_SIGMAS = 3.0  # budget_factor 1.0 covers the mean decode population + 3 sqrt(L)
@@ -47,16 +58,16 @@ def build_requests(s: Scenario) -> tuple[Requests, list[str]]:
     """The scenario's requests and notes for the user (e.g. skipped trace records)."""
     w = s.workload
     if isinstance(w, SyntheticWorkload):
-        from .workload.synthetic import generate
+        from prefixbench.workload.synthetic import generate
 
         return generate(w, s.run.requests or DEFAULT_REQUESTS, s.cluster.block_size, s.seed), []
     if isinstance(w, SessionWorkload):
-        from .workload.sessions import generate as generate_sessions
+        from prefixbench.workload.sessions import generate as generate_sessions
 
         n = s.run.requests or DEFAULT_REQUESTS
         return generate_sessions(w, n, s.cluster.block_size, s.seed), []
     if isinstance(w, TraceWorkload):
-        from .workload.replay import trace_requests
+        from prefixbench.workload.replay import trace_requests
 
         m = catalog.get_model(s.model)
         return trace_requests(
@@ -127,7 +138,7 @@ def ced_prefill(
     p_cost: InstanceCost, model: ModelSpec, layers: int, on: str, window: int, c
 ) -> InstanceCost:
     """The prefill pool's cost of a causal encoder-decoder (docs/model.md §2.12)."""
-    from .costmodel import ced_prefill_cost
+    from prefixbench.physics.costmodel import ced_prefill_cost
 
     if c.mode == "colocated":
         raise SimulationError(
@@ -142,7 +153,7 @@ def ced_prefill(
 
 def speculative(d_cost: InstanceCost, model: ModelSpec, c) -> tuple[InstanceCost, ModelSpec]:
     """The decode pool's cost with speculative decoding, and its draft (docs/model.md §2.13)."""
-    from .costmodel import check_draft_bound, speculative_cost
+    from prefixbench.physics.costmodel import check_draft_bound, speculative_cost
 
     sp = c.decode.speculative
     if c.mode == "colocated":
@@ -168,10 +179,10 @@ def speculative(d_cost: InstanceCost, model: ModelSpec, c) -> tuple[InstanceCost
 
 def prepare(s: Scenario) -> Prepared:
     """Resolve names, generate requests and size the memory budget (policy-independent)."""
-    from .sizing import fit_fix
+    from prefixbench.physics.sizing import fit_fix
 
     fmt = s.model_format.model_dump()
-    ced_layers, ced_on = fmt.pop("ced_encoder_layers"), fmt.pop("ced_replay_on")  # issue 18
+    ced_layers, ced_on = fmt.pop("ced_encoder_layers"), fmt.pop("ced_replay_on")
     ced_w = fmt.pop("ced_replay_tokens")
     model = with_formats(catalog.get_model(s.model), **fmt)
     c = s.cluster
@@ -196,8 +207,8 @@ def prepare(s: Scenario) -> Prepared:
     d_cost = InstanceCost.build(
         model, d_dev, c.decode.devices, s.efficiency, c.decode.parallelism()
     )
-    if ced_layers is not None:  # --- asymmetric models (issue 18)
-        from .costmodel import ced_decode_cost
+    if ced_layers is not None:  # --- asymmetric models
+        from prefixbench.physics.costmodel import ced_decode_cost
 
         p_cost = ced_prefill(p_cost, model, ced_layers, ced_on, ced_w, c)
         d_cost = ced_decode_cost(d_cost, model, ced_layers)  # its recomputed prefixes
@@ -205,7 +216,7 @@ def prepare(s: Scenario) -> Prepared:
             from dataclasses import replace
 
             d_cost = replace(d_cost, ced_window=float(ced_w))
-    p_cost = with_power(  # --- power (issue 18): cap folded into the FLOP rates
+    p_cost = with_power(  # --- power: cap folded into the FLOP rates
         p_cost, p_dev, c.prefill.devices, s.efficiency, c.prefill.power_cap_w,
         c.prefill.dvfs, "cluster.prefill",
     )  # fmt: skip
@@ -217,10 +228,10 @@ def prepare(s: Scenario) -> Prepared:
     wbytes = weight_bytes(model)
     pwbytes = wbytes  # --- ced: a replay-on-decode prefill instance holds the encoder only
     if ced_layers is not None and ced_on == "decode":
-        from .costmodel import ced_prefill_weight_bytes
+        from prefixbench.physics.costmodel import ced_prefill_weight_bytes
 
         pwbytes = ced_prefill_weight_bytes(model, ced_layers)
-    kv_mem = kv_bpt  # --- speculative (issue 18): bytes of decode memory per KV token
+    kv_mem = kv_bpt  # --- speculative: bytes of decode memory per KV token
     if c.decode.speculative is not None:
         d_cost, draft = speculative(d_cost, model, c)
         kv_mem = kv_bpt + kv_bytes_per_token(draft)
@@ -239,7 +250,7 @@ def prepare(s: Scenario) -> Prepared:
                 fix=fit_fix(wb, role, grp.accelerator, grp.devices),
             )
 
-    from .memcheck import check_fits
+    from prefixbench.support.memcheck import check_fits
 
     if isinstance(s.workload, SyntheticWorkload):  # before generating anything
         check_fits(s.run.requests or DEFAULT_REQUESTS)
@@ -359,7 +370,7 @@ def host_tier(s: Scenario, budget_tokens: int, kv_bpt: float) -> tuple[int, floa
 
     The pool is ``memory.host_kv_gb``, by default twice the HBM KV budget (SGLang HiCache's
     ratio) up to the instance's host memory; an explicit pool above that is refused."""
-    from .catalog.hostpaths import get_host_path
+    from prefixbench.catalog.hostpaths import get_host_path
 
     dec = s.cluster.decode
     host_gb = dec.host_memory()

@@ -9,12 +9,12 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from .engine import REASON_NAMES, Outcome, SimResult
-from .itl import itl_summary
-from .power import energy_figures
-from .runner import Prepared
-from .stability import assess, instance_busy
-from .utilisation import instance_figures
+from prefixbench.engine import REASON_NAMES, Outcome, SimResult
+from prefixbench.metrics.itl import itl_summary
+from prefixbench.metrics.stability import assess, instance_busy
+from prefixbench.metrics.utilisation import instance_figures
+from prefixbench.physics.power import energy_figures
+from prefixbench.system.runner import Prepared
 
 MS = 1e3
 
@@ -66,7 +66,7 @@ def _pcts(col: str, name: str) -> list[pl.Expr]:
 
 def _reusable_rate(prep: Prepared, admitted: pl.DataFrame) -> float:
     """Share of admitted prompt tokens an unbounded cache could serve (workload/reuse.py)."""
-    from .workload.reuse import reusable_tokens
+    from prefixbench.workload.reuse import reusable_tokens
 
     prompt = admitted["prompt_tokens"].sum()
     if not prompt:
@@ -270,12 +270,12 @@ def summarize(prep: Prepared, policy: str, df: pl.DataFrame, res: SimResult) -> 
         n_p = n_d = prep.scenario.cluster.prefill_instances + prep.scenario.cluster.decode_instances
     row.update(instance_busy(df, st, n_p, n_d))
     row.update(instance_figures(s, st))
-    # the gap to the hindsight bound on the unloaded hand-off time (study/bound.py)
-    from .study.bound import gap_columns
+    # the gap to the hindsight bound on the unloaded hand-off time (metrics/bound.py)
+    from prefixbench.metrics.bound import gap_columns
 
     measured = (np.arange(len(df)) >= s.run.warmup_requests) & ~np.isnan(res.columns["t_admit"])
     row.update(gap_columns(prep, res.columns, measured))
-    row.update(  # --- power (issue 18): None-free, only when the devices have power figures
+    row.update(  # --- power: None-free, only when the devices have power figures
         energy_figures(
             st,
             prep.base.prefill_cost,

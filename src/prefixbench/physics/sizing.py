@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from . import catalog
+from prefixbench import catalog
 
 MAX_DEVICES = 64  # beyond this, "add devices" is not a useful suggestion
 

@@ -1,6 +1,6 @@
 """The scenario reference (docs/scenarios.md), generated from the Pydantic models themselves.
 
-``python -m prefixbench.docgen > docs/scenarios.md`` regenerates it; tests/test_docs.py fails
+``python -m prefixbench.scenario.docgen > docs/scenarios.md`` regenerates it; tests/test_docs.py fails
 when the committed file differs, so the reference cannot drift from the code. Every model
 reachable from ``Scenario`` gets one section (in first-seen, depth-first field order) with a
 table of field, type, default and description; a discriminated union links to one section
@@ -21,14 +21,14 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from .scenario import Scenario
+from prefixbench.scenario.models import Scenario
 
-REGENERATE = "python -m prefixbench.docgen > docs/scenarios.md"
+REGENERATE = "python -m prefixbench.scenario.docgen > docs/scenarios.md"
 
 HEADER = f"""\
 # Scenario reference
 
-<!-- Generated from src/prefixbench/scenario.py by `{REGENERATE}`.
+<!-- Generated from src/prefixbench/scenario/models.py by `{REGENERATE}`.
      Do not edit by hand: tests/test_docs.py fails when this file is out of date. -->
 
 A scenario is everything one simulation run needs: the model, the cluster (instances,

@@ -1,4 +1,4 @@
-"""Device power, the power cap and DVFS, and a run's energy (issue 18; docs/model.md §2.11).
+"""Device power, the power cap and DVFS, and a run's energy (docs/model.md §2.11).
 
 Per device (datasheet TDP, idle power and memory energy per bit from the catalog):
 
@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .errors import CatalogError, ScenarioError
+from prefixbench.errors import CatalogError, ScenarioError
 
 VOLT_FLOOR = 0.5  # assumption: the voltage stops falling below half the nominal clock
 # KV link energy (assumption): a 400 Gb/s NIC port draws on the order of 20 W at line rate

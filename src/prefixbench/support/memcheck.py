@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .errors import SimulationError
+from prefixbench.errors import SimulationError
 
 BASE_BYTES = 250e6
 PER_REQUEST_BYTES = 2000.0

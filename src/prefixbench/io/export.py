@@ -86,7 +86,7 @@ def renamed(row: dict) -> dict:
 
 def parse_percentiles(text: str | None) -> tuple[float, ...]:
     """``"50,90,99"`` → (50.0, 90.0, 99.0); each in (0, 100]."""
-    from .errors import PrefixbenchError
+    from prefixbench.errors import PrefixbenchError
 
     if not text:
         return DEFAULT_PERCENTILES
@@ -162,7 +162,7 @@ def bench_metrics(
 
 def _itl_metrics(stats: dict, percentiles) -> dict:
     """vLLM's itl keys from the engine's pooled gap histogram (itl.py)."""
-    from .itl import itl_mean_ms, itl_quantile_ms, itl_std_ms
+    from prefixbench.metrics.itl import itl_mean_ms, itl_quantile_ms, itl_std_ms
 
     out = {
         "mean_itl_ms": itl_mean_ms(stats),
@@ -209,7 +209,7 @@ def write_requests(requests, path: Path) -> Path:
 
     import polars as pl
 
-    from .errors import PrefixbenchError
+    from prefixbench.errors import PrefixbenchError
 
     path = Path(path)
     fmt = path.suffix.lower()

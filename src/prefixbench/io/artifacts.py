@@ -20,8 +20,8 @@ from pathlib import Path
 
 import polars as pl
 
-from .errors import ArtifactError
-from .files import is_file
+from prefixbench.errors import ArtifactError
+from prefixbench.support.files import is_file
 
 SCHEMA_VERSION = 2  # 2: stability verdict in summary/runs/agg; crossover tie_bandwidth_gbytes_per_s
 DIGEST_KEY = "prefixbench.data_sha256"
@@ -203,10 +203,12 @@ def register(kind: str, columns: dict[str, pl.DataType]) -> None:
 
 
 def schema(kind: str) -> dict[str, pl.DataType]:
-    """The declared columns of ``kind`` (study modules declare theirs when imported)."""
+    """The declared columns of ``kind``. The study's kinds are declared by the modules that
+    write them, all imported by ``prefixbench.study`` itself (its ``__init__``), so any
+    reader that reached a study module sees every kind."""
     if kind not in SCHEMAS:
-        from .study import aggregate, crossover, decision_map, recommend, sweep  # noqa: F401
-
+        raise ArtifactError(f"unknown artifact kind {kind!r}", where="prefixbench.io.artifacts",
+                            fix="import prefixbench.study before reading a study artifact")
     return SCHEMAS[kind]
 
 

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from .catalog.fabrics import FABRICS, FabricSpec
-from .catalog.formats import UNMODELLED
-from .catalog.specs import AcceleratorSpec, LinkSpec, ModelSpec
-from .errors import CatalogError
+from prefixbench.catalog.fabrics import FABRICS, FabricSpec
+from prefixbench.catalog.formats import UNMODELLED
+from prefixbench.catalog.specs import AcceleratorSpec, LinkSpec, ModelSpec
+from prefixbench.errors import CatalogError
 
 
 class Efficiency(BaseModel):
@@ -332,14 +332,14 @@ class InstanceCost:
     memory_bytes: float  # instance HBM capacity
     comm_per_token: float = 0.0  # TP/PP/EP fabric seconds per token of a step (§2.8)
     comm_fixed: float = 0.0  # TP/PP/EP fabric latency seconds per step
-    # --- power (issue 18, docs/model.md §2.11; power.py fills them, defaults: not modelled)
+    # --- power (docs/model.md §2.11; power.py fills them, defaults: not modelled)
     clock: float = 1.0  # core clock under the power cap, fraction of nominal (rates include it)
     j_per_flop: float = 0.0  # dynamic energy of one FLOP at nominal clock and voltage, J
     j_per_byte: float = 0.0  # energy of one byte to or from device memory, J
     idle_w: float = 0.0  # the instance's idle power (all its devices), W
     dvfs: float = 0.0  # 1: memory-bound steps run at the lowest clock that keeps them so
     volt_floor: float = 0.5  # clock fraction below which the voltage no longer drops
-    # --- speculative decoding (issue 18, docs/model.md §2.13; defaults: none). A decode
+    # --- speculative decoding (docs/model.md §2.13; defaults: none). A decode
     # iteration is then one token per sequence of the expected speculative iteration:
     # γ draft steps plus one verify over γ+1 tokens, divided by the expected tokens τ.
     spec_tokens: float = 1.0  # γ + 1: tokens per sequence the target verifies per iteration
@@ -348,7 +348,7 @@ class InstanceCost:
     draft_kv_bpt: float = 0.0  # γ · draft KV bytes per context token per iteration
     draft_flops: float = 0.0  # γ · draft FLOPs per sequence (layers + LM head)
     draft_attn: float = 0.0  # γ · draft attention FLOPs per (query, key) pair
-    # --- ced (issue 18, docs/model.md §2.12; defaults: none). A causal encoder-decoder's
+    # --- ced (docs/model.md §2.12; defaults: none). A causal encoder-decoder's
     # bounded replay: the last min(W, prompt) tokens of every prompt run the decoder layers.
     # On a prefill cost the prefill step does it (FLOPs per replayed token through the
     # decoder layers, attention FLOPs per (query, key) pair over them, fabric s per token);
@@ -488,7 +488,7 @@ def decode_iteration_time(cost: InstanceCost, batch, context):
     """Time of one decode iteration: ``batch`` sequences attending to ``context`` tokens in all."""
     b = np.asarray(batch, dtype=np.float64)
     ctx = np.asarray(context, dtype=np.float64)
-    if cost.spec_tau != 1.0 or cost.spec_tokens != 1.0:  # --- speculative (issue 18)
+    if cost.spec_tau != 1.0 or cost.spec_tokens != 1.0:  # --- speculative
         return speculative_iteration_time(cost, b, ctx)
     flops = b * (cost.linear_flops + cost.lm_head_flops) + cost.attn_coef * ctx
     byts = cost.weights_read(b) + cost.kv_bpt * ctx
@@ -513,7 +513,7 @@ def decode_series_coeffs(cost: InstanceCost, batch: int, context0: float) -> tup
     constant while the batch is (§2.8).
     """
     fr, br = cost.flops_rate_decode, cost.byte_rate
-    if cost.spec_tau != 1.0 or cost.spec_tokens != 1.0:  # --- speculative (issue 18)
+    if cost.spec_tau != 1.0 or cost.spec_tokens != 1.0:  # --- speculative
         return speculative_series_coeffs(cost, batch, context0)
     a1 = (batch * (cost.linear_flops + cost.lm_head_flops) + cost.attn_coef * context0) / fr
     s1 = cost.attn_coef * batch / fr
@@ -522,42 +522,15 @@ def decode_series_coeffs(cost: InstanceCost, batch: int, context0: float) -> tup
     return a1, s1, a2, s2, cost.decode_overhead + (batch * cost.comm_per_token + cost.comm_fixed)
 
 
-def series_time(coeffs: tuple[float, ...], k: int) -> float:
-    """Time of the first ``k`` iterations of a fixed batch (closed form, no loop): at most two
-    arithmetic series, as the dominant roofline term switches at most once. One source for
-    the engine and everyone else: the compiled ``engine.series.series_time``."""
-    from .engine.series import series_time as closed_form
-
-    a1, s1, a2, s2, o = (float(c) for c in coeffs)
-    return closed_form(a1, s1, a2, s2, o, int(k))
-
-
-def iterations_within(coeffs: tuple[float, ...], elapsed: float, k_max: int) -> int:
-    """Largest k <= k_max with series_time(k) <= elapsed (iterations completed by then);
-    the compiled ``engine.series.iterations_within``."""
-    from .engine.series import iterations_within as inverse
-
-    a1, s1, a2, s2, o = (float(c) for c in coeffs)
-    return int(inverse(a1, s1, a2, s2, o, float(elapsed), int(k_max)))
-    lo, hi = 0, k_max  # invariant: series(lo) <= elapsed < series(hi)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if series_time(coeffs, mid) <= elapsed:
-            lo = mid
-        else:
-            hi = mid
-    return lo
-
-
 # ---------------------------------------------------------------- asymmetric models (CED)
-# issue 18, docs/model.md §2.12: a causal encoder-decoder (seed 003, "Asymmetric Models")
+# docs/model.md §2.12: a causal encoder-decoder (seed 003, "Asymmetric Models")
 # runs a prompt through its first ``encoder_layers`` layers only and projects every
 # decoder layer's K and V from the last encoder state; a generated token runs all layers.
 
 
 def check_ced(m: ModelSpec, encoder_layers: int) -> None:
     """Refuse a split the model cannot take: CED is modelled for dense, uniform stacks."""
-    from .errors import ScenarioError
+    from prefixbench.errors import ScenarioError
 
     if m.is_moe or m.is_mla or m.linear_layers or m.sliding_layers:
         raise ScenarioError(
@@ -665,7 +638,7 @@ def ced_prefill_weight_bytes(m: ModelSpec, encoder_layers: int) -> float:
 
 
 # ---------------------------------------------------------------- speculative decoding
-# issue 18, docs/model.md §2.13. A draft (a catalog model, or the target's own MTP layers)
+# docs/model.md §2.13. A draft (a catalog model, or the target's own MTP layers)
 # proposes γ tokens per sequence, the target verifies all γ+1 in one pass; with
 # acceptance rate α per token the expected tokens per iteration are
 # τ = (1 − α^(γ+1)) / (1 − α) (Leviathan et al., "Fast Inference from Transformers via
@@ -703,7 +676,7 @@ def speculative_cost(
 def check_draft_bound(cost: InstanceCost, max_batch: int) -> None:
     """The model prices a draft step memory-bound: refuse a draft whose step would be
     compute-bound at the largest batch (its FLOPs per byte past the device's ridge)."""
-    from .errors import ScenarioError
+    from prefixbench.errors import ScenarioError
 
     if cost.draft_weights == 0.0:
         return

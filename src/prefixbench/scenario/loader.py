@@ -15,11 +15,11 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from .costmodel import Efficiency
-from .errors import ScenarioError
-from .files import INT_DIGITS_HINT, exists, read_capped
-from .scenario import Scenario, override_path, split_model_section
-from .suggest import did_you_mean
+from prefixbench.errors import ScenarioError
+from prefixbench.physics.costmodel import Efficiency
+from prefixbench.scenario.models import Scenario, override_path, split_model_section
+from prefixbench.support.files import INT_DIGITS_HINT, exists, read_capped
+from prefixbench.support.suggest import did_you_mean
 
 
 def preset_names() -> list[str]:
@@ -326,7 +326,7 @@ def load_scenario(
     """
     data, where = scenario_source(ref)
     # hardware files a scenario names are relative to it; those given with --set, to the cwd
-    from .catalog.userfile import resolve_scenario_hardware
+    from prefixbench.catalog.userfile import resolve_scenario_hardware
 
     data = resolve_scenario_hardware(data, scenario_folder(ref), where)
     if trace is not None:

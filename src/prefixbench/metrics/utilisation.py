@@ -20,7 +20,7 @@ instance. Each figure is reported for the least and the most loaded instance, so
 
 from __future__ import annotations
 
-from . import catalog
+from prefixbench import catalog
 
 
 def _peaks(spec) -> tuple[float, float]:

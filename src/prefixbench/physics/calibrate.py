@@ -23,11 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .costmodel import Efficiency, InstanceCost, decode_series_coeffs
-from .errors import PrefixbenchError
-
-# reading a fitted block is the scenario loader's (`efficiency: {from: FILE}`); kept importable here
-from .loader import inline_efficiency, load_efficiency  # noqa: F401
+from prefixbench.errors import PrefixbenchError
+from prefixbench.physics.costmodel import Efficiency, InstanceCost, decode_series_coeffs
 
 PARAMS = ("mfu_prefill", "mfu_decode", "mbu", "prefill_overhead_ms", "decode_overhead_ms")
 CSV_COLUMNS = ("phase", "tokens", "batch", "context", "devices", "ms")
@@ -99,7 +96,7 @@ def _measurement(kind, ms, where, label, steps) -> Measurement:
 
 
 def _lookup(kind: str, name: str, where: str):
-    from .catalog import get_accelerator, get_model
+    from prefixbench.catalog import get_accelerator, get_model
 
     try:
         return get_model(name) if kind == "model" else get_accelerator(name)
@@ -220,7 +217,7 @@ def read_vllm_json(path: Path, ctx: _Context, lengths: dict) -> list[Measurement
         raise ProfileError("not a vLLM result object", where=str(path), fix="check the file")
     model = data.get("model_id") or None
     if model and ctx.model:
-        from .catalog import get_model
+        from prefixbench.catalog import get_model
 
         hf = get_model(ctx.model).hf_id.lower()
         if hf and model.lower().rstrip("/").split("/")[-1] != hf.split("/")[-1]:
@@ -244,7 +241,7 @@ def read_vllm_json(path: Path, ctx: _Context, lengths: dict) -> list[Measurement
 
 
 def _catalog_name(hf_id: str, path: Path) -> str:
-    from .catalog import MODELS
+    from prefixbench.catalog import MODELS
 
     tail = hf_id.lower().rstrip("/").split("/")[-1]
     for m in MODELS.values():

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from .costmodel import decode_iteration_time, prefill_times, recompute_time
+from prefixbench.physics.costmodel import decode_iteration_time, prefill_times, recompute_time
 
 STAGES = ("prefill", "link", "decode_slots", "decode_memory")
 LABELS = {

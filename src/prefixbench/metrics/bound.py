@@ -56,7 +56,7 @@ class Prices:
 
     def recompute(self, m, h):
         """Rebuild ``m`` tokens after ``h`` resident ones (engine/costaware.recompute_time)."""
-        from ..costmodel import recompute_rates
+        from prefixbench.physics.costmodel import recompute_rates
 
         c = self.cost
         m = np.asarray(m, dtype=np.float64)
@@ -233,7 +233,7 @@ def _resident(prep) -> tuple[np.ndarray, np.ndarray]:
 
 
 def prices(prep) -> Prices:
-    from ..engine.api import link_rate
+    from prefixbench.engine.api import link_rate
 
     b = prep.base
     return Prices(b.decode_cost.kv_bpt, link_rate(b), b.link_latency_s, b.decode_cost)

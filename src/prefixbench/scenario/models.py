@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from .costmodel import Efficiency
+from prefixbench.physics.costmodel import Efficiency
 
 MAX_TOKENS = 1_000_000_000  # a length beyond any model's context; keeps int64 sums exact
 MAX_INT = 2**63 - 1  # integers are stored in int64 columns
@@ -331,14 +331,14 @@ Workload = Annotated[
 
 
 def _check_name(kind: str, value: str) -> str:
-    from . import catalog
+    from prefixbench import catalog
 
     getter = {
         "model": catalog.get_model,
         "accelerator": catalog.get_accelerator,
         "link": catalog.get_link,
     }
-    from .errors import CatalogError
+    from prefixbench.errors import CatalogError
 
     try:
         getter[kind](value)
@@ -348,7 +348,7 @@ def _check_name(kind: str, value: str) -> str:
 
 
 class Speculative(_M):
-    """Speculative decoding on the decode pool (issue 18; docs/model.md §2.13)."""
+    """Speculative decoding on the decode pool (docs/model.md §2.13)."""
 
     method: Literal["draft", "mtp"] = Field(
         "draft",
@@ -409,7 +409,7 @@ class InstanceGroup(_M):
         description="Host DRAM per instance, GB (default: 256 per device, as a DGX H100's "
         "2 TB for 8 GPUs); memory.host_kv_gb must fit in it.",
     )
-    # --- power (issue 18; docs/model.md §2.11)
+    # --- power (docs/model.md §2.11)
     power_cap_w: float | None = Field(
         None,
         gt=0,
@@ -436,8 +436,8 @@ class InstanceGroup(_M):
     def _known_fabric(cls, v: str | None) -> str | None:
         if v is None:
             return v
-        from .catalog.fabrics import get_fabric
-        from .errors import CatalogError
+        from prefixbench.catalog.fabrics import get_fabric
+        from prefixbench.errors import CatalogError
 
         try:
             get_fabric(v)
@@ -448,8 +448,8 @@ class InstanceGroup(_M):
     @field_validator("host_path")
     @classmethod
     def _known_host_path(cls, v: str) -> str:
-        from .catalog.hostpaths import get_host_path
-        from .errors import CatalogError
+        from prefixbench.catalog.hostpaths import get_host_path
+        from prefixbench.errors import CatalogError
 
         try:
             get_host_path(v)
@@ -459,7 +459,7 @@ class InstanceGroup(_M):
 
     def host_memory(self) -> float:
         """Host DRAM of one instance, GB."""
-        from .catalog.hostpaths import HOST_DRAM_GB_PER_DEVICE
+        from prefixbench.catalog.hostpaths import HOST_DRAM_GB_PER_DEVICE
 
         if self.host_memory_gb is not None:
             return self.host_memory_gb
@@ -481,8 +481,8 @@ class InstanceGroup(_M):
 
     def parallelism(self):
         """The costmodel.Parallelism of this group."""
-        from .catalog.fabrics import default_fabric, get_fabric
-        from .costmodel import Parallelism
+        from prefixbench.catalog.fabrics import default_fabric, get_fabric
+        from prefixbench.physics.costmodel import Parallelism
 
         fabric = self.fabric or default_fabric(self.accelerator)
         return Parallelism(tp=self.tp_degree(), pp=self.pp, ep=self.ep, fabric=get_fabric(fabric))
@@ -669,7 +669,7 @@ class MemorySpec(_M):
         "blocks used since the last refresh and warm the decode instances with what they "
         "lack (over the link with cluster.link.prewarm: link); None: the set is fixed.",
     )
-    # --- paged (issue 15)
+    # --- paged
     admission: Literal["paged", "reserve"] = Field(
         "paged",
         description="Decode KV admission: paged (blocks as tokens are generated, FCFS queue, "
@@ -746,7 +746,7 @@ class ModelFormat(_M):
         "quantization_config: fp8 = 1 B + 128x128 block scales, int8 = 1 B, int4 = GPTQ/AWQ "
         "g128 (0.52 B). Sizes the weights in memory and the weight reads of every step.",
     )
-    # --- asymmetric models (issue 18; docs/model.md §2.12)
+    # --- asymmetric models (docs/model.md §2.12)
     ced_encoder_layers: int | None = Field(
         None,
         ge=1,

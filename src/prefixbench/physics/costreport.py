@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import costmodel as cm
-from .catalog import get_accelerator, get_link, get_model
-from .catalog.fabrics import default_fabric, get_fabric
-from .catalog.specs import LinkSpec
-from .errors import ScenarioError
+from prefixbench.catalog import get_accelerator, get_link, get_model
+from prefixbench.catalog.fabrics import default_fabric, get_fabric
+from prefixbench.catalog.specs import LinkSpec
+from prefixbench.errors import ScenarioError
+from prefixbench.physics import costmodel as cm
 
 DEFAULT_TOKENS = (512, 2048, 8192, 32768)
 DEFAULT_BATCH = (1, 16, 64, 256)

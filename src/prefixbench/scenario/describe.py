@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from .. import costmodel as cm
-from ..errors import CatalogError
-from ..suggest import did_you_mean
-from . import ACCELERATORS, LINKS, MODELS, get_accelerator, get_model
-from .specs import AcceleratorSpec
-from .userfile import load_hardware
+from prefixbench.catalog import ACCELERATORS, LINKS, MODELS, get_accelerator, get_model
+from prefixbench.catalog.specs import AcceleratorSpec
+from prefixbench.catalog.userfile import load_hardware
+from prefixbench.errors import CatalogError
+from prefixbench.physics import costmodel as cm
+from prefixbench.support.suggest import did_you_mean
 
 
 def list_entries() -> dict[str, list[dict]]:
     """Every preset by kind, with its headline numbers."""
-    from ..loader import preset_names
+    from prefixbench.scenario.loader import preset_names
 
     return {
         "models": [

@@ -1,0 +1,4 @@
+"""Terminal output: Rich tables laid out to read at 80 columns (`tables`).
+
+May import: the standard library and rich only; callers pass plain values.
+"""
