@@ -35,7 +35,10 @@ def test_scenarios_md_is_current():
 
 def test_docgen_module_prints_the_reference():
     out = subprocess.run(
-        [sys.executable, "-m", "prefixbench.scenario.docgen"], capture_output=True, check=True, cwd=ROOT
+        [sys.executable, "-m", "prefixbench.scenario.docgen"],
+        capture_output=True,
+        check=True,
+        cwd=ROOT,
     ).stdout
     assert out.decode("utf-8") == scenario_reference()
 
@@ -97,8 +100,11 @@ def _model_sections() -> dict[str, tuple[str, str]]:
 
 def _model_index() -> dict[str, tuple[str, str]]:
     """The index table of docs/model.md: section number -> (file name, anchor)."""
-    rows = re.findall(r"^\| \[§([\d.]+)\]\(model/([\w-]+\.md)#([^)]+)\) \|",
-                      (DOCS / "model.md").read_text(encoding="utf-8"), flags=re.M)
+    rows = re.findall(
+        r"^\| \[§([\d.]+)\]\(model/([\w-]+\.md)#([^)]+)\) \|",
+        (DOCS / "model.md").read_text(encoding="utf-8"),
+        flags=re.M,
+    )
     return {num: (f, a) for num, f, a in rows}
 
 
@@ -113,8 +119,12 @@ def test_every_cited_model_section_exists():
     index = _model_index()
     cite = re.compile(r"model\.md\)?,? (?:§|\u00a7)(\d+(?:\.\d+)*)")
     missing = set()
-    for path in [*ROOT.glob("src/**/*.py"), *ROOT.glob("tests/*.py"), *DOCS.rglob("*.md"),
-                 ROOT / "README.md"]:
+    for path in [
+        *ROOT.glob("src/**/*.py"),
+        *ROOT.glob("tests/*.py"),
+        *DOCS.rglob("*.md"),
+        ROOT / "README.md",
+    ]:
         for num in cite.findall(path.read_text(encoding="utf-8")):
             if num not in index:
                 missing.add(f"{path.relative_to(ROOT)}: §{num}")
@@ -132,3 +142,7 @@ def test_model_md_defines_every_output_column():
     columns = set(tables.requests.columns) | set(tables.summary.columns)
     missing = sorted(c for c in columns if f"`{c}`" not in text)
     assert not missing, f"docs/model/ does not define these output columns: {missing}"
+    from prefixbench.registry import METRICS
+
+    unknown = sorted(m.column for m in METRICS if m.column not in tables.summary.columns)
+    assert not unknown, f"the metrics registry names columns the summary lacks: {unknown}"
