@@ -11,7 +11,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "prefixbench"
 
 # Lowest first. A module may import its own layer and those below it.
 LAYERS = [
-    ["errors", "support"],
+    ["errors", "support", "registry"],
     ["catalog"],
     ["physics"],
     ["scenario"],
