@@ -212,11 +212,18 @@ def test_zero_cost_fabric_is_bit_identical_to_ideal_tensor_parallelism(name):
     communication was modelled, exactly (== on every float); their recompute_on_decode rows
     were regenerated when recompute became chunks in decode iterations."""
     want = json.loads((GOLDEN / f"{name}_ideal_fabric.json").read_text())
-    got = _summary(name, ["cluster.prefill.fabric=ideal", "cluster.decode.fabric=ideal"])
+    # ... and with the link and the request as they were then: line rate, no connector
+    # setup, no per-request fixed cost (docs/model.md "KV transfer cost", §2.14)
+    then = [
+        "cluster.link.efficiency=1",
+        "cluster.link.setup_us=0",
+        "efficiency.request_overhead_ms=0",
+    ]
+    got = _summary(name, ["cluster.prefill.fabric=ideal", "cluster.decode.fabric=ideal", *then])
     assert set(want) <= set(got)
     got = {p: m for p, m in got.items() if p in want}  # policies added since have no old run
     assert json.loads(json.dumps(got)) == want
-    moved = _summary(name, [])  # default NVLink: every latency grows
+    moved = _summary(name, then)  # default NVLink: every latency grows
     for policy, m in moved.items():
         if policy not in want:
             continue

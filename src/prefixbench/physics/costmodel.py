@@ -22,6 +22,14 @@ from prefixbench.catalog.specs import AcceleratorSpec, LinkSpec, ModelSpec
 from prefixbench.errors import CatalogError
 
 
+# The per-request overhead a client sees on top of the steps (docs/model.md §2.14): vLLM's
+# client-side TTFT (benchmarks/benchmark_serving.py, first streamed chunk) of a 70-token
+# prompt with a 284-token cached prefix on one H100 is 13.9 ms against a 6.7 ms prefill
+# step (BLIS ground truth, the fit rows of tests/data/measured/validation_points.csv):
+# 7.2 ms, rounded to 7.
+REQUEST_OVERHEAD_MS = 7.0
+
+
 class Efficiency(BaseModel):
     """Calibration knobs of the roofline. Defaults are typical of vLLM/SGLang on recent GPUs."""
 
@@ -56,6 +64,14 @@ class Efficiency(BaseModel):
         ge=0,
         le=10_000,
         description="Fixed cost per decode iteration (scheduling, sampling), ms (0 to 10⁴).",
+    )
+    request_overhead_ms: float = Field(
+        REQUEST_OVERHEAD_MS,
+        ge=0,
+        le=10_000,
+        description="Fixed cost of one request outside any simulated step (HTTP/API server, "
+        "tokenizer, P/D proxy, scheduler admission, detokenize and stream the first token), "
+        "added to client-side TTFT and E2E, ms (0 to 10⁴; docs/model.md §2.14).",
     )
 
 
@@ -496,10 +512,23 @@ def decode_iteration_time(cost: InstanceCost, batch, context):
     return t + cost.comm_time(b)
 
 
-def transfer_time(link: LinkSpec, nbytes):
-    """Unqueued time to move ``nbytes`` over one channel: latency + bytes / bandwidth."""
+def link_rate(link: LinkSpec, nics: int = 1) -> float:
+    """Bytes per second a KV transfer reaches over ``nics`` NICs (or channels) of ``link``:
+    η · NICs · line rate (docs/model.md "KV transfer cost")."""
+    return link.efficiency * nics * link.bandwidth_gbps * 1e9
+
+
+def transfer_fixed(link: LinkSpec) -> float:
+    """Seconds one transfer pays whatever its size: the wire latency plus the connector's
+    per-transfer setup (docs/model.md "KV transfer cost")."""
+    return (link.latency_us + link.setup_us) / 1e6
+
+
+def transfer_time(link: LinkSpec, nbytes, nics: int = 1):
+    """Unqueued time to move ``nbytes`` in one transfer over ``nics`` NICs of ``link``:
+    latency + setup + bytes / (η · NICs · line rate)."""
     b = np.asarray(nbytes, dtype=np.float64)
-    return link.latency_us / 1e6 + b / (link.bandwidth_gbps * 1e9)
+    return transfer_fixed(link) + b / link_rate(link, nics)
 
 
 # ---------------------------------------------------------------- closed-form decode series
