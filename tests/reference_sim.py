@@ -410,7 +410,15 @@ def group_split(group) -> Split:
     from prefixbench.catalog.fabrics import default_fabric, get_fabric
 
     fab = get_fabric(group.fabric or default_fabric(group.accelerator))
-    return Split(group.tp, group.pp, group.ep, fab.bandwidth_gbps, fab.latency_us)
+    return Split(
+        group.tp,
+        group.pp,
+        group.ep,
+        fab.bandwidth_gbps,
+        fab.latency_us,
+        fab.allreduce_alpha_us,
+        fab.allreduce_busbw_gbps,
+    )
 
 
 def scenario_config(prep) -> RefConfig:

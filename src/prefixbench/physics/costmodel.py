@@ -21,11 +21,10 @@ from prefixbench.catalog.formats import UNMODELLED
 from prefixbench.catalog.specs import AcceleratorSpec, LinkSpec, ModelSpec
 from prefixbench.errors import CatalogError
 
-
 # The per-request overhead a client sees on top of the steps (docs/model.md §2.14): vLLM's
 # client-side TTFT (benchmarks/benchmark_serving.py, first streamed chunk) of a 70-token
 # prompt with a 284-token cached prefix on one H100 is 13.9 ms against a 6.7 ms prefill
-# step (BLIS ground truth, the fit rows of tests/data/measured/validation_points.csv):
+# step (BLIS ground truth, docs/validation.md "Per-request fixed cost"):
 # 7.2 ms, rounded to 7.
 REQUEST_OVERHEAD_MS = 7.0
 
@@ -296,12 +295,22 @@ class Parallelism:
     fabric: FabricSpec = FABRICS["ideal"]
 
 
+def allreduce_time(fabric: FabricSpec, tp: int, nbytes):
+    """One TP all-reduce of ``nbytes`` over ``tp`` devices of ``fabric``:
+    α + 2(tp − 1)/tp · bytes / B_bus (docs/model.md §2.8); 0 at tp 1."""
+    if tp <= 1:
+        return np.zeros_like(np.asarray(nbytes, dtype=np.float64))
+    alpha, busbw = fabric.allreduce_terms(tp)
+    return alpha + 2.0 * (tp - 1) / tp * np.asarray(nbytes, dtype=np.float64) / busbw
+
+
 def comm_coeffs(m: ModelSpec, devices: int, par: Parallelism) -> tuple[float, float]:
     """(seconds per step token, seconds per step) of TP, PP and EP traffic (docs/model.md §2.8).
 
     A step of T tokens: each TP group carries T / r of them (r = devices / (tp·pp) groups);
-    per layer two ring all-reduces (attention out, MLP out) of (T/r)·hidden·2 bytes, each
-    2(tp−1)/tp · bytes / bw + 2(tp−1)·latency; (pp−1) stage boundaries of (T/r)·hidden·2
+    per layer two all-reduces (attention out, MLP out) of (T/r)·hidden·2 bytes, each
+    α + 2(tp−1)/tp · bytes / B_bus (FabricSpec.allreduce_terms: measured, or the ring's
+    2(tp−1)·latency and the link bandwidth); (pp−1) stage boundaries of (T/r)·hidden·2
     bytes, each bytes / bw + latency; per MoE layer an all-to-all dispatch and a combine of
     (T·pp/devices)·k·hidden·2 bytes per device, each (ep−1)/ep · bytes / bw + latency.
     Each term is added only when its degree is above 1, so a 1-device instance pays exactly 0.
@@ -310,10 +319,11 @@ def comm_coeffs(m: ModelSpec, devices: int, par: Parallelism) -> tuple[float, fl
     act = m.hidden_size * ACT_BYTES  # bytes of one token's hidden state
     groups = devices // (par.tp * par.pp)
     per_token, fixed = 0.0, 0.0
-    if par.tp > 1:
+    if par.tp > 1:  # two all-reduces per layer, each α + 2(tp−1)/tp · bytes / B_bus
+        alpha, busbw = par.fabric.allreduce_terms(par.tp)
         rounds = 2.0 * (par.tp - 1)
-        per_token += 2.0 * m.layers * (rounds / par.tp) * act / bw / groups
-        fixed += 2.0 * m.layers * rounds * lat
+        per_token += 2.0 * m.layers * (rounds / par.tp) * act / busbw / groups
+        fixed += 2.0 * m.layers * alpha
     if par.pp > 1:
         per_token += (par.pp - 1) * act / bw / groups
         fixed += (par.pp - 1) * lat
