@@ -154,7 +154,7 @@ def blis_vllm_end_to_end(eff: cm.Efficiency) -> list[dict]:
 
 def vllm_allreduce() -> list[dict]:
     """vLLM's all-reduce microbenchmark (the fastest backend it dispatches) against the
-    product's α + 2(tp−1)/tp · bytes / B_bus on NVLink 4 (costmodel.allreduce_time)."""
+    product's α + bytes / β on NVLink 4 (costmodel.allreduce_time)."""
     rows = []
     for r in _read("allreduce_vllm.csv"):
         tp, nbytes = int(r["tp"]), float(r["mib"]) * 2**20

@@ -417,7 +417,7 @@ def group_split(group) -> Split:
         fab.bandwidth_gbps,
         fab.latency_us,
         fab.allreduce_alpha_us,
-        fab.allreduce_busbw_gbps,
+        fab.allreduce_gbps,
     )
 
 

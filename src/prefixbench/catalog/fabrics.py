@@ -10,17 +10,19 @@ small messages): 0.6 µs on NVLink, 1.0 µs on PCI. NCCL does not distinguish NV
 generations, so neither do we. NCCL's per-collective base latency (``baseLat``, ~6.6 µs for
 Ring/LL) is NOT charged (docs/model.md §2.8).
 
-A TP all-reduce of ``S`` bytes costs ``α + 2(tp − 1)/tp · S / B_bus`` (docs/model.md §2.8).
-Where it was measured, ``allreduce_alpha_us`` (α) and ``allreduce_busbw_gbps`` (B_bus) are a
-least-squares line through what vLLM actually dispatches (the fastest of its custom
-all-reduce, NCCL and symmetric-memory backends) on H100s: vLLM's
-``benchmarks/kernels/benchmark_device_communicators.py`` at TP 6, bf16, hidden 8192, 0.5 to
-4 MiB (github.com/vllm-project/vllm/pull/24111, "Isolated primitives benchmark results",
-H100): 13, 16, 18, 21, 25, 31 µs at 0.5, 1, 1.5, 2, 3, 4 MiB, i.e. 5.0 µs per MiB and an
-intercept of 10.7 µs; 5.0 µs/MiB = 2·5/6 · 2^20 B / B_bus gives B_bus = 349.5 GB/s. Only
-NVLink 4 has such a measurement in the catalog; the other fabrics keep the ring model
-(``α = 2(tp − 1)·latency``, ``B_bus`` = the link bandwidth), which under-prices small
-messages.
+A TP all-reduce of ``S`` bytes costs ``α + S / β`` where measured (docs/model.md §2.8):
+``allreduce_alpha_us`` (α) and ``allreduce_gbps`` (β, bytes of the message per second) are
+a least-squares line through what vLLM actually dispatches on H100s (the fastest of its
+custom all-reduce, NCCL and symmetric-memory backends), bf16, hidden 8192:
+vLLM's ``benchmarks/kernels/benchmark_device_communicators.py`` at TP 6, 0.5 to 4 MiB:
+13, 16, 18, 21, 25, 31 µs (github.com/vllm-project/vllm/pull/24111, "Isolated primitives
+benchmark results", H100), and ``benchmark_fused_collective.py``'s unfused all-reduce +
+RMSNorm at TP 2, 0.5, 1, 2 MiB: 10, 12, 17 µs (github.com/vllm-project/vllm/pull/22086,
+"H100 TP=2 No quant"). The fit: α = 8.6 µs, 5.50 µs per MiB, i.e. β = 190.7 GB/s; the
+one-shot and multimem kernels vLLM uses up to a few MiB take about the same time per byte
+at any TP degree, so β does not depend on it. Only NVLink 4 has such a measurement in the
+catalog; the other fabrics keep the ring model (``α = 2(tp − 1)·latency``,
+``S / β = 2(tp − 1)/tp · S / bandwidth``), which under-prices small messages.
 
 The ``ideal`` fabric (infinite bandwidth, zero latency) reproduces ideal tensor parallelism
 exactly, bit for bit.
@@ -38,7 +40,10 @@ from ..errors import CatalogError
 _NCCL = "https://github.com/NVIDIA/nccl/blob/master/src/graph/tuning.cc (hwLat, Ring/LL)"
 _NVLINK = "https://www.nvidia.com/en-us/data-center/nvlink/"
 _PCIE = "https://pcisig.com/specifications ; https://en.wikipedia.org/wiki/PCI_Express"
-_VLLM_AR = "https://github.com/vllm-project/vllm/pull/24111 (H100, TP 6, all-reduce 0.5-4 MiB)"
+_VLLM_AR = (
+    "https://github.com/vllm-project/vllm/pull/24111 (H100 TP 6) ; "
+    "https://github.com/vllm-project/vllm/pull/22086 (H100 TP 2): all-reduce 0.5-4 MiB"
+)
 
 
 @dataclass(frozen=True)
@@ -51,26 +56,22 @@ class FabricSpec:
     kind: str = ""
     source: str = ""
     allreduce_alpha_us: float | None = None  # measured fixed cost of one TP all-reduce
-    allreduce_busbw_gbps: float | None = None  # measured all-reduce bus bandwidth
+    allreduce_gbps: float | None = None  # measured: message bytes per second past α
 
     @property
     def bytes_per_s(self) -> float:
         return self.bandwidth_gbps * 1e9
 
-    def allreduce_terms(self, tp: int) -> tuple[float, float]:
-        """(seconds, bytes/s) of one TP all-reduce of S bytes: α + 2(tp−1)/tp · S / B_bus.
-        Without a measurement, the ring model: α = 2(tp − 1)·latency, B_bus = bandwidth."""
-        alpha = (
-            self.allreduce_alpha_us / 1e6
-            if self.allreduce_alpha_us is not None
-            else 2.0 * (tp - 1) * self.latency_s
-        )
-        busbw = self.allreduce_busbw_gbps
-        return alpha, (busbw * 1e9 if busbw is not None else self.bytes_per_s)
-
     @property
     def latency_s(self) -> float:
         return self.latency_us / 1e6
+
+    def allreduce_terms(self, tp: int) -> tuple[float, float]:
+        """(α seconds, seconds per message byte) of one TP all-reduce: α + S · β⁻¹.
+        Without a measurement, the ring: 2(tp − 1)·latency and 2(tp − 1)/tp / bandwidth."""
+        if self.allreduce_alpha_us is not None and self.allreduce_gbps is not None:
+            return self.allreduce_alpha_us / 1e6, 1.0 / (self.allreduce_gbps * 1e9)
+        return 2.0 * (tp - 1) * self.latency_s, 2.0 * (tp - 1) / tp / self.bytes_per_s
 
 
 _PRESETS = [
@@ -83,8 +84,8 @@ _PRESETS = [
         0.6,
         "nvlink",
         f"{_NVLINK} ; {_NCCL} ; {_VLLM_AR}",
-        allreduce_alpha_us=10.7,
-        allreduce_busbw_gbps=349.5,
+        allreduce_alpha_us=8.6,
+        allreduce_gbps=190.7,
     ),
     # NVLink 5 (B200, NVSwitch gen 4): 1.8 TB/s total -> 900.
     FabricSpec("nvlink5", 900.0, 0.6, "nvlink", f"{_NVLINK} ; {_NCCL}"),

@@ -296,12 +296,12 @@ class Parallelism:
 
 
 def allreduce_time(fabric: FabricSpec, tp: int, nbytes):
-    """One TP all-reduce of ``nbytes`` over ``tp`` devices of ``fabric``:
-    α + 2(tp − 1)/tp · bytes / B_bus (docs/model.md §2.8); 0 at tp 1."""
+    """One TP all-reduce of ``nbytes`` over ``tp`` devices of ``fabric``: α + bytes / β
+    measured, else the ring (docs/model.md §2.8); 0 at tp 1."""
     if tp <= 1:
         return np.zeros_like(np.asarray(nbytes, dtype=np.float64))
-    alpha, busbw = fabric.allreduce_terms(tp)
-    return alpha + 2.0 * (tp - 1) / tp * np.asarray(nbytes, dtype=np.float64) / busbw
+    alpha, per_byte = fabric.allreduce_terms(tp)
+    return alpha + np.asarray(nbytes, dtype=np.float64) * per_byte
 
 
 def comm_coeffs(m: ModelSpec, devices: int, par: Parallelism) -> tuple[float, float]:
@@ -309,8 +309,8 @@ def comm_coeffs(m: ModelSpec, devices: int, par: Parallelism) -> tuple[float, fl
 
     A step of T tokens: each TP group carries T / r of them (r = devices / (tp·pp) groups);
     per layer two all-reduces (attention out, MLP out) of (T/r)·hidden·2 bytes, each
-    α + 2(tp−1)/tp · bytes / B_bus (FabricSpec.allreduce_terms: measured, or the ring's
-    2(tp−1)·latency and the link bandwidth); (pp−1) stage boundaries of (T/r)·hidden·2
+    α + bytes / β (FabricSpec.allreduce_terms: measured, or the ring's 2(tp−1)·latency
+    + 2(tp−1)/tp · bytes / bandwidth); (pp−1) stage boundaries of (T/r)·hidden·2
     bytes, each bytes / bw + latency; per MoE layer an all-to-all dispatch and a combine of
     (T·pp/devices)·k·hidden·2 bytes per device, each (ep−1)/ep · bytes / bw + latency.
     Each term is added only when its degree is above 1, so a 1-device instance pays exactly 0.
@@ -319,10 +319,9 @@ def comm_coeffs(m: ModelSpec, devices: int, par: Parallelism) -> tuple[float, fl
     act = m.hidden_size * ACT_BYTES  # bytes of one token's hidden state
     groups = devices // (par.tp * par.pp)
     per_token, fixed = 0.0, 0.0
-    if par.tp > 1:  # two all-reduces per layer, each α + 2(tp−1)/tp · bytes / B_bus
-        alpha, busbw = par.fabric.allreduce_terms(par.tp)
-        rounds = 2.0 * (par.tp - 1)
-        per_token += 2.0 * m.layers * (rounds / par.tp) * act / busbw / groups
+    if par.tp > 1:  # two all-reduces per layer, each α + bytes / β (allreduce_terms)
+        alpha, per_byte = par.fabric.allreduce_terms(par.tp)
+        per_token += 2.0 * m.layers * per_byte * act / groups
         fixed += 2.0 * m.layers * alpha
     if par.pp > 1:
         per_token += (par.pp - 1) * act / bw / groups

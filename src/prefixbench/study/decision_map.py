@@ -245,7 +245,10 @@ def run_metrics(prep, res) -> dict:
     steady = np.arange(n) >= warm
     outc = cols["outcome"]
     done = steady & (outc == completed)
-    ttft = (cols["t_first_token"][done] - req.arrival[done]) * 1e3
+    # client-side, as metrics/summary.py: plus the per-request fixed cost (docs/model.md §2.14)
+    ttft = (
+        cols["t_first_token"][done] - req.arrival[done]
+    ) * 1e3 + s.efficiency.request_overhead_ms
     out = req.output_len[done]
     tpot = np.where(
         out > 1,
