@@ -122,7 +122,8 @@ def blis_vllm_end_to_end(eff: cm.Efficiency) -> list[dict]:
         cost = cm.InstanceCost.build(m, dev, tp, eff, cm.Parallelism(tp, fabric=NVLINK4))
         new, cached = int(r["prompt_tokens"]), int(r["prefix_tokens"])
         out = int(r["output_tokens"])
-        ttft = cm.prefill_time(cost, [new], [cached])
+        # client-side TTFT (vLLM's definition): the step plus the request's fixed cost
+        ttft = cm.prefill_time(cost, [new], [cached]) + eff.request_overhead_ms / 1e3
         ctx = new + cached + out / 2
         tpot = float(cm.decode_iteration_time(cost, 1, ctx))
         where = f"{m.name} TP{r['tp']} {r['workload']}"
@@ -133,6 +134,8 @@ def blis_vllm_end_to_end(eff: cm.Efficiency) -> list[dict]:
                 "measured_ms": float(r["ttft_ms"]),
                 "prefixbench_ms": ttft * 1e3,
                 "bound": "",
+                "group": "vllm_ttft",
+                "split": r["split"],
             }
         )
         rows.append(
@@ -142,15 +145,74 @@ def blis_vllm_end_to_end(eff: cm.Efficiency) -> list[dict]:
                 "measured_ms": float(r["tpot_ms"]),
                 "prefixbench_ms": tpot * 1e3,
                 "bound": "memory",
+                "group": "vllm_tpot",
+                "split": r["split"],
             }
         )
     return rows
 
 
+def vllm_allreduce() -> list[dict]:
+    """vLLM's all-reduce microbenchmark (the fastest backend it dispatches) against the
+    product's α + bytes / β on NVLink 4 (costmodel.allreduce_time)."""
+    rows = []
+    for r in _read("allreduce_vllm.csv"):
+        tp, nbytes = int(r["tp"]), float(r["mib"]) * 2**20
+        rows.append(
+            {
+                "source": r["source"].split(" (")[0],
+                "config": f"all-reduce {r['mib']} MiB, TP {tp}, nvlink4 ({r['backend']})",
+                "measured_ms": float(r["measured_us"]) / 1e3,
+                "prefixbench_ms": float(cm.allreduce_time(NVLINK4, tp, nbytes)) * 1e3,
+                "bound": "",
+                "group": "allreduce",
+                "split": r["split"],
+            }
+        )
+    return rows
+
+
+_LINK_BY_GBPS = {"200": "roce-200g", "400": "ib-ndr400"}
+
+
+def mooncake_transfer() -> list[dict]:
+    """Mooncake transfer engine throughput (a 40 GB, or a long, transfer) against the
+    product's latency + setup + bytes / (η · NICs · line rate) (costmodel.transfer_time)."""
+    from prefixbench.catalog import LINKS
+
+    rows = []
+    for r in _read("kv_transfer_mooncake.csv"):
+        link = LINKS[_LINK_BY_GBPS[r["gbps_per_nic"]]]
+        nics = int(r["nics"])
+        nbytes = float(r["gbytes"] or 1) * 1e9
+        rows.append(
+            {
+                "source": r["source"].split(" (")[0],
+                "config": f"{nbytes / 1e9:g} GB over {nics}× {r['gbps_per_nic']} Gbps ({link.name})",
+                "measured_ms": nbytes / (float(r["measured_gbytes_per_s"]) * 1e9) * 1e3,
+                "prefixbench_ms": float(cm.transfer_time(link, nbytes, nics)) * 1e3,
+                "bound": "",
+                "group": "kv_transfer",
+                "split": r["split"],
+            }
+        )
+    return rows
+
+
+def _tagged(rows: list[dict], group: str) -> list[dict]:
+    """Kernel rows: every one held out (nothing in this change is fitted to them)."""
+    for r in rows:
+        r.setdefault("group", group)
+        r.setdefault("split", "held-out")
+    return rows
+
+
 def all_rows(eff: cm.Efficiency) -> list[dict]:
     return (
-        vidur_linear(eff)
-        + blis_attention_prefill(eff)
-        + blis_attention_decode(eff)
+        _tagged(vidur_linear(eff), "vidur_linear")
+        + _tagged(blis_attention_prefill(eff), "attention_prefill")
+        + _tagged(blis_attention_decode(eff), "attention_decode")
         + blis_vllm_end_to_end(eff)
+        + vllm_allreduce()
+        + mooncake_transfer()
     )

@@ -113,6 +113,9 @@ class Split:
     ep: int = 1
     fabric_gbps: float = math.inf
     fabric_us: float = 0.0
+    # measured TP all-reduce (α µs, message GB/s); None: the ring model from the two above
+    allreduce_alpha_us: float | None = None
+    allreduce_gbps: float | None = None
 
 
 def cap_clock(accelerator, eff: Efficiency, cap_w: float | None) -> float:
@@ -258,6 +261,8 @@ class Roofline:
         self.pp, self.ep, self.devices = split.pp, split.ep, devices
         self.bw = split.fabric_gbps * 1e9  # bytes/s per device and direction
         self.hop = split.fabric_us * 1e-6  # s per ring step
+        self.ar_alpha = split.allreduce_alpha_us
+        self.ar_gbps = split.allreduce_gbps
         self.layers, self.hidden = model.layers, model.hidden_size
         self.moe_layers = model.layers - model.first_dense_layers if model.n_routed_experts else 0
         self.k = model.experts_per_token
@@ -274,6 +279,8 @@ class Roofline:
             # ring all-reduce: reduce-scatter then all-gather, tp − 1 steps each, a 1/tp chunk
             steps = 2 * (tp - 1)
             one = steps * (hidden_bytes / tp) / self.bw + steps * self.hop
+            if self.ar_alpha is not None:  # measured: α + S / β, whatever tp
+                one = self.ar_alpha * 1e-6 + hidden_bytes / (self.ar_gbps * 1e9)
             for _layer in range(layers):
                 total += one  # after attention (o_proj)
                 total += one  # after the MLP (down_proj)

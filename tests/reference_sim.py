@@ -410,7 +410,15 @@ def group_split(group) -> Split:
     from prefixbench.catalog.fabrics import default_fabric, get_fabric
 
     fab = get_fabric(group.fabric or default_fabric(group.accelerator))
-    return Split(group.tp, group.pp, group.ep, fab.bandwidth_gbps, fab.latency_us)
+    return Split(
+        group.tp,
+        group.pp,
+        group.ep,
+        fab.bandwidth_gbps,
+        fab.latency_us,
+        fab.allreduce_alpha_us,
+        fab.allreduce_gbps,
+    )
 
 
 def scenario_config(prep) -> RefConfig:
@@ -461,7 +469,6 @@ def scenario_config(prep) -> RefConfig:
         d_acc = catalog.get_accelerator(c.decode.accelerator)
         d_draft = roofline(draft, d_acc, c.decode.devices, s.efficiency, group_split(c.decode))
         d_roof.speculate(d_draft, sp.gamma, sp.acceptance)
-    link = catalog.get_link(c.link.name)
     colocated = c.mode == "colocated"
     n = c.prefill_instances + c.decode_instances if colocated else c.decode_instances
     if m.kv_budget_gb is not None:
@@ -495,9 +502,8 @@ def scenario_config(prep) -> RefConfig:
         policy=s.policy.value if hasattr(s.policy, "value") else str(s.policy),
         n_prefill=c.prefill_instances,
         n_decode=c.decode_instances,
-        link_bytes_per_s=(c.link.bandwidth_gbps or link.bandwidth_gbps) * 1e9,
-        link_latency_s=(c.link.latency_us if c.link.latency_us is not None else link.latency_us)
-        / 1e6,
+        link_bytes_per_s=c.link.spec().efficiency * c.link.spec().bandwidth_gbps * 1e9,
+        link_latency_s=(c.link.spec().latency_us + c.link.spec().setup_us) / 1e6,
         link_channels=c.link.channels,
         link_topology=c.link.topology,
         nics_prefill=c.link.nics_per_instance or c.prefill.devices,
@@ -1082,7 +1088,9 @@ class ReferenceSim:
                 self.chunk(r, ready, self.split(r)[1] * kv / rate / self.cfg.layers)
         for r in mine:
             r.stream_deferred = False
-            self.schedule(max(r.last_chunk_end + self.cfg.link_latency_s, r.promo_land), TRANSFER, r)
+            self.schedule(
+                max(r.last_chunk_end + self.cfg.link_latency_s, r.promo_land), TRANSFER, r
+            )
 
     def stream_alone(self, r: Req, t: float) -> None:
         kv, rate = self.cfg.decode.kv, self.rate()
@@ -1168,6 +1176,7 @@ class ReferenceSim:
                 self.job_done(dec, r, end)
         dec.state = "mixed"
         self.schedule(end, DECODE, d)
+
     # ------------------------------------------------------------------ host tier
 
     def link_start(self, r: Req, d: int, t: float) -> tuple[float, float]:
@@ -1195,6 +1204,7 @@ class ReferenceSim:
         while sum(v[0] for v in dec.host.values()) > cap:
             del dec.host[min(dec.host, key=lambda k: dec.host[k][1])]
         self.host_move(dec, t, tok * self.cfg.decode.kv)
+
     def count_uses(self, r: Req, dec: DecodeInstance, t: float) -> None:
         if math.isnan(dec.first_admit):
             dec.first_admit = t

@@ -21,7 +21,12 @@ MEASURED = Path(__file__).parent / "data" / "measured"
 
 # Known constants, all different from the defaults and from each other.
 TRUE = cm.Efficiency(
-    mfu_prefill=0.62, mfu_decode=0.41, mbu=0.83, prefill_overhead_ms=2.5, decode_overhead_ms=0.7
+    mfu_prefill=0.62,
+    mfu_decode=0.41,
+    mbu=0.83,
+    prefill_overhead_ms=2.5,
+    decode_overhead_ms=0.7,
+    request_overhead_ms=4.2,
 )
 HEADER = ["phase", "tokens", "batch", "context", "devices", "ms"]
 
@@ -32,6 +37,9 @@ def _synthetic_rows(model="llama-3.1-8b", dev="h100-sxm", devices=1, eff=TRUE):
     rows = []
     for n, c in [(512, 0), (2048, 0), (8192, 0), (32768, 0), (8, 16384), (16, 32768)]:
         rows.append(["prefill", n, "", c, devices, repr(cm.prefill_time(cost, [n], [c]) * 1e3)])
+    for n in (128, 4096):  # client-side TTFT: the step plus one request's fixed cost
+        t = cm.prefill_time(cost, [n], [0]) * 1e3 + eff.request_overhead_ms
+        rows.append(["ttft", n, "", 0, devices, repr(t)])
     for b, c in [(1, 1024), (1, 8192), (16, 4096), (64, 2048), (1024, 128), (2048, 64)]:
         t = float(cm.decode_iteration_time(cost, b, b * c)) * 1e3
         rows.append(["decode", "", b, c, devices, repr(t)])
@@ -65,7 +73,7 @@ def test_round_trip_moe_on_four_devices(tmp_path):
 def _serve_json(path: Path, n_in: int, n_out: int, eff=TRUE) -> Path:
     # The keys `vllm bench serve --save-result` writes that calibration reads.
     cost = cm.InstanceCost.build(MODELS["llama-3.1-8b"], ACCELERATORS["h100-sxm"], 1, eff)
-    ttft = cm.prefill_time(cost, [n_in], [0]) * 1e3
+    ttft = cm.prefill_time(cost, [n_in], [0]) * 1e3 + eff.request_overhead_ms  # client-side
     tpot = float(cm.decode_iteration_time(cost, 1, n_in + n_out / 2)) * 1e3
     path.write_text(
         json.dumps(
@@ -168,7 +176,7 @@ def test_bad_phase_and_number(tmp_path):
     rows = _synthetic_rows()
     rows[0][0] = "prefil"
     p = _write_csv(tmp_path / "p.csv", rows)
-    _one_line_error([str(p), "-m", "llama-3.1-8b"], f"{p}:2: phase must be prefill or decode")
+    _one_line_error([str(p), "-m", "llama-3.1-8b"], f"{p}:2: phase must be prefill, ttft or decode")
     rows = _synthetic_rows()
     rows[1][1] = "2k"
     p = _write_csv(tmp_path / "q.csv", rows)

@@ -293,11 +293,12 @@ def test_moe_prefill_counts_active_experts_by_hand():
 
 
 def test_mla_kv_transfer_by_hand():
-    # The KV of a 4096-token prefix over RoCE 200G (25 GB/s, 3 µs): 27·576·2 B per token.
+    # The KV of a 4096-token prefix over RoCE 200G (25 GB/s line rate at η 0.87, 3 µs of
+    # latency and 450 µs of connector setup): 27·576·2 B per token.
     cost = _ds()
     assert cost.kv_bpt == 31104
     t = float(transfer_time(LINKS["roce-200g"], cost.kv_bpt * 4096))
-    assert t == pytest.approx(3e-6 + 4096 * 31104 / 25e9, rel=RTOL)
+    assert t == pytest.approx(3e-6 + 450e-6 + 4096 * 31104 / (0.87 * 25e9), rel=RTOL)
 
 
 def test_param_count_keys_by_hand():

@@ -1,92 +1,85 @@
-"""prefixbench's default roofline against public measurements (docs/validation.md).
+"""prefixbench's cost model against public measurements it was not fitted to
+(docs/validation.md).
 
-Each test pins the ratio prefixbench / measured to a stated band. The bands are what the
-data shows, not what we would like: where the model is 1.3× slow or 2× fast, the band says
-so and docs/validation.md explains why. A change to a coefficient or a default efficiency
-that moves a figure out of its band fails here.
+Every data file under tests/data/measured/ records each point's source and whether it is in
+the fit set (what a constant of the model was read from) or held out (never used to set a
+constant). The tests assert ACCURACY on the held-out points of each group, through the
+product's own functions (tests/measured.py calls costmodel, never a copy of it): the
+geometric mean of predicted / measured within 0.90–1.10 and at least 80 % of the points
+within ±20 %. A group the model does not yet meet is marked ``xfail(strict=True)`` with the
+reason: the test fails the day the group becomes accurate, so the mark must then go.
 """
 
 from __future__ import annotations
 
+import math
+
 import pytest
-from measured import (
-    blis_attention_decode,
-    blis_attention_prefill,
-    blis_vllm_end_to_end,
-    vidur_linear,
-)
+from measured import all_rows
 
 from prefixbench.physics.costmodel import Efficiency
 
-EFF = Efficiency()  # the defaults: MFU 0.5, MBU 0.7, 1 ms per step
+EFF = Efficiency()  # the defaults
+ROWS = all_rows(EFF)
 
 
-def _ratios(rows, needle=""):
-    out = [
-        (r["config"], r["prefixbench_ms"] / r["measured_ms"]) for r in rows if needle in r["config"]
+def _held_out(group: str) -> list[float]:
+    ratios = [
+        r["prefixbench_ms"] / r["measured_ms"]
+        for r in ROWS
+        if r["group"] == group and r["split"] == "held-out"
     ]
-    assert out, f"no rows match {needle!r}"
-    return out
+    assert ratios, f"no held-out points in {group}"
+    return ratios
 
 
-def _within(rows, lo, hi):
-    for config, ratio in rows:
-        assert lo <= ratio <= hi, f"{config}: prefixbench/measured = {ratio:.3f}, band [{lo}, {hi}]"
+def _accurate(group: str) -> None:
+    ratios = _held_out(group)
+    gmean = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+    within = sum(abs(x - 1.0) <= 0.20 for x in ratios) / len(ratios)
+    assert 0.90 <= gmean <= 1.10, f"{group}: geometric mean predicted/measured {gmean:.3f}"
+    assert within >= 0.80, f"{group}: {within:.0%} of held-out points within ±20 %"
 
 
-def test_weight_reads_match_vidur_within_5_percent():
-    # One token through the layers reads every weight once: MBU 0.7 is what Vidur measures
-    # (0.69–0.71 on H100 and A100, norms and activations included).
-    _within(_ratios(vidur_linear(EFF, tokens=(1,))), 0.95, 1.05)
+def test_every_point_has_a_source_and_a_split():
+    assert len(ROWS) >= 50
+    for r in ROWS:
+        assert r["source"] and r["split"] in ("fit", "held-out"), r
+    sources = {r["source"].split()[0] for r in ROWS}
+    assert len(sources) >= 4, sources
 
 
-def test_large_matmuls_are_30_percent_slower_than_vidur():
-    # 4096 tokens: the layers run at MFU ≈ 0.65 (GEMMs alone ≈ 0.7–0.76), the default 0.5
-    # makes prefixbench 1.29–1.34× slow here. Documented, not hidden.
-    _within(_ratios(vidur_linear(EFF, tokens=(4096,))), 1.25, 1.40)
+@pytest.mark.parametrize("group", ["allreduce", "vllm_tpot", "vllm_ttft"])
+def test_held_out_accuracy(group):
+    _accurate(group)
 
 
-def test_near_the_ridge_the_roofline_is_13_percent_fast():
-    # 128 tokens: neither pure term binds; max() underestimates the transition.
-    _within(_ratios(vidur_linear(EFF, tokens=(128,))), 0.85, 0.90)
+UNFINISHED = {
+    # The per-operator roofline (token-dependent GEMM efficiency, separate weight and KV
+    # bandwidth) is not built yet: one flat MFU and MBU per phase (docs/validation.md).
+    "vidur_linear": "flat MFU: 0.87× near the ridge, 1.3× at 4k tokens",
+    "attention_prefill": "flat MFU 0.5 against FlashAttention's 0.64–0.77: 1.28–1.46×",
+    "attention_decode": "one MBU for weights and KV; KV streams at ~0.9: 1.19–1.34×",
+    "kv_transfer": "one η per link kind: a single 400G NIC reaches 0.84, eight 0.475",
+}
 
 
-def test_attention_prefill_against_kernel_bench():
-    # The causal A·n(n+1)/2 FLOP count at MFU 0.5, vs FlashAttention at MFU 0.64–0.77.
-    _within(_ratios(blis_attention_prefill(EFF)), 1.25, 1.50)
+@pytest.mark.parametrize(
+    "group",
+    [
+        pytest.param(g, marks=pytest.mark.xfail(strict=True, reason=why))
+        for g, why in UNFINISHED.items()
+    ],
+)
+def test_held_out_accuracy_not_yet_met(group):
+    _accurate(group)
 
 
-def test_attention_decode_kv_read_against_kernel_bench():
-    # Reading the KV once per iteration at MBU 0.7, vs 0.84–0.95 measured: 1.2–1.35× slow.
-    _within(_ratios(blis_attention_decode(EFF)), 1.15, 1.40)
-
-
-def test_vllm_tp1_decode_within_15_percent():
-    # vLLM on one H100, one request at a time: TPOT is one batch-1 decode iteration.
-    rows = [r for r in _ratios(blis_vllm_end_to_end(EFF), "TPOT") if "TP1" in r[0]]
-    assert len(rows) == 3
-    _within(rows, 0.85, 1.15)
-
-
-def test_vllm_tp1_long_prompt_ttft_within_20_percent():
-    rows = [r for r in _ratios(blis_vllm_end_to_end(EFF), "TTFT") if "TP1" in r[0]]
-    long_ = [r for r in rows if "chatsweep" not in r[0]]
-    assert len(long_) == 2
-    _within(long_, 0.80, 1.05)
-
-
-def test_vllm_short_prompt_ttft_is_2x_fast():
-    # 70 new tokens: the client-side TTFT (HTTP, tokenizer, scheduling: ≈ 7 ms) is not a
-    # prefill step; prefixbench reports half of it. A documented limitation.
-    (row,) = [r for r in _ratios(blis_vllm_end_to_end(EFF), "TTFT") if "TP1 chatsweep" in r[0]]
-    _within([row], 0.45, 0.55)
-
-
-@pytest.mark.parametrize("tp", ["TP2", "TP4"])
-def test_vllm_tensor_parallel_is_optimistic(tp):
-    # TP pays ring all-reduces on NVLink 4 (docs/model.md §2.8) but no per-GPU launch cost
-    # nor NCCL's per-collective base latency: the more GPUs, the faster prefixbench is than
-    # vLLM (0.26–1.03× measured; 0.23–1.00× with ideal TP).
-    rows = [r for r in _ratios(blis_vllm_end_to_end(EFF)) if tp in r[0]]
-    _within(rows, 0.2, 1.05)
-    assert sum(ratio for _, ratio in rows) / len(rows) < 0.8
+def test_fit_points_reproduce_their_constants():
+    # The constants read from the fit points reproduce them within the fit's own residual
+    # (all-reduce: one line through TP 6 and TP 2 together, 0.88–1.18; transfer: exact).
+    for group, tol in (("allreduce", 0.20), ("kv_transfer", 0.01)):
+        for r in ROWS:
+            if r["group"] == group and r["split"] == "fit":
+                ratio = r["prefixbench_ms"] / r["measured_ms"]
+                assert abs(ratio - 1.0) <= tol, (r["config"], ratio)

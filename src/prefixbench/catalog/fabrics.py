@@ -10,6 +10,20 @@ small messages): 0.6 µs on NVLink, 1.0 µs on PCI. NCCL does not distinguish NV
 generations, so neither do we. NCCL's per-collective base latency (``baseLat``, ~6.6 µs for
 Ring/LL) is NOT charged (docs/model.md §2.8).
 
+A TP all-reduce of ``S`` bytes costs ``α + S / β`` where measured (docs/model.md §2.8):
+``allreduce_alpha_us`` (α) and ``allreduce_gbps`` (β, bytes of the message per second) are
+a least-squares line through what vLLM actually dispatches on H100s (the fastest of its
+custom all-reduce, NCCL and symmetric-memory backends), bf16, hidden 8192:
+vLLM's ``benchmarks/kernels/benchmark_device_communicators.py`` at TP 6, 0.5 to 4 MiB:
+13, 16, 18, 21, 25, 31 µs (github.com/vllm-project/vllm/pull/24111, "Isolated primitives
+benchmark results", H100), and ``benchmark_fused_collective.py``'s unfused all-reduce +
+RMSNorm at TP 2, 0.5, 1, 2 MiB: 10, 12, 17 µs (github.com/vllm-project/vllm/pull/22086,
+"H100 TP=2 No quant"). The fit: α = 8.6 µs, 5.50 µs per MiB, i.e. β = 190.7 GB/s; the
+one-shot and multimem kernels vLLM uses up to a few MiB take about the same time per byte
+at any TP degree, so β does not depend on it. Only NVLink 4 has such a measurement in the
+catalog; the other fabrics keep the ring model (``α = 2(tp − 1)·latency``,
+``S / β = 2(tp − 1)/tp · S / bandwidth``), which under-prices small messages.
+
 The ``ideal`` fabric (infinite bandwidth, zero latency) reproduces ideal tensor parallelism
 exactly, bit for bit.
 """
@@ -26,6 +40,10 @@ from ..errors import CatalogError
 _NCCL = "https://github.com/NVIDIA/nccl/blob/master/src/graph/tuning.cc (hwLat, Ring/LL)"
 _NVLINK = "https://www.nvidia.com/en-us/data-center/nvlink/"
 _PCIE = "https://pcisig.com/specifications ; https://en.wikipedia.org/wiki/PCI_Express"
+_VLLM_AR = (
+    "https://github.com/vllm-project/vllm/pull/24111 (H100 TP 6) ; "
+    "https://github.com/vllm-project/vllm/pull/22086 (H100 TP 2): all-reduce 0.5-4 MiB"
+)
 
 
 @dataclass(frozen=True)
@@ -37,6 +55,8 @@ class FabricSpec:
     latency_us: float  # per ring step (hop)
     kind: str = ""
     source: str = ""
+    allreduce_alpha_us: float | None = None  # measured fixed cost of one TP all-reduce
+    allreduce_gbps: float | None = None  # measured: message bytes per second past α
 
     @property
     def bytes_per_s(self) -> float:
@@ -46,12 +66,27 @@ class FabricSpec:
     def latency_s(self) -> float:
         return self.latency_us / 1e6
 
+    def allreduce_terms(self, tp: int) -> tuple[float, float]:
+        """(α seconds, seconds per message byte) of one TP all-reduce: α + S · β⁻¹.
+        Without a measurement, the ring: 2(tp − 1)·latency and 2(tp − 1)/tp / bandwidth."""
+        if self.allreduce_alpha_us is not None and self.allreduce_gbps is not None:
+            return self.allreduce_alpha_us / 1e6, 1.0 / (self.allreduce_gbps * 1e9)
+        return 2.0 * (tp - 1) * self.latency_s, 2.0 * (tp - 1) / tp / self.bytes_per_s
+
 
 _PRESETS = [
     # NVLink 3 (A100 SXM, 12 links, NVSwitch gen 2): 600 GB/s total -> 300 per direction.
     FabricSpec("nvlink3", 300.0, 0.6, "nvlink", f"{_NVLINK} ; {_NCCL}"),
     # NVLink 4 (H100/H200 SXM, 18 links, NVSwitch gen 3): 900 GB/s total -> 450.
-    FabricSpec("nvlink4", 450.0, 0.6, "nvlink", f"{_NVLINK} ; {_NCCL}"),
+    FabricSpec(
+        "nvlink4",
+        450.0,
+        0.6,
+        "nvlink",
+        f"{_NVLINK} ; {_NCCL} ; {_VLLM_AR}",
+        allreduce_alpha_us=8.6,
+        allreduce_gbps=190.7,
+    ),
     # NVLink 5 (B200, NVSwitch gen 4): 1.8 TB/s total -> 900.
     FabricSpec("nvlink5", 900.0, 0.6, "nvlink", f"{_NVLINK} ; {_NCCL}"),
     # PCIe x16 through the host or a PCIe switch: 16 / 32 GT/s × 16 × 128/130 / 8.

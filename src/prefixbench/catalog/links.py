@@ -13,6 +13,29 @@ https://www.usenix.org/conference/atc16/technical-sessions/presentation/kalia, m
 RDMA operations in the low microseconds), kernel TCP over Ethernet ~20-50 us.
 For transfers of whole prefixes (MBs to GBs) bandwidth dominates, so these rough values
 rarely decide a result; override them in a scenario when you have measurements.
+
+A KV transfer costs ``latency + setup + bytes / (efficiency · NICs · bandwidth)``
+(docs/model.md "KV transfer cost"). ``efficiency`` (η) and ``setup_us`` are measured for
+the RDMA kinds only:
+
+- η: Mooncake's transfer engine moving 40 GB (the KV of 128k Llama-3-70B tokens) reaches
+  87 GB/s over 4×200 Gbps RoCE (η = 87 / 100 = 0.87) and 190 GB/s over 8×400 Gbps RoCE
+  (η = 190 / 400 = 0.475) (kvcache-ai/Mooncake README.md, "Performance" of the Transfer
+  Engine; the 400 Gbps shortfall: github.com/kvcache-ai/Mooncake/issues/434). 100 and 200
+  Gbps RoCE take 0.87, 400 Gbps (InfiniBand NDR, the same ConnectX-7 generation) 0.475:
+  an assumption by line rate, not a measurement per NIC model.
+- setup: 450 µs per request's transfer, the fixed part of a small KV transfer through a
+  P/D connector (descriptor lists built in Python, a transfer posted, a completion
+  notified). vLLM's NixlConnector was measured at ~3 ms per request before its
+  descriptor lists were prepared once ("Optimize NIXL Connector xfer Launch",
+  github.com/vllm-project/vllm/issues/23780); NIXL's prepped-transfer API
+  (github.com/ai-dynamo/nixl/issues/176) brings it to the sub-millisecond range. ORDER
+  OF MAGNITUDE: it depends on the block size (descriptors per transfer: ~105 ms for a
+  5k-token pull at block size 16, github.com/vllm-project/vllm/issues/50913) and the
+  connector version.
+
+NVLink, PCIe and Ethernet keep η = 1 and no setup: no measurement of a connector over
+them is in the catalog (set ``cluster.link.efficiency`` / ``setup_us`` when you have one).
 """
 
 from __future__ import annotations
@@ -23,6 +46,8 @@ _PCIE = "https://pcisig.com/specifications ; https://en.wikipedia.org/wiki/PCI_E
 _NVLINK = "https://www.nvidia.com/en-us/data-center/nvlink/"
 _IB = "https://www.infinibandta.org/infiniband-roadmap/"
 _ETH = "https://www.ieee802.org/3/"
+_MOONCAKE = "https://github.com/kvcache-ai/Mooncake#performance"
+_RDMA_SETUP_US = 450.0  # per request's transfer (see the module docstring)
 
 _PRESETS = [
     # PCIe x16, one direction: GT/s × 16 lanes × 128/130 / 8 bits.
@@ -34,10 +59,34 @@ _PRESETS = [
     # NVLink 4 (H100): 900 GB/s total per GPU -> 450 per direction.
     LinkSpec(name="nvlink4", kind="nvlink", bandwidth_gbps=450.0, latency_us=1.0, source=_NVLINK),
     # InfiniBand NDR, 4x port: 400 Gb/s -> 50 GB/s.
-    LinkSpec(name="ib-ndr400", kind="infiniband", bandwidth_gbps=50.0, latency_us=2.0, source=_IB),
+    LinkSpec(
+        name="ib-ndr400",
+        kind="infiniband",
+        bandwidth_gbps=50.0,
+        latency_us=2.0,
+        efficiency=0.475,
+        setup_us=_RDMA_SETUP_US,
+        source=f"{_IB} ; {_MOONCAKE}",
+    ),
     # RoCE v2 runs at the Ethernet line rate.
-    LinkSpec(name="roce-100g", kind="roce", bandwidth_gbps=12.5, latency_us=3.0, source=_ETH),
-    LinkSpec(name="roce-200g", kind="roce", bandwidth_gbps=25.0, latency_us=3.0, source=_ETH),
+    LinkSpec(
+        name="roce-100g",
+        kind="roce",
+        bandwidth_gbps=12.5,
+        latency_us=3.0,
+        efficiency=0.87,
+        setup_us=_RDMA_SETUP_US,
+        source=f"{_ETH} ; {_MOONCAKE}",
+    ),
+    LinkSpec(
+        name="roce-200g",
+        kind="roce",
+        bandwidth_gbps=25.0,
+        latency_us=3.0,
+        efficiency=0.87,
+        setup_us=_RDMA_SETUP_US,
+        source=f"{_ETH} ; {_MOONCAKE}",
+    ),
     # Plain Ethernet with kernel TCP.
     LinkSpec(name="eth-10g", kind="ethernet", bandwidth_gbps=1.25, latency_us=50.0, source=_ETH),
     LinkSpec(name="eth-25g", kind="ethernet", bandwidth_gbps=3.125, latency_us=30.0, source=_ETH),

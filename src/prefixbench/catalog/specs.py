@@ -142,5 +142,18 @@ class LinkSpec(_Spec):
     latency_us: float = Field(
         ge=0, le=1e7, description="One-way latency per transfer, microseconds."
     )
+    efficiency: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="Fraction of the line rate a KV transfer reaches (η, measured; 0 to 1).",
+    )
+    setup_us: float = Field(
+        0.0,
+        ge=0,
+        le=1e7,
+        description="Software cost of one transfer (descriptor preparation, posting, "
+        "completion notification), µs; paid once per request's transfer.",
+    )
     kind: str = Field("", description="Family: pcie, nvlink, infiniband, roce, ethernet.")
     source: str = Field("", description="Specification or datasheet the numbers come from.")

@@ -41,6 +41,7 @@ UNITS = {
     "memory_gb": "GB",
     "bandwidth_gbps": "GB/s",
     "latency_us": "µs",
+    "setup_us": "µs",
     "tdp_w": "W",  # --- power
     "idle_w": "W",
     "memory_pj_per_bit": "pJ/bit",

@@ -83,6 +83,26 @@ def _comm_note(rep: dict) -> None:
         out.print(f"step ms includes TP comm on {rep['fabric']} (ms): {parts}", highlight=False)
 
 
+def _render_transfer(rep: dict) -> None:
+    """One row per (link, prefix length): latency + setup + KV / (η · NICs · line rate)."""
+    t = _table(
+        f"KV transfer of a prefix over {rep['nics']} NIC(s): latency + setup + wire (ms)",
+        ["link", "tokens", "KV MB", "η", "GB/s", "setup", "wire", "total"],
+    )
+    for r in rep["transfer"]:
+        t.add_row(
+            r["link"],
+            f"{r['tokens']:,}",
+            f"{r['bytes'] / 1e6:,.1f}",
+            f"{r['efficiency']:.3g}",
+            f"{r['effective_gbps']:,.1f}",
+            f"{r['latency_ms'] + r['setup_ms']:,.3f}",
+            f"{r['wire_ms']:,.2f}",
+            f"{r['ms']:,.2f}",
+        )
+    out.print(t)
+
+
 def _render(rep: dict) -> None:
     f = rep["figures"]
     eff = rep["efficiency"]
@@ -127,13 +147,7 @@ def _render(rep: dict) -> None:
         t.add_row(_tokens(r), *_roof_cells(r), f"{r['break_even_gbps']:,.2f}")
     out.print(t)
 
-    toks = [k["tokens"] for k in rep["kv"]]
-    cols = ["link", "GB/s", *(f"{n:,} tok" for n in toks)]
-    t = _table("KV transfer of a prefix over one channel (ms)", cols)
-    t.add_row("KV MB", "", *(f"{k['bytes'] / 1e6:,.1f}" for k in rep["kv"]))
-    for r in rep["transfer"]:
-        t.add_row(r["link"], f"{r['bandwidth_gbps']:g}", *(f"{v:,.2f}" for v in r["ms"]))
-    out.print(t)
+    _render_transfer(rep)
 
     t = _table(
         "Prefix lengths where recompute beats transfer (searched up to the max context)",
@@ -175,6 +189,9 @@ def cost(
         str | None,
         typer.Option("--efficiency", help="An efficiency YAML (from `prefixbench calibrate`)."),
     ] = None,
+    nics: Annotated[
+        int, typer.Option("--nics", help="NICs a transfer is sharded over (per instance).")
+    ] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="Print strict JSON.")] = False,
 ) -> None:
     """Prefill, decode, transfer and recompute times, each with FLOPs, bytes and its bound."""
@@ -195,6 +212,7 @@ def cost(
         context=_ints("--context", context, _CONTEXT),
         efficiency=eff,
         fabric=fabric,
+        nics=nics,
     )
     if as_json:
         out.print_json(json.dumps(rep, allow_nan=False))

@@ -36,6 +36,7 @@ def requests_frame(prep: Prepared, policy: str, res: SimResult) -> pl.DataFrame:
             **cols,
         }
     )
+    api = prep.scenario.efficiency.request_overhead_ms  # client-side, outside any step
     return df.with_columns(
         pl.col("request_id").lt(prep.scenario.run.warmup_requests).alias("warmup"),
         pl.col("outcome").replace_strict(
@@ -44,9 +45,9 @@ def requests_frame(prep: Prepared, policy: str, res: SimResult) -> pl.DataFrame:
         pl.col("reject_reason").replace_strict(REASON_NAMES, return_dtype=pl.Utf8),
         (pl.col("transfer_tokens") * prep.kv_bpt).cast(pl.Float64).alias("transfer_bytes"),
         (pl.col("host_hit_tokens") * prep.kv_bpt).cast(pl.Float64).alias("host_bytes"),
-        ((pl.col("t_first_token") - pl.col("arrival")) * MS).alias("ttft_ms"),
+        ((pl.col("t_first_token") - pl.col("arrival")) * MS + api).alias("ttft_ms"),
         ((pl.col("t_prefill_end") - pl.col("arrival")) * MS).alias("ttft_prefill_ms"),
-        ((pl.col("t_done") - pl.col("arrival")) * MS).alias("e2e_ms"),
+        ((pl.col("t_done") - pl.col("arrival")) * MS + api).alias("e2e_ms"),
         pl.when(pl.col("output_tokens") > 1)
         .then((pl.col("t_done") - pl.col("t_first_token")) * MS / (pl.col("output_tokens") - 1))
         .otherwise(None)
@@ -179,6 +180,7 @@ def summarize(prep: Prepared, policy: str, df: pl.DataFrame, res: SimResult) -> 
         ((pl.col("t_first_token") - pl.col("t_decode_start")) * MS)
         .mean()
         .alias("first_iteration_ms"),
+        pl.lit(s.efficiency.request_overhead_ms, pl.Float64).alias("request_overhead_ms"),
         *(
             [
                 (pl.col("max_token_gap") * MS).quantile(0.5, "linear").alias("itl_max_p50_ms"),

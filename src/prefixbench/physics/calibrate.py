@@ -5,10 +5,15 @@ A profile is a plain CSV (one measured step per row) or the result JSON of vLLM'
 becomes a sum of roofline steps, each ``max(a·x, b·y) + o``, where ``a`` is the step's FLOPs
 over the peak, ``b`` its bytes over the bandwidth, ``x = 1/MFU`` of its phase, ``y = 1/MBU``
 and ``o`` the phase's overhead. For a fixed assignment of steps to their binding term the
-model is linear in ``(x_prefill, x_decode, y, o_prefill, o_decode)``, so the fit alternates:
+model is linear in ``(x_prefill, x_decode, y, o_prefill, o_decode, o_request)``, so the fit alternates:
 assign each step to the term that binds at the current estimate, solve the bounded linear
 least-squares problem on relative errors, repeat until the assignment is stable. Exact data
 is recovered exactly; a parameter no row depends on keeps its default and is reported.
+
+A client-side time (a CSV row of phase ``ttft``, a ``bench serve`` TTFT) is one prefill step
+plus ``request_overhead_ms`` (docs/model.md §2.14); a server-side ``prefill`` row is the
+step alone. Fitting both overheads apart needs both kinds of row: from TTFT rows alone the
+two are one constant, and the fit splits it arbitrarily (their sum is what it determines).
 """
 
 from __future__ import annotations
@@ -26,7 +31,14 @@ import numpy as np
 from prefixbench.errors import PrefixbenchError
 from prefixbench.physics.costmodel import Efficiency, InstanceCost, decode_series_coeffs
 
-PARAMS = ("mfu_prefill", "mfu_decode", "mbu", "prefill_overhead_ms", "decode_overhead_ms")
+PARAMS = (
+    "mfu_prefill",
+    "mfu_decode",
+    "mbu",
+    "prefill_overhead_ms",
+    "decode_overhead_ms",
+    "request_overhead_ms",
+)
 CSV_COLUMNS = ("phase", "tokens", "batch", "context", "devices", "ms")
 
 
@@ -52,17 +64,24 @@ class Measurement:
     a: np.ndarray = field(repr=False)
     b: np.ndarray = field(repr=False)
     phase: np.ndarray = field(repr=False)
+    requests: float = 0.0  # client-side requests in it: each pays request_overhead_ms
 
     def predict(self, eff: Efficiency) -> float:
         x = np.where(self.phase == 0, 1.0 / eff.mfu_prefill, 1.0 / eff.mfu_decode)
         o = np.where(self.phase == 0, eff.prefill_overhead_ms, eff.decode_overhead_ms)
-        return float(np.sum(np.maximum(self.a * x, self.b / eff.mbu)) * 1e3 + o.sum())
+        steps = float(np.sum(np.maximum(self.a * x, self.b / eff.mbu)) * 1e3 + o.sum())
+        return steps + self.requests * eff.request_overhead_ms
 
 
 def _unit_cost(model, dev, devices: int) -> InstanceCost:
     """Roofline coefficients at efficiency 1 and no overhead (times are then a and b)."""
     one = Efficiency(
-        mfu_prefill=1, mfu_decode=1, mbu=1, prefill_overhead_ms=0, decode_overhead_ms=0
+        mfu_prefill=1,
+        mfu_decode=1,
+        mbu=1,
+        prefill_overhead_ms=0,
+        decode_overhead_ms=0,
+        request_overhead_ms=0,
     )
     return InstanceCost.build(model, dev, devices, one)
 
@@ -83,13 +102,13 @@ def decode_steps(cost: InstanceCost, batch: int, context: float, iterations: int
     return a1 + s1 * j, a2 + s2 * j
 
 
-def _measurement(kind, ms, where, label, steps) -> Measurement:
+def _measurement(kind, ms, where, label, steps, requests: float = 0.0) -> Measurement:
     a = np.concatenate([np.atleast_1d(np.asarray(s[0], dtype=float)) for s in steps])
     b = np.concatenate([np.atleast_1d(np.asarray(s[1], dtype=float)) for s in steps])
     ph = np.concatenate(
         [np.full(np.atleast_1d(np.asarray(s[0])).shape, s[2], dtype=np.int8) for s in steps]
     )
-    return Measurement(kind, ms, where, label, a, b, ph)
+    return Measurement(kind, ms, where, label, a, b, ph, requests)
 
 
 # ---------------------------------------------------------------- reading profiles
@@ -185,12 +204,12 @@ def read_csv_profile(path: Path, ctx: _Context) -> list[Measurement]:
         cost = ctx.cost(row_model, (row.get("accelerator") or "").strip() or None, devices, where)
         tag = f"{row_model} " if row_model else ""
         context = _number(row, "context", where, default=0, positive=False)
-        if phase == "prefill":
+        if phase in ("prefill", "ttft"):  # ttft: client-side, one request's overhead too
             n = _number(row, "tokens", where)
             a, b = prefill_steps(cost, n, context)
-            out.append(
-                _measurement("prefill", ms, where, f"{tag}prefill {n}+{context}", [(a, b, 0)])
-            )
+            client = float(phase == "ttft")
+            label = f"{tag}{phase} {n}+{context}"
+            out.append(_measurement(phase, ms, where, label, [(a, b, 0)], client))
         elif phase == "decode":
             bsz = _number(row, "batch", where)
             a, b = decode_steps(cost, bsz, context)
@@ -199,7 +218,9 @@ def read_csv_profile(path: Path, ctx: _Context) -> list[Measurement]:
             )
         else:
             raise ProfileError(
-                f"phase must be prefill or decode, got {phase!r}", where=where, fix="fix the row"
+                f"phase must be prefill, ttft or decode, got {phase!r}",
+                where=where,
+                fix="fix the row",
             )
     return out
 
@@ -279,7 +300,8 @@ def _serve_rows(data: dict, path: Path, ctx: _Context, model) -> list[Measuremen
     ttft = _field({"ttft": ttft}, "ttft", path)
     tpot = _field({"tpot": tpot}, "tpot", path)
     a, b = prefill_steps(cost, round(n_in), 0)
-    out = [_measurement("prefill", ttft, str(path), f"TTFT {n_in:.0f} tokens", [(a, b, 0)])]
+    label = f"TTFT {n_in:.0f} tokens"  # client-side: one request's overhead
+    out = [_measurement("ttft", ttft, str(path), label, [(a, b, 0)], 1.0)]
     ctx_mid = n_in + n_out / 2
     a, b = decode_steps(cost, 1, ctx_mid)
     out.append(_measurement("decode", tpot, str(path), f"TPOT ctx {ctx_mid:.0f}", [(a, b, 1)]))
@@ -324,7 +346,7 @@ class Fit:
 
 
 def _design(ms: list[Measurement], theta: np.ndarray) -> tuple[np.ndarray, bytes]:
-    """Columns (x_p, x_d, y, o_p, o_d) of the linear model under the regimes that bind at
+    """Columns (x_p, x_d, y, o_p, o_d, o_r) of the linear model under the regimes that bind at
     ``theta``, and a signature of those regimes (which term binds in every step)."""
     x = np.array([theta[0], theta[1]])
     rows, sig = [], []
@@ -338,6 +360,7 @@ def _design(ms: list[Measurement], theta: np.ndarray) -> tuple[np.ndarray, bytes
                 1e3 * m.b[~comp].sum(),
                 float((m.phase == 0).sum()),
                 float((m.phase == 1).sum()),
+                m.requests,
             ]
         )
     return np.array(rows), b"|".join(sig)
@@ -346,7 +369,7 @@ def _design(ms: list[Measurement], theta: np.ndarray) -> tuple[np.ndarray, bytes
 def _theta(eff: Efficiency) -> np.ndarray:
     return np.array(
         [1 / eff.mfu_prefill, 1 / eff.mfu_decode, 1 / eff.mbu,
-         eff.prefill_overhead_ms, eff.decode_overhead_ms]
+         eff.prefill_overhead_ms, eff.decode_overhead_ms, eff.request_overhead_ms]
     )  # fmt: skip
 
 
@@ -357,6 +380,7 @@ def _efficiency(theta: np.ndarray) -> Efficiency:
         mbu=min(1.0, 1 / theta[2]),
         prefill_overhead_ms=max(0.0, theta[3]),
         decode_overhead_ms=max(0.0, theta[4]),
+        request_overhead_ms=max(0.0, theta[5]),
     )
 
 
@@ -379,14 +403,14 @@ def fit(ms: list[Measurement], start: Efficiency | None = None, max_iter: int = 
         )
     meas = np.array([m.ms for m in ms])
     theta = _theta(start)
-    lower = np.array([1.0, 1.0, 1.0, 0.0, 0.0])
+    lower = np.array([1.0, 1.0, 1.0, 0.0, 0.0, 0.0])
     seen: set[bytes] = set()
     it = 0
     while it < max_iter:
         it += 1
         design, regimes = _design(ms, theta)
         active = np.flatnonzero(np.abs(design).sum(axis=0) > 0)
-        fixed = np.setdiff1d(np.arange(5), active)
+        fixed = np.setdiff1d(np.arange(len(PARAMS)), active)
         if len(ms) < active.size:
             names = ", ".join(PARAMS[i] for i in active)
             raise ProfileError(

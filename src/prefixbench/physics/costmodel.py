@@ -21,6 +21,13 @@ from prefixbench.catalog.formats import UNMODELLED
 from prefixbench.catalog.specs import AcceleratorSpec, LinkSpec, ModelSpec
 from prefixbench.errors import CatalogError
 
+# The per-request overhead a client sees on top of the steps (docs/model.md §2.14): vLLM's
+# client-side TTFT (benchmarks/benchmark_serving.py, first streamed chunk) of a 70-token
+# prompt with a 284-token cached prefix on one H100 is 13.9 ms against a 6.7 ms prefill
+# step (BLIS ground truth, docs/validation.md "Per-request fixed cost"):
+# 7.2 ms, rounded to 7.
+REQUEST_OVERHEAD_MS = 7.0
+
 
 class Efficiency(BaseModel):
     """Calibration knobs of the roofline. Defaults are typical of vLLM/SGLang on recent GPUs."""
@@ -56,6 +63,14 @@ class Efficiency(BaseModel):
         ge=0,
         le=10_000,
         description="Fixed cost per decode iteration (scheduling, sampling), ms (0 to 10⁴).",
+    )
+    request_overhead_ms: float = Field(
+        REQUEST_OVERHEAD_MS,
+        ge=0,
+        le=10_000,
+        description="Fixed cost of one request outside any simulated step (HTTP/API server, "
+        "tokenizer, P/D proxy, scheduler admission, detokenize and stream the first token), "
+        "added to client-side TTFT and E2E, ms (0 to 10⁴; docs/model.md §2.14).",
     )
 
 
@@ -280,12 +295,22 @@ class Parallelism:
     fabric: FabricSpec = FABRICS["ideal"]
 
 
+def allreduce_time(fabric: FabricSpec, tp: int, nbytes):
+    """One TP all-reduce of ``nbytes`` over ``tp`` devices of ``fabric``: α + bytes / β
+    measured, else the ring (docs/model.md §2.8); 0 at tp 1."""
+    if tp <= 1:
+        return np.zeros_like(np.asarray(nbytes, dtype=np.float64))
+    alpha, per_byte = fabric.allreduce_terms(tp)
+    return alpha + np.asarray(nbytes, dtype=np.float64) * per_byte
+
+
 def comm_coeffs(m: ModelSpec, devices: int, par: Parallelism) -> tuple[float, float]:
     """(seconds per step token, seconds per step) of TP, PP and EP traffic (docs/model.md §2.8).
 
     A step of T tokens: each TP group carries T / r of them (r = devices / (tp·pp) groups);
-    per layer two ring all-reduces (attention out, MLP out) of (T/r)·hidden·2 bytes, each
-    2(tp−1)/tp · bytes / bw + 2(tp−1)·latency; (pp−1) stage boundaries of (T/r)·hidden·2
+    per layer two all-reduces (attention out, MLP out) of (T/r)·hidden·2 bytes, each
+    α + bytes / β (FabricSpec.allreduce_terms: measured, or the ring's 2(tp−1)·latency
+    + 2(tp−1)/tp · bytes / bandwidth); (pp−1) stage boundaries of (T/r)·hidden·2
     bytes, each bytes / bw + latency; per MoE layer an all-to-all dispatch and a combine of
     (T·pp/devices)·k·hidden·2 bytes per device, each (ep−1)/ep · bytes / bw + latency.
     Each term is added only when its degree is above 1, so a 1-device instance pays exactly 0.
@@ -294,10 +319,10 @@ def comm_coeffs(m: ModelSpec, devices: int, par: Parallelism) -> tuple[float, fl
     act = m.hidden_size * ACT_BYTES  # bytes of one token's hidden state
     groups = devices // (par.tp * par.pp)
     per_token, fixed = 0.0, 0.0
-    if par.tp > 1:
-        rounds = 2.0 * (par.tp - 1)
-        per_token += 2.0 * m.layers * (rounds / par.tp) * act / bw / groups
-        fixed += 2.0 * m.layers * rounds * lat
+    if par.tp > 1:  # two all-reduces per layer, each α + bytes / β (allreduce_terms)
+        alpha, per_byte = par.fabric.allreduce_terms(par.tp)
+        per_token += 2.0 * m.layers * per_byte * act / groups
+        fixed += 2.0 * m.layers * alpha
     if par.pp > 1:
         per_token += (par.pp - 1) * act / bw / groups
         fixed += (par.pp - 1) * lat
@@ -496,10 +521,23 @@ def decode_iteration_time(cost: InstanceCost, batch, context):
     return t + cost.comm_time(b)
 
 
-def transfer_time(link: LinkSpec, nbytes):
-    """Unqueued time to move ``nbytes`` over one channel: latency + bytes / bandwidth."""
+def link_rate(link: LinkSpec, nics: int = 1) -> float:
+    """Bytes per second a KV transfer reaches over ``nics`` NICs (or channels) of ``link``:
+    η · NICs · line rate (docs/model.md "KV transfer cost")."""
+    return link.efficiency * nics * link.bandwidth_gbps * 1e9
+
+
+def transfer_fixed(link: LinkSpec) -> float:
+    """Seconds one transfer pays whatever its size: the wire latency plus the connector's
+    per-transfer setup (docs/model.md "KV transfer cost")."""
+    return (link.latency_us + link.setup_us) / 1e6
+
+
+def transfer_time(link: LinkSpec, nbytes, nics: int = 1):
+    """Unqueued time to move ``nbytes`` in one transfer over ``nics`` NICs of ``link``:
+    latency + setup + bytes / (η · NICs · line rate)."""
     b = np.asarray(nbytes, dtype=np.float64)
-    return link.latency_us / 1e6 + b / (link.bandwidth_gbps * 1e9)
+    return transfer_fixed(link) + b / link_rate(link, nics)
 
 
 # ---------------------------------------------------------------- closed-form decode series

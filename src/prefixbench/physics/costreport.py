@@ -94,28 +94,45 @@ def recompute_row(cost: cm.InstanceCost, tokens: int) -> dict:
     return row
 
 
-def transfer_row(cost: cm.InstanceCost, link: LinkSpec, tokens: list[int]) -> dict:
-    """The KV of each prefix length moved over one channel of ``link``."""
-    return {
-        "link": link.name,
-        "bandwidth_gbps": link.bandwidth_gbps,
-        "latency_us": link.latency_us,
-        "ms": [float(cm.transfer_time(link, cost.kv_bpt * n)) * 1e3 for n in tokens],
-    }
+def transfer_rows(cost: cm.InstanceCost, link: LinkSpec, tokens: list[int], nics: int) -> list:
+    """The KV of each prefix length moved in one transfer over ``nics`` NICs of ``link``:
+    latency + setup + bytes / (η · NICs · line rate), each term shown (docs/model.md "KV
+    transfer cost"); one row per token count."""
+    rate = cm.link_rate(link, nics)
+    rows = []
+    for n in tokens:
+        nbytes = cost.kv_bpt * n
+        rows.append(
+            {
+                "link": link.name,
+                "tokens": n,
+                "bytes": nbytes,
+                "nics": nics,
+                "bandwidth_gbps": link.bandwidth_gbps,  # line rate per NIC
+                "efficiency": link.efficiency,
+                "effective_gbps": rate / 1e9,  # η · NICs · line rate
+                "latency_ms": link.latency_us / 1e3,
+                "setup_ms": link.setup_us / 1e3,
+                "wire_ms": nbytes / rate * 1e3,
+                "ms": float(cm.transfer_time(link, nbytes, nics)) * 1e3,
+            }
+        )
+    return rows
 
 
-def break_even(cost: cm.InstanceCost, link: LinkSpec, max_tokens: int) -> dict:
+def break_even(cost: cm.InstanceCost, link: LinkSpec, max_tokens: int, nics: int = 1) -> dict:
     """Prefix lengths (1..max_tokens) for which recomputing is faster than transferring.
 
-    Recompute pays a fixed overhead and a quadratic attention term, transfer only latency and
-    a linear term, so recompute can win at most on one interval of lengths; ``None`` if never.
+    Recompute pays a fixed overhead and a quadratic attention term, transfer only its fixed
+    cost and a linear term, so recompute can win at most on one interval of lengths;
+    ``None`` if never.
     """
     n = np.arange(1, max_tokens + 1, dtype=np.float64)
-    wins = cm.recompute_time(cost, n) < cm.transfer_time(link, cost.kv_bpt * n)
+    wins = cm.recompute_time(cost, n) < cm.transfer_time(link, cost.kv_bpt * n, nics)
     idx = np.flatnonzero(wins)
     lo = int(n[idx[0]]) if idx.size else None
     hi = int(n[idx[-1]]) if idx.size else None
-    return {"link": link.name, "recompute_wins_from": lo, "recompute_wins_to": hi}
+    return {"link": link.name, "nics": nics, "recompute_wins_from": lo, "recompute_wins_to": hi}
 
 
 def _mark(row: dict, max_context: int) -> dict:
@@ -146,6 +163,7 @@ def cost_report(
     context=DEFAULT_CONTEXT,
     efficiency: cm.Efficiency | None = None,
     fabric: str | None = None,
+    nics: int = 1,
 ) -> dict:
     """Every figure `prefixbench cost` shows, for a model name or a config.json path."""
     m = get_model(model)
@@ -155,6 +173,7 @@ def cost_report(
             f"devices must be at least 1, got {devices}", where="--devices", fix="use 1 or more"
         )
     tokens = _positive("tokens", tokens)
+    nics = _positive("nics", [nics])[0]
     batch = _positive("batch", batch)
     context = _positive("context", context)
     link_specs = [get_link(k) for k in (links or DEFAULT_LINKS)]
@@ -189,7 +208,10 @@ def cost_report(
         "prefill": [_mark(prefill_row(cost, n), m.max_context) for n in tokens],
         "decode": [decode_row(cost, b, c) for b in batch for c in context],
         "kv": [{"tokens": n, "bytes": cost.kv_bpt * n} for n in tokens],
-        "transfer": [transfer_row(cost, k, tokens) for k in link_specs],
+        "nics": nics,
+        "transfer": [r for k in link_specs for r in transfer_rows(cost, k, tokens, nics)],
         "recompute": [_mark(recompute_row(cost, n), m.max_context) for n in tokens],
-        "break_even": [break_even(cost, k, max(max(tokens), m.max_context)) for k in link_specs],
+        "break_even": [
+            break_even(cost, k, max(max(tokens), m.max_context), nics) for k in link_specs
+        ],
     }

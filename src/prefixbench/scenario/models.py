@@ -526,6 +526,20 @@ class LinkConfig(_M):
     latency_us: float | None = Field(
         None, ge=0, le=1e6, description="Override one-way latency, µs (0 to 10⁶, one second)."
     )
+    efficiency: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="Override the fraction of the line rate a transfer reaches (η, 0 to 1; "
+        "catalog: 0.87 RoCE 100/200G, 0.475 at 400G, 1 elsewhere).",
+    )
+    setup_us: float | None = Field(
+        None,
+        ge=0,
+        le=1e6,
+        description="Override the connector's cost per request's transfer, µs (0 to 10⁶; "
+        "catalog: 450 on RDMA links, 0 elsewhere).",
+    )
     prewarm: Literal["free", "link"] = Field(
         "free",
         description="replicate_hotset's hot set: free (resident and ready at time zero, the "
@@ -537,6 +551,15 @@ class LinkConfig(_M):
     @classmethod
     def _known(cls, v: str) -> str:
         return _check_name("link", v)
+
+    def spec(self):
+        """The catalog LinkSpec of ``name`` with this block's overrides applied."""
+        from prefixbench import catalog
+
+        base = catalog.get_link(self.name)
+        keys = ("bandwidth_gbps", "latency_us", "efficiency", "setup_us")
+        update = {k: getattr(self, k) for k in keys if getattr(self, k) is not None}
+        return base.model_copy(update=update) if update else base
 
 
 class ClusterSpec(_M):

@@ -21,6 +21,7 @@ STAGES = [
     ("recompute_ms", "recompute", "decode"),
     ("decode_queue_ms", "wait for a decode slot", "decode"),
     ("first_iteration_ms", "first decode iteration", "decode"),
+    ("request_overhead_ms", "API / proxy / scheduling", "server"),
 ]
 
 
@@ -63,6 +64,7 @@ def bottleneck(row: dict) -> tuple[list[dict], str]:
         "prefill": f"prefill utilisation {row['prefill_util']:.0%}",
         "decode": f"decode batch {row['mean_decode_batch']:.1f}",
         "decode memory": f"reject rate {row['reject_rate']:.1%}",
+        "server": "a fixed cost per request (efficiency.request_overhead_ms)",
     }[res]
     verdict = f"the {res} is the bottleneck: {ms / total:.0%} of mean TTFT ({ms:.1f} of {total:.1f} ms), {util}"
     return parts, verdict

@@ -29,7 +29,9 @@ from prefixbench.physics.costmodel import (
     Efficiency,
     InstanceCost,
     kv_bytes_per_token,
+    link_rate,
     recompute_time,
+    transfer_fixed,
     transfer_time,
 )
 
@@ -117,21 +119,22 @@ def analytic_row(
         tx_ref, tr_ref = max(tx_ref - hide_ref, 0.0), max(tr_ref - hide_ref, 0.0)
         # the moved prefix ties once it sticks out past the suffix prefill as far as the
         # recompute does (or, if the recompute hides, once it starts to stick out)
-        budget = max(float(recompute_time(cost, ref)), hide_ref) - ln.latency_us / 1e6
+        budget = max(float(recompute_time(cost, ref)), hide_ref) - transfer_fixed(ln)
     elif streaming == "after_prefill":
         # bandwidth at which moving the reference prefix costs as much as recomputing it
-        budget = tr_ref - ln.latency_us / 1e6
+        budget = tr_ref - transfer_fixed(ln)
     else:
         raise ValueError(f"unknown streaming mode {streaming!r}")
     recompute_better = t_r < t_x
-    tie_bw = ref * kv / budget / 1e9 / k if budget > 0 else float("nan")  # per NIC
+    # per NIC, line rate (the catalog's figure): η of it is what a transfer reaches
+    tie_bw = ref * kv / budget / 1e9 / k / one.efficiency if budget > 0 else float("nan")
     wins = np.flatnonzero(recompute_better)
     return {
         "model": m.name,
         "accelerator": dev.name,
         "link": ln.name,
         "kv_bytes_per_token": kv,
-        "transfer_us_per_token": kv / (ln.bandwidth_gbps * 1e9) * 1e6,
+        "transfer_us_per_token": kv / link_rate(ln) * 1e6,
         "recompute_us_per_token": cost.linear_flops / cost.flops_rate_prefill * 1e6,
         "transfer_ms_at_ref": tx_ref * 1e3,
         "recompute_ms_at_ref": tr_ref * 1e3,

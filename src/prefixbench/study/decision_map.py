@@ -231,6 +231,7 @@ def check_spec(spec: MapSpec) -> MapSpec:
 
 def _outcome_codes() -> tuple[int, int]:
     from ..engine import Outcome
+
     return int(Outcome.COMPLETED), int(Outcome.REJECTED)
 
 
@@ -244,7 +245,10 @@ def run_metrics(prep, res) -> dict:
     steady = np.arange(n) >= warm
     outc = cols["outcome"]
     done = steady & (outc == completed)
-    ttft = (cols["t_first_token"][done] - req.arrival[done]) * 1e3
+    # client-side, as metrics/summary.py: plus the per-request fixed cost (docs/model.md §2.14)
+    ttft = (
+        cols["t_first_token"][done] - req.arrival[done]
+    ) * 1e3 + s.efficiency.request_overhead_ms
     out = req.output_len[done]
     tpot = np.where(
         out > 1,
@@ -394,7 +398,12 @@ def breakeven_gbps(scenario, prefix_tokens: float) -> float:
     """Link bandwidth (GB/s) at which moving a prefix's KV costs as long as recomputing it on
     the decode instance (unqueued; the formula of study/crossover.py). NaN when recompute
     is faster than the link latency alone."""
-    from prefixbench.physics.costmodel import InstanceCost, kv_bytes_per_token, recompute_time
+    from prefixbench.physics.costmodel import (
+        InstanceCost,
+        kv_bytes_per_token,
+        recompute_time,
+        transfer_fixed,
+    )
 
     from .. import catalog
 
@@ -407,13 +416,12 @@ def breakeven_gbps(scenario, prefix_tokens: float) -> float:
         scenario.efficiency,
         c.decode.parallelism(),
     )
-    lat_us = (
-        c.link.latency_us
-        if c.link.latency_us is not None
-        else catalog.get_link(c.link.name).latency_us
-    )
-    budget = float(recompute_time(cost, prefix_tokens)) - lat_us / 1e6
-    return prefix_tokens * kv_bytes_per_token(m) / budget / 1e9 if budget > 0 else math.nan
+    link = c.link.spec()
+    budget = float(recompute_time(cost, prefix_tokens)) - transfer_fixed(link)
+    if budget <= 0:
+        return math.nan
+    # line rate per NIC (η of it is what a transfer reaches)
+    return prefix_tokens * kv_bytes_per_token(m) / budget / 1e9 / link.efficiency
 
 
 def breakeven_fn(spec: MapSpec) -> Callable[[float, float], float | None]:

@@ -27,6 +27,8 @@ from prefixbench.physics.costmodel import (
     InstanceCost,
     decode_iteration_time,
     kv_bytes_per_token,
+    link_rate,
+    transfer_fixed,
     weight_bytes,
 )
 from prefixbench.physics.power import with_power
@@ -200,7 +202,6 @@ def prepare(s: Scenario) -> Prepared:
         )
     p_dev = catalog.get_accelerator(c.prefill.accelerator)
     d_dev = catalog.get_accelerator(c.decode.accelerator)
-    link = catalog.get_link(c.link.name)
     p_cost = InstanceCost.build(
         model, p_dev, c.prefill.devices, s.efficiency, c.prefill.parallelism()
     )
@@ -317,9 +318,9 @@ def prepare(s: Scenario) -> Prepared:
         decode_cost=d_cost,
         n_prefill=c.prefill_instances,
         n_decode=c.decode_instances,
-        link_bytes_per_s=(c.link.bandwidth_gbps or link.bandwidth_gbps) * 1e9,
-        link_latency_s=(c.link.latency_us if c.link.latency_us is not None else link.latency_us)
-        / 1e6,
+        # per NIC: η · line rate; every request's transfer pays latency + setup once
+        link_bytes_per_s=link_rate(c.link.spec()),
+        link_latency_s=transfer_fixed(c.link.spec()),
         link_channels=c.link.channels,
         link_topology=c.link.topology,
         prewarm=c.link.prewarm,

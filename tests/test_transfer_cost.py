@@ -1,0 +1,86 @@
+"""KV transfer = latency + setup + bytes / (η · NICs · line rate) (docs/model.md "KV transfer
+cost"); every expectation below is written out by hand from the link catalog's datasheet and
+measured figures and a Qwen3-8B config.json's shape."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from prefixbench.catalog import LINKS
+from prefixbench.cli import app
+from prefixbench.physics import costmodel as cm
+
+runner = CliRunner(env={"COLUMNS": "80", "NO_COLOR": "1", "TERM": "dumb"})
+
+# Qwen/Qwen3-8B config.json (huggingface.co/Qwen/Qwen3-8B/blob/main/config.json): the
+# fields prefixbench reads.
+QWEN3_8B = {
+    "architectures": ["Qwen3ForCausalLM"],
+    "model_type": "qwen3",
+    "hidden_size": 4096,
+    "intermediate_size": 12288,
+    "num_hidden_layers": 36,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "vocab_size": 151936,
+    "max_position_embeddings": 40960,
+    "tie_word_embeddings": False,
+    "attention_bias": False,
+    "torch_dtype": "bfloat16",
+    "rope_theta": 1000000.0,
+}
+# KV per token: 2 (K, V) · 36 layers · 8 KV heads · 128 dims · 2 bytes = 147,456 bytes.
+KV = 147_456
+
+
+def test_rdma_links_carry_measured_efficiency_and_setup():
+    # Mooncake transfer engine: 87 GB/s over 4×200 Gbps (100 GB/s line), 190 GB/s over
+    # 8×400 Gbps (400 GB/s line); 450 µs per request's transfer.
+    assert LINKS["roce-200g"].efficiency == 0.87
+    assert LINKS["roce-100g"].efficiency == 0.87
+    assert LINKS["ib-ndr400"].efficiency == 0.475
+    for name in ("roce-100g", "roce-200g", "ib-ndr400"):
+        assert LINKS[name].setup_us == 450.0
+    assert LINKS["nvlink4"].efficiency == 1.0 and LINKS["nvlink4"].setup_us == 0.0
+
+
+def test_transfer_time_by_hand():
+    link = LINKS["roce-200g"]
+    # 2,048 tokens over 8 NICs: 3 µs + 450 µs + 301,989,888 B / (0.87 · 8 · 25e9 B/s)
+    want = 3e-6 + 450e-6 + 301_989_888 / 174e9
+    assert float(cm.transfer_time(link, 2048 * KV, nics=8)) == pytest.approx(want, rel=1e-12)
+    # one NIC: the same fixed part, 8× the wire time
+    want1 = 453e-6 + 301_989_888 / 21.75e9
+    assert float(cm.transfer_time(link, 2048 * KV)) == pytest.approx(want1, rel=1e-12)
+
+
+def test_cost_cli_prices_each_token_count_with_its_terms(tmp_path):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(QWEN3_8B))
+    args = ["cost", str(cfg), "--devices", "8", "--link", "roce-200g", "--nics", "8"]
+    r = runner.invoke(app, [*args, "--tokens", "128,2048,32768", "--json"])
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.output)["transfer"]
+    assert [x["tokens"] for x in rows] == [128, 2048, 32768]
+    wire = {128: 18_874_368 / 174e9, 2048: 301_989_888 / 174e9, 32768: 4_831_838_208 / 174e9}
+    for x in rows:
+        assert x["bytes"] == KV * x["tokens"]
+        assert (x["nics"], x["efficiency"], x["setup_ms"]) == (8, 0.87, 0.45)
+        assert x["latency_ms"] == pytest.approx(0.003)
+        assert x["effective_gbps"] == pytest.approx(174.0)
+        assert x["wire_ms"] == pytest.approx(wire[x["tokens"]] * 1e3, rel=1e-12)
+        assert x["ms"] == pytest.approx((453e-6 + wire[x["tokens"]]) * 1e3, rel=1e-12)
+    table = runner.invoke(app, [*args, "--tokens", "128,2048,32768"])
+    assert table.exit_code == 0, table.output
+    assert max(len(line) for line in table.output.splitlines()) <= 80
+    assert "setup" in table.output and "28.22" in table.output  # 0.453 + 27.769 ms
+
+
+def test_bad_nics_is_one_line():
+    r = runner.invoke(app, ["cost", "qwen2-1.5b", "--nics", "0"])
+    assert r.exit_code != 0
+    assert "Traceback" not in r.output and "--nics" in r.output
