@@ -54,7 +54,7 @@ def test_slow_link_is_named_the_bottleneck():
         ],
     )
     c = compare(s, "transfer_per_request")
-    assert c.verdict.startswith("the link is the bottleneck"), c.verdict
+    assert c.verdict.startswith("the link takes the largest share of TTFT"), c.verdict
     fast = compare(
         s.model_copy(
             update={

@@ -108,9 +108,7 @@ def test_the_reference_is_the_file_as_written_on_the_model_run():
 
 def test_kv_budget_gb_and_utilization_are_exclusive():
     with pytest.raises(ScenarioError, match="give one of them"):
-        load_scenario(
-            "tool_call", ["memory.kv_budget_gb=4", "memory.gpu_memory_utilization=0.9"]
-        )
+        load_scenario("tool_call", ["memory.kv_budget_gb=4", "memory.gpu_memory_utilization=0.9"])
 
 
 def test_capacity_search_holds_memory_fixed():

@@ -121,19 +121,48 @@ def map_cmd(
         bar.stop()
     paths = write_map(result, out_dir)
     if as_json:
-        doc = {
-            "model": spec.model,
-            "workload": spec.workload,
-            "metric": spec.metric,
-            "x": {"axis": spec.x, "values": spec.xs()},
-            "y": {"axis": spec.y, "values": spec.ys()},
-            "policies": spec.policies,
-            "seeds": spec.seeds,
-            "requests": spec.requests,
-            "cells": result.cells.to_dicts(),
-            "files": [str(p) for p in paths],
-        }
-        typer.echo(json.dumps(_strict(doc), allow_nan=False))
+        typer.echo(json.dumps(_strict(_map_doc(spec, result, paths)), allow_nan=False))
         return
+    for line in _map_system(spec):
+        typer.echo(line)
     typer.echo(text_map(result, 80))
     err.print(f"wrote {', '.join(str(p) for p in paths)}", highlight=False, soft_wrap=True)
+
+
+def _map_doc(spec, result, paths) -> dict:
+    return {
+        "model": spec.model,
+        "workload": spec.workload,
+        "metric": spec.metric,
+        "x": {"axis": spec.x, "values": spec.xs()},
+        "y": {"axis": spec.y, "values": spec.ys()},
+        "policies": spec.policies,
+        "seeds": spec.seeds,
+        "requests": spec.requests,
+        "cells": result.cells.to_dicts(),
+        "files": [str(p) for p in paths],
+    }
+
+
+def _map_system(spec) -> list[str]:
+    """The map's system line: its scenario, with what an axis varies said per cell."""
+    from prefixbench.render.system import scenario_parts, wrap
+    from prefixbench.scenario.loader import load_scenario
+    from prefixbench.system.runner import prepare
+
+    s = load_scenario(
+        spec.workload,
+        [*spec.overrides, f"model={spec.model}", f"run.requests={spec.requests}",
+         f"run.warmup_requests={spec.warmup}"],
+    )  # fmt: skip
+    axes = (spec.x, spec.y)
+    if "budget" in axes:
+        kv = "KV per cell (budget axis)"
+    else:
+        prep = prepare(s)
+        kv = prep.base.budget_tokens * prep.kv_bpt / 1e9
+    rate = "rate per cell (rate axis)" if "rate" in axes else "scenario"
+    parts = scenario_parts(s, kv, rate)
+    if "bandwidth" in axes:
+        parts[5] = "link bandwidth per cell (bandwidth axis)"
+    return wrap(parts)

@@ -339,7 +339,10 @@ def decide_cell(rows: list[dict], metric: Metric) -> dict:
     if not ok:
         return {**base, "state": "unstable", "winner": None, "runner_up": None}
     means = {p: float(np.mean([s[k][col] for k in seeds])) for p, s in ok.items()}
-    order = sorted(means, key=lambda p: (-sign * means[p], p))
+    from .recommend import simplicity
+
+    # equal values go to the simpler policy, never the name
+    order = sorted(means, key=lambda p: (-sign * means[p], simplicity(p)))
     win = order[0]
     out = {**base, "winner": win, "best_value": means[win]}
     if len(order) == 1:  # the only steady policy wins outright

@@ -1005,7 +1005,9 @@ def render_plots(results: Path, out: Path) -> list[Path]:
     # a link sweep or a capacity search alone has no agg: draw just its figure
     if (decision is None and capacity is None) or (results / "agg.parquet").is_file():
         agg = load(results, "agg")
-        crossover = load(results, "crossover")
+        from .crossover import crossover_of
+
+        crossover = crossover_of(results)
         from .aggregate import one_admission
 
         rec = one_admission(recommendations(results, agg))

@@ -421,9 +421,10 @@ def _stability_md(agg: pl.DataFrame) -> list[str]:
     ]
     return [
         *out,
-        f"{bad.height} of {agg.height} points are unstable (a queue grows without bound on at "
-        "least one seed). They are not steady states: the tables, plots and recommendations "
-        "below leave them out.",
+        f"{bad.height} of {agg.height} results (a policy on a scenario, over its seeds) are "
+        "unstable (a queue grows without bound on at least one seed). They are not steady "
+        "states: tables show them as unstable, recommendations do not rank them, and every "
+        "comparison with the baseline is over the scenarios where both are stable (N given).",
         "",
         md_table(["Model", "Workload", "Budget", "Policy", "Saturates", "ρ", "Stable below"], rows),
         "",
@@ -645,10 +646,12 @@ def _admission_md(rec: pl.DataFrame, primary: str) -> list[str]:
 
 
 def build_report(results: Path, report_dir: Path, plots: Path | None = None) -> str:
+    from .crossover import crossover_of
+
     results = Path(results)
     agg = load(results, "agg")
     runs = load(results, "runs")
-    crossover = load(results, "crossover")
+    crossover = crossover_of(results)
     rec_all = recommendations(results, agg)
     if agg.height == 0:
         raise ArtifactError(
