@@ -445,6 +445,19 @@ def decode_roofline(s, model) -> Roofline:
     return d_roof
 
 
+def decode_budget(prep, model, d_roof, n: int, colocated: bool) -> int:
+    """§3: the decode KV budget per instance, tokens (memory.kv_budget_gb, a share of HBM,
+    or a budget factor of the reference demand)."""
+    s = prep.scenario
+    c, m = s.cluster, s.memory
+    if m.kv_budget_gb is not None:
+        budget = int(m.kv_budget_gb * 1e9 / getattr(d_roof, "kv_resident", d_roof.kv))
+        return budget * c.decode_instances // n if colocated else budget
+    if m.gpu_memory_utilization is not None:
+        return utilization_budget(s, model, d_roof)
+    return factor_budget(prep, d_roof, n, colocated)
+
+
 def utilization_budget(s, model, d_roof) -> int:
     """vLLM's --gpu-memory-utilization: that share of the instance's HBM, less the weights
     (the draft's too) and per device a decode step's activations plus fp32 logits."""
@@ -507,14 +520,7 @@ def scenario_config(prep) -> RefConfig:
     link = catalog.get_link(c.link.name)
     colocated = c.mode == "colocated"
     n = c.prefill_instances + c.decode_instances if colocated else c.decode_instances
-    if m.kv_budget_gb is not None:
-        budget = int(m.kv_budget_gb * 1e9 / getattr(d_roof, "kv_resident", d_roof.kv))
-        if colocated:
-            budget = budget * c.decode_instances // n
-    elif m.gpu_memory_utilization is not None:
-        budget = utilization_budget(s, model, d_roof)
-    else:
-        budget = factor_budget(prep, d_roof, n, colocated)
+    budget = decode_budget(prep, model, d_roof, n, colocated)
     from prefixbench.catalog.hostpaths import HOST_DRAM_GB_PER_DEVICE, get_host_path
 
     host_gb = c.decode.host_memory_gb or HOST_DRAM_GB_PER_DEVICE * c.decode.devices

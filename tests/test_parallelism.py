@@ -269,3 +269,14 @@ def test_engine_step_times_carry_the_comm_terms_by_hand():
     ]
     assert cols["t_first_token"][0] == pytest.approx(land + its[0], rel=1e-12)
     assert cols["t_done"][0] == pytest.approx(land + sum(its), rel=1e-12)
+
+
+def test_a_tp_degree_that_does_not_divide_the_heads_is_refused():
+    """qwen2-1.5b has 12 attention heads (config.json num_attention_heads): TP 8 cannot
+    shard them, as vLLM refuses; TP 4 can."""
+    from prefixbench.system.runner import prepare
+
+    short = ["run.requests=50", "run.warmup_requests=0"]
+    with pytest.raises(ScenarioError, match="tensor parallelism 8 does not divide the 12"):
+        prepare(load_scenario("medium_chat", [*short, "cluster.decode.devices=8"]))
+    prepare(load_scenario("medium_chat", [*short, "cluster.decode.devices=4"]))

@@ -42,6 +42,10 @@ def _strict(v):
     return v
 
 
+_XRange = Annotated[str | None, typer.Option("--x-range", help="X axis LO,HI (default per axis).")]
+_YRange = Annotated[str | None, typer.Option("--y-range", help="Y axis LO,HI (default per axis).")]
+
+
 @app.command("map")
 @guarded
 def map_cmd(
@@ -56,12 +60,8 @@ def map_cmd(
         str, typer.Option("--y", help="Y axis: bandwidth, budget, prefix or rate.")
     ] = "budget",
     points: Annotated[int, typer.Option("--points", help="Grid points per axis.")] = 24,
-    x_range: Annotated[
-        str | None, typer.Option("--x-range", help="X axis LO,HI (default per axis).")
-    ] = None,
-    y_range: Annotated[
-        str | None, typer.Option("--y-range", help="Y axis LO,HI (default per axis).")
-    ] = None,
+    x_range: _XRange = None,
+    y_range: _YRange = None,
     policies: Annotated[
         list[str] | None, typer.Option("--policy", "-p", help="Policies to compare (default: all).")
     ] = None,
@@ -146,8 +146,8 @@ def _map_doc(spec, result, paths) -> dict:
 
 def _map_system(spec) -> list[str]:
     """The map's system line: its scenario, with what an axis varies said per cell."""
-    from prefixbench.render.system import scenario_parts, wrap
     from prefixbench.scenario.loader import load_scenario
+    from prefixbench.study.systemline import scenario_parts, wrap
     from prefixbench.system.runner import prepare
 
     s = load_scenario(

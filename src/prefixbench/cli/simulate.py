@@ -89,9 +89,7 @@ def run(
     bar = _Progress("simulating", "policies")
     with bar:
         bar.start(len(policies))
-        tables = run_scenario(
-            s, policies, track_gaps=True, timeline=timeline, on_policy=bar.point
-        )
+        tables = run_scenario(s, policies, track_gaps=True, timeline=timeline, on_policy=bar.point)
     paths = write_run(tables, out_dir)
     if requests_out is not None:
         paths.append(write_requests(tables.requests, requests_out))
@@ -153,8 +151,8 @@ def _print_system(lines: list[str]) -> None:
 
 
 def _print_run(s, prep, rows: list[dict]) -> None:
-    from prefixbench.render.system import prepared_lines
     from prefixbench.render.tables import run_table
+    from prefixbench.study.systemline import prepared_lines
 
     _print_system(prepared_lines(prep))
     title = f"{s.name}: {len(prep.requests):,} requests (seed {s.seed})"
@@ -207,8 +205,8 @@ def compare(
 
 def _print_compare(s, c, policy: str) -> None:
     from prefixbench.metrics.stability import LABELS
-    from prefixbench.render.system import system_lines
     from prefixbench.render.tables import kv_table, run_table
+    from prefixbench.study.systemline import system_lines
 
     _print_system(system_lines(s, c.rows[0].get("kv_budget_gb")))
     n = s.cluster.prefill_instances + s.cluster.decode_instances
@@ -312,8 +310,8 @@ def _capacity_one(s, policy, target, out_dir, per_watt, as_json) -> dict | None:
 
 
 def _print_capacity(s, policy, target, rate, probes, best) -> None:
-    from prefixbench.render.system import system_lines
     from prefixbench.render.tables import kv_table
+    from prefixbench.study.systemline import system_lines
     from prefixbench.system.runner import prepare
 
     prep = prepare(s)

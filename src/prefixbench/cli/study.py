@@ -31,6 +31,69 @@ class SweepBackend(str, Enum):
     ray = "ray"
 
 
+_SweepAdmissions = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--admissions",
+        "--admission",
+        help="Decode KV admission modes, e.g. reserve,paged (default: paged, as vLLM and "
+        "SGLang; reserve reproduces the first published grid).",
+    ),
+]
+
+_SweepStudy = Annotated[
+    Study,
+    typer.Option(
+        "--study",
+        help="reference: the prefix study (96 grid points, 576 runs: four workloads, two "
+        "models, four budgets, three seeds, six policies); disagg: 540 coupled-vs-"
+        "disaggregated configurations.",
+    ),
+]
+
+_SweepBackend = Annotated[
+    SweepBackend,
+    typer.Option(
+        "--backend",
+        help="Where grid points run: a local process pool, or Ray (needs the ray extra; see docs/scaling.md).",
+    ),
+]
+
+_SweepAddress = Annotated[
+    str | None,
+    typer.Option(
+        "--address",
+        envvar="RAY_ADDRESS",
+        help="With --backend ray: an existing cluster (HOST:6379, ray://HOST:10001 or auto); default: a private local Ray instance of --jobs CPUs.",
+    ),
+]
+
+_SweepLinks = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--links",
+        help="Repeat the grid over these links (e.g. eth-10g,eth-25g,roce-200g) and write "
+        "decision.parquet, the winner per budget × link (the decision map of `plot`).",
+    ),
+]
+
+_SweepOutDir = Annotated[
+    Path | None,
+    typer.Option(
+        "--out",
+        help="Results folder (default: results/; results-quick/ with --quick; "
+        "results-disagg/ with --study disagg).",
+    ),
+]
+
+_SweepAsJson = Annotated[
+    bool,
+    typer.Option(
+        "--json", help="Print the grid, the files written and the aggregated rows as JSON."
+    ),
+]
+
+
 @app.command()
 @guarded
 def sweep(
@@ -54,15 +117,7 @@ def sweep(
         typer.Option("--policies", "--policy", "-p", help="Policies to compare."),
     ] = None,
     seeds: Annotated[list[str] | None, typer.Option("--seeds", help="Seeds, e.g. 0,1,2.")] = None,
-    admissions: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--admissions",
-            "--admission",
-            help="Decode KV admission modes, e.g. reserve,paged (default: paged, as vLLM and "
-            "SGLang; reserve reproduces the first published grid).",
-        ),
-    ] = None,
+    admissions: _SweepAdmissions = None,
     overrides: Overrides = None,
     quick: Annotated[bool, typer.Option("--quick", help="A seconds-long smoke grid (CI).")] = False,
     jobs: Annotated[
@@ -74,54 +129,14 @@ def sweep(
     force: Annotated[
         bool, typer.Option("--force", help="Add to a results folder holding another grid.")
     ] = False,
-    out_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--out",
-            help="Results folder (default: results/; results-quick/ with --quick; "
-            "results-disagg/ with --study disagg).",
-        ),
-    ] = None,
-    as_json: Annotated[
-        bool,
-        typer.Option(
-            "--json", help="Print the grid, the files written and the aggregated rows as JSON."
-        ),
-    ] = False,
-    study: Annotated[
-        Study,
-        typer.Option(
-            "--study",
-            help="reference: the prefix study (96 grid points, 576 runs: four workloads, two "
-            "models, four budgets, three seeds, six policies); disagg: 540 coupled-vs-"
-            "disaggregated configurations.",
-        ),
-    ] = None,
-    backend: Annotated[
-        SweepBackend,
-        typer.Option(
-            "--backend",
-            help="Where grid points run: a local process pool, or Ray (needs the ray extra; see docs/scaling.md).",
-        ),
-    ] = SweepBackend.local,
-    address: Annotated[
-        str | None,
-        typer.Option(
-            "--address",
-            envvar="RAY_ADDRESS",
-            help="With --backend ray: an existing cluster (HOST:6379, ray://HOST:10001 or auto); default: a private local Ray instance of --jobs CPUs.",
-        ),
-    ] = None,
+    out_dir: _SweepOutDir = None,
+    as_json: _SweepAsJson = False,
+    study: _SweepStudy = None,
+    backend: _SweepBackend = SweepBackend.local,
+    address: _SweepAddress = None,
     trace: TraceOpt = None,
     trace_format: TraceFormatOpt = None,
-    links: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--links",
-            help="Repeat the grid over these links (e.g. eth-10g,eth-25g,roce-200g) and write "
-            "decision.parquet, the winner per budget × link (the decision map of `plot`).",
-        ),
-    ] = None,
+    links: _SweepLinks = None,
 ) -> None:
     """Run a grid (default: the reference study, 576 runs, all six policies), resumably, on a process pool or Ray."""
     flags = {
@@ -460,8 +475,8 @@ def existing_results(folder: Path) -> Path:
 def _print_recommend(sel, path: Path, sets, admission: str, title: str) -> None:
     """The system line, the table, and per workload its figures, SLO verdict and reason."""
     from prefixbench.io.artifacts import read_artifact
-    from prefixbench.render.system import offered_rate, rate_text, scenario_parts, wrap
     from prefixbench.render.tables import recommend_table
+    from prefixbench.study.systemline import offered_rate, rate_text, scenario_parts, wrap
 
     from ..study.recommend import scenarios_of, slo_sentence, tie_sentence
 
@@ -479,8 +494,14 @@ def _print_recommend(sel, path: Path, sets, admission: str, title: str) -> None:
     extra = {}
     for r in rows:
         s = scen[r["workload"]]
-        mine = [a for a in agg if a["workload"] == r["workload"] and a["model"] == r["model"]
-                and a["budget_factor"] == r["budget_factor"] and a["admission"] == admission]
+        mine = [
+            a
+            for a in agg
+            if a["workload"] == r["workload"]
+            and a["model"] == r["model"]
+            and a["budget_factor"] == r["budget_factor"]
+            and a["admission"] == admission
+        ]
         extra[r["workload"]] = {
             "rate": rate_text(offered_rate(s)),
             "slo": slo_sentence(r, mine, s),

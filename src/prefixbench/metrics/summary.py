@@ -59,7 +59,7 @@ def _goodput(s, slo_ok: int, n_steady: int, window: float | None) -> float | Non
     the nominal rate, or the measured arrival rate when a sample ran below it — so it
     never exceeds the offered rate nor the completions per second (docs/model.md,
     "Memory in GB" and "Goodput")."""
-    from prefixbench.scenario.describe import nominal_rate
+    from prefixbench.workload.offered import nominal_rate
 
     if not window or not n_steady:
         return None

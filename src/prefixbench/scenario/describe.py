@@ -157,18 +157,3 @@ def run_notes(m) -> list[str]:
             f"({cm.state_bytes_per_sequence(m) / 1e6:,.0f} MB per sequence) is not charged"
         )
     return notes
-
-
-def nominal_rate(s) -> float | None:
-    """Requests per second the scenario offers as written (a session's expected turns
-    counted); None for a trace replayed at its own pace."""
-    from prefixbench.scenario.models import SessionWorkload, TraceWorkload
-
-    w = s.workload
-    if isinstance(w, TraceWorkload):
-        return w.rate
-    if isinstance(w, SessionWorkload):
-        from prefixbench.workload.distributions import mean
-
-        return w.arrivals.rate * max(mean(w.turns), 1.0)
-    return w.arrivals.rate

@@ -487,7 +487,7 @@ def meets_slo(row: dict, slo) -> bool:
 
 def slo_sentence(rec: dict, rows: list[dict], s) -> str:
     """Whether the recommended policy meets the SLOs, said plainly, from the stable rows."""
-    from prefixbench.render.system import offered_rate, rate_text
+    from prefixbench.study.systemline import offered_rate, rate_text
 
     slo = s.slo
     goal = f"TTFT p99 ≤ {slo.ttft_ms:g} ms and TPOT p99 ≤ {slo.tpot_ms:g} ms"

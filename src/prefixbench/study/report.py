@@ -110,11 +110,34 @@ def regime_table(rows: pl.DataFrame) -> pl.DataFrame:
             )
         ],
     )
-    base = t.filter(pl.col("policy") == BASELINE)["ttft_mean_ms"]
-    b = float(base[0]) if base.len() else math.nan
-    t = t.with_columns((pl.col("ttft_mean_ms") / b - 1).alias("ttft_vs_transfer"))
+    t = t.join(paired_vs_baseline(rows), on="policy", how="left")
     order = {p: i for i, p in enumerate(_policies(rows))}
     return t.sort(pl.col("policy").replace_strict(order, return_dtype=pl.Int64))
+
+
+def paired_vs_baseline(rows: pl.DataFrame) -> pl.DataFrame:
+    """Per policy: mean TTFT relative to transfer_per_request over the scenarios where
+    both are stable (``rows`` holds stable rows only), and how many those are (``paired``)."""
+    base = rows.filter(pl.col("policy") == BASELINE).select(
+        *SCENARIO, pl.col("ttft_mean_ms").alias("_base")
+    )
+    return (
+        rows.join(base, on=SCENARIO, how="inner")
+        .group_by("policy")
+        .agg(
+            pl.len().cast(pl.Int64).alias("paired"),
+            (pl.col("ttft_mean_ms").mean() / pl.col("_base").mean() - 1).alias(
+                "ttft_vs_transfer"
+            ),
+        )
+    )
+
+
+def _vs(r: dict) -> str:
+    if r["policy"] == BASELINE:
+        return "baseline"
+    n = r.get("paired")
+    return f"{signed_pct(r['ttft_vs_transfer'])} (N={n or 0})"
 
 
 def _regime_md(t: pl.DataFrame) -> str:
@@ -127,7 +150,8 @@ def _regime_md(t: pl.DataFrame) -> str:
             frac(r["shared_request_fraction"]),
             frac(r["replica_hit_rate"]),
             mb(r["mean_replica_kv_gb"]),
-            "baseline" if r["policy"] == BASELINE else signed_pct(r["ttft_vs_transfer"]),
+            str(r["scenarios"]),
+            _vs(r),
         ]
         for r in t.iter_rows(named=True)
     ]
@@ -140,7 +164,8 @@ def _regime_md(t: pl.DataFrame) -> str:
             "Shared request frac",
             "Replica hit rate",
             "Mean replica KV",
-            "TTFT vs transfer",
+            "Stable scenarios",
+            "TTFT vs transfer (N paired)",
         ],
         rows,
     )
@@ -235,7 +260,9 @@ def _regime_section(agg: pl.DataFrame, name: str, rule: str) -> list[str]:
     t = regime_table(rows)
     budgets = ", ".join(f"{b:g}" for b in sorted(set(rows["budget_factor"])))
     out += [
-        f"Budget factors {budgets}; {rows.select(SCENARIO).unique().height} scenarios per policy.",
+        f"Budget factors {budgets}; {rows.select(SCENARIO).unique().height} scenarios. Each "
+        "policy's means are over the scenarios where it is stable; its TTFT against "
+        "`transfer_per_request` is over the N scenarios where both are stable.",
         "",
     ]
     out += [_regime_md(t), ""]
@@ -243,8 +270,14 @@ def _regime_section(agg: pl.DataFrame, name: str, rule: str) -> list[str]:
     if reps.height and BASELINE in set(t["policy"]):
         out += ["Mean TTFT relative to `transfer_per_request`:", ""]
         for r in reps.iter_rows(named=True):
+            if not r.get("paired"):
+                out.append(f"- `{r['policy']}`: no scenario where both are stable")
+                continue
             verb = "cuts" if r["ttft_vs_transfer"] < 0 else "raises"
-            out.append(f"- `{r['policy']}` {verb} it by {pct(abs(r['ttft_vs_transfer']))}")
+            out.append(
+                f"- `{r['policy']}` {verb} it by {pct(abs(r['ttft_vs_transfer']))} "
+                f"(over the {r['paired']} scenarios where both are stable)"
+            )
         out.append("")
     return out
 
@@ -670,6 +703,7 @@ def build_report(results: Path, report_dir: Path, plots: Path | None = None) -> 
         "",
         f"Results: `{results}` (agg.parquet of {stamp:%Y-%m-%d %H:%M} UTC).",
         "",
+        *_system_md(results, every, primary),
         "## How to read this",
         "",
         HOW_TO_READ,
@@ -687,6 +721,30 @@ def build_report(results: Path, report_dir: Path, plots: Path | None = None) -> 
     if plots is not None:
         lines += _plots_md(Path(plots), report_dir)
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _system_md(results: Path, agg: pl.DataFrame, admission: str) -> list[str]:
+    """The report header's system line: the hardware of the sweep's first grid point, the
+    models, the KV GB per decode instance over the grid, the admission and the SLOs."""
+    import json
+
+    from prefixbench.study.systemline import scenario_parts, wrap
+
+    from ..errors import PrefixbenchError
+    from .grid import build_spec
+
+    try:
+        spec = build_spec(json.loads((Path(results) / "sweep.json").read_text()))
+        p = next(q for q in spec.points() if q.admission == admission)
+        s = p.load()
+    except (OSError, ValueError, PrefixbenchError, StopIteration):
+        return []
+    gb = agg["kv_budget_gb"].drop_nulls()
+    kv = f"KV {gb.min():.2f}–{gb.max():.2f} GB" if len(gb) else "KV n/a"
+    parts = scenario_parts(s, f"{kv} per decode instance", "rate per workload")
+    parts[0] = "models " + ", ".join(sorted(set(agg["model"])))
+    lines = wrap(parts, "System: ", width=10**6)
+    return [*lines, ""]
 
 
 def write_report(

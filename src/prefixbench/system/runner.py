@@ -212,10 +212,27 @@ def check_routers(c) -> None:
             )
 
 
+def check_tp(model: ModelSpec, c) -> None:
+    """Tensor parallelism shards attention by heads: its degree must divide them (vLLM
+    refuses otherwise: vllm/config, "Total number of attention heads must be divisible by
+    tensor parallel size")."""
+    for role, grp in (("prefill", c.prefill), ("decode", c.decode)):
+        tp = grp.tp_degree()
+        if model.heads % tp:
+            ok = [d for d in range(1, grp.devices + 1) if model.heads % d == 0 and grp.devices % d == 0]
+            raise ScenarioError(
+                f"tensor parallelism {tp} does not divide the {model.heads} attention heads "
+                f"of {model.name}",
+                where=f"cluster.{role}",
+                fix=f"set cluster.{role}.tp (or devices) to one of {', '.join(map(str, ok))}",
+            )
+
+
 def instance_costs(s: Scenario) -> Costs:
     """Price both pools: roofline, CED, power cap, speculative decoding."""
     model, (ced_layers, ced_on, ced_w) = resolve_model(s)
     c = s.cluster
+    check_tp(model, c)
     p_dev = catalog.get_accelerator(c.prefill.accelerator)
     d_dev = catalog.get_accelerator(c.decode.accelerator)
     p_cost = InstanceCost.build(

@@ -1,4 +1,5 @@
-"""The system line: what an answer is about, at the top of every answer.
+"""The system line: what an answer is about, at the top of every answer (run, recommend,
+compare, capacity, map and the report).
 
 Model, accelerator × devices (TP) per pool, P:D, KV GB per decode instance, link × NICs,
 arrival rate, admission and the SLOs, wrapped whole at 80 columns.
@@ -30,7 +31,7 @@ def pool(role: str, accelerator: str, devices: int, tp: int) -> str:
 
 
 def offered_rate(s) -> float | None:
-    from prefixbench.scenario.describe import nominal_rate
+    from prefixbench.workload.offered import nominal_rate
 
     return nominal_rate(s)
 
