@@ -167,4 +167,4 @@ def test_cli_compare_json(tmp_path):
         "colocated priority",
         "colocated chunked",
     ]
-    assert "bottleneck" in data["verdict"]
+    assert "largest share of TTFT" in data["verdict"]

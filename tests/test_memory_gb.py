@@ -55,7 +55,7 @@ def _llama_h100(rate: float, devices: int = 1, acc: str = "h100-sxm"):
 
 
 def test_gpu_memory_utilization_is_vllms_pool_in_gb():
-    expected = (0.9 * H100_HBM - LLAMA_WEIGHTS - _reserve(1)) / 1e9  # 55.7 GB
+    expected = (0.9 * H100_HBM - LLAMA_WEIGHTS - _reserve(1)) / 1e9  # 55.81 GB
     gb, prep = _kv_gb("tool_call", _llama_h100(4.0))
     assert prep.kv_bpt == LLAMA_KV_PER_TOKEN
     assert gb == pytest.approx(expected, abs=LLAMA_KV_PER_TOKEN / 1e9)

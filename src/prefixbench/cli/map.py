@@ -87,8 +87,9 @@ def map_cmd(
         bool, typer.Option("--json", help="Print the cells as strict JSON.")
     ] = False,
 ) -> None:
-    """Which policy wins where: a grid of two axes (default link bandwidth × decode KV budget),
-    every policy on the same requests per cell, ties and unstable cells marked."""
+    """Which policy wins where over two axes (default: link bandwidth × KV budget).
+
+    Every policy runs on the same requests per cell; ties and unstable cells are marked."""
     from ..study.decision_map import MapSpec, run_map
     from ..study.map_render import text_map, write_map
 

@@ -177,8 +177,9 @@ def compare(
     overrides: Overrides = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Coupled (colocated) vs disaggregated on the same instance count, and where time goes
-    (default policy of the disaggregated system: transfer_per_request)."""
+    """Coupled (colocated) vs disaggregated on the same instances, and where TTFT goes.
+
+    The disaggregated system's default policy is transfer_per_request."""
     from prefixbench.io.export import renamed
     from prefixbench.scenario.loader import load_scenario
 
@@ -255,8 +256,9 @@ def capacity(
         ),
     ] = False,
 ) -> None:
-    """Highest arrival rate meeting the scenario's TTFT and TPOT SLOs for `target` of
-    requests, with memory held at the scenario's size (default policy: transfer_per_request)."""
+    """Highest arrival rate meeting the TTFT and TPOT SLOs for a share of requests.
+
+    Memory is held at the scenario's size; the default policy is transfer_per_request."""
     from prefixbench.scenario.loader import load_scenario
 
     s = load_scenario(scenario, list(overrides or []))

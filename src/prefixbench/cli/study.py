@@ -561,8 +561,9 @@ def report(
         bool, typer.Option("--json", help="Print the files written as JSON.")
     ] = False,
 ) -> None:
-    """Write the study's findings as Markdown and as a self-contained report.html (figures
-    inline, sortable tables); every number comes from the Parquet files."""
+    """Write the study's findings as Markdown and a self-contained report.html.
+
+    Figures inline, sortable tables; every number comes from the Parquet files."""
     from ..study.plots import render_plots
     from ..study.report import write_report
 

@@ -54,7 +54,7 @@ def requests_frame(prep: Prepared, policy: str, res: SimResult) -> pl.DataFrame:
     )
 
 
-def _goodput(s, slo_ok: int, n_steady: int, window: float | None) -> float | None:
+def goodput_rps(s, slo_ok: int, n_steady: int, window: float | None) -> float | None:
     """Requests within the SLOs per second: the SLO attainment times the offered rate —
     the nominal rate, or the measured arrival rate when a sample ran below it — so it
     never exceeds the offered rate nor the completions per second (docs/model.md,
@@ -242,7 +242,7 @@ def summarize(prep: Prepared, policy: str, df: pl.DataFrame, res: SimResult) -> 
         **itl_summary(res.stats),
         **adm,
         "slo_attainment": slo_ok / n_steady if n_steady else 0.0,
-        "goodput_rps": _goodput(s, slo_ok, n_steady, window),
+        "goodput_rps": goodput_rps(s, slo_ok, n_steady, window),
         "mean_replica_kv_gb": st["mean_replica_tokens"] * gb,
         "peak_replica_kv_gb": st["peak_replica_tokens"] * gb,
         "mean_kv_used_gb": st["mean_used_tokens"] * gb,

@@ -269,7 +269,7 @@ def run_metrics(prep, res) -> dict:
     return {
         "ttft_mean_ms": float(ttft.mean()) if len(ttft) else None,
         "ttft_p99_ms": float(np.percentile(ttft, 99)) if len(ttft) else None,
-        "goodput_rps": slo_ok / window,
+        "goodput_rps": _goodput(s, slo_ok, n_steady, window),
         "reject_rate": int((steady & (outc == rejected)).sum()) / n_steady if n_steady else 0.0,
         "stable": bool(verdict.stable),
         "saturated_stage": verdict.saturated,
@@ -310,6 +310,12 @@ class _naming:
             where = f"{self.label}: {e.where}" if e.where else self.label
             raise type(e)(e.what, where=where, fix=e.fix) from None
         return False
+
+
+def _goodput(s, slo_ok: int, n_steady: int, window: float) -> float | None:
+    from prefixbench.metrics.summary import goodput_rps
+
+    return goodput_rps(s, slo_ok, n_steady, window)
 
 
 # ---------------------------------------------------------------- deciding a cell

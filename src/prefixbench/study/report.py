@@ -252,7 +252,10 @@ def _scope_md(s: dict, meta: dict) -> str:
     return "\n".join(lines)
 
 
-def _regime_section(agg: pl.DataFrame, name: str, rule: str) -> list[str]:
+def _regime_section(
+    agg: pl.DataFrame, name: str, rule: str, every: pl.DataFrame | None = None
+) -> list[str]:
+    every = agg if every is None else every
     rows = regime(agg, name)
     out = [f"### {name.capitalize()} regime (budget factor {rule})", ""]
     if rows.height == 0:
@@ -266,6 +269,13 @@ def _regime_section(agg: pl.DataFrame, name: str, rule: str) -> list[str]:
         "",
     ]
     out += [_regime_md(t), ""]
+    gone = [q for q in _policies(regime(every, name)) if q not in set(t["policy"])]
+    if gone:
+        out += [
+            "Unstable in every scenario of this regime (no row above): "
+            + ", ".join(f"`{q}`" for q in gone),
+            "",
+        ]
     reps = t.filter(pl.col("policy") != BASELINE)
     if reps.height and BASELINE in set(t["policy"]):
         out += ["Mean TTFT relative to `transfer_per_request`:", ""]
@@ -509,12 +519,14 @@ _NO_STABLE = [
 ]
 
 
-def _results_md(agg: pl.DataFrame, crossover: pl.DataFrame) -> list[str]:
+def _results_md(
+    agg: pl.DataFrame, crossover: pl.DataFrame, every: pl.DataFrame | None = None
+) -> list[str]:
     return [
         "## Policies by memory regime",
         "",
-        *_regime_section(agg, "relaxed", f"≥ {RELAXED_MIN:g}"),
-        *_regime_section(agg, "tight", f"≤ {TIGHT_MAX:g}"),
+        *_regime_section(agg, "relaxed", f"≥ {RELAXED_MIN:g}", every),
+        *_regime_section(agg, "tight", f"≤ {TIGHT_MAX:g}", every),
         *_best_md(best_relaxed_case(agg)),
         *_cliff_md(cliff_case(agg)),
         *_by_workload_md(agg),
@@ -713,7 +725,7 @@ def build_report(results: Path, report_dir: Path, plots: Path | None = None) -> 
         _scope_md(scope(runs, every), meta),
         "",
         *_stability_md(every),
-        *(_results_md(agg, crossover) if agg.height else _NO_STABLE),
+        *(_results_md(agg, crossover, every) if agg.height else _NO_STABLE),
         *_recommend_md(rec),
         *tier_md(agg, TIGHT_MAX),
         *_admission_md(rec_all, primary),
