@@ -162,7 +162,8 @@ def sweep(
         return
     points = len(spec.points()) * len(_csv(links) or [None])
     out.print(
-        f"{points} grid points, {n} runs → " + ", ".join(str(p) for p in paths.values()),
+        f"{points} grid point{'s' * (points != 1)}, {n} run{'s' * (n != 1)} → "
+        + ", ".join(str(p) for p in paths.values()),
         markup=False,
         highlight=False,
         soft_wrap=True,
