@@ -74,3 +74,32 @@ def test_yaml_is_data_not_code(tmp_path):
     p.write_text("!!python/object/apply:os.system ['echo pwned']\n")
     with pytest.raises(ScenarioError, match="YAML"):
         load_scenario(p)
+
+
+def test_paths_in_a_scenario_file_are_relative_to_it(tmp_path, monkeypatch):
+    """A trace and a model config.json named in a scenario YAML are read from the YAML's
+    folder, whatever the current directory (as docker-compose and kustomize)."""
+    import shutil
+    from pathlib import Path
+
+    data = Path(__file__).parent / "data"
+    sub = tmp_path / "study"
+    sub.mkdir()
+    shutil.copy(data / "conversation_trace_head300.jsonl", sub / "t.jsonl")
+    shutil.copy(data / "configs" / "llama-3.1-8b-instruct.json", sub / "cfg.json")
+    (sub / "s.yaml").write_text(
+        "model: cfg.json\nworkload: {kind: trace, path: t.jsonl}\n", encoding="utf-8"
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    s = load_scenario(str(sub / "s.yaml"))
+    assert s.workload.path == str(sub / "t.jsonl")
+    assert s.model == str(sub / "cfg.json")
+
+
+def test_a_misspelt_field_gets_a_did_you_mean():
+    with pytest.raises(ScenarioError, match="did you mean 'rate'"):
+        load_scenario("tool_call", ["workload.arrivals.rte=3"])
+    with pytest.raises(ScenarioError, match="did you mean 'budget_factor'"):
+        load_scenario("tool_call", ["memory.budget_factr=0.5"])

@@ -108,12 +108,12 @@ def test_default_nics_follow_the_device_count():
         [
             "run.requests=50",
             "run.warmup_requests=0",
-            "cluster.prefill.devices=8",
-            "cluster.decode.devices=8",
+            "cluster.prefill.devices=4",  # tp 4 divides qwen2-1.5b's 12 heads
+            "cluster.decode.devices=4",
         ],
     )
     base = prepare(s).base
-    assert (base.nics_prefill, base.nics_decode, base.link_topology) == (8, 8, "shared_nics")
+    assert (base.nics_prefill, base.nics_decode, base.link_topology) == (4, 4, "shared_nics")
     s1 = load_scenario(
         "medium_chat",
         ["run.requests=50", "run.warmup_requests=0", "cluster.link.nics_per_instance=1"],

@@ -226,11 +226,15 @@ def test_zero_cost_fabric_is_bit_identical_to_ideal_tensor_parallelism(name):
     were regenerated when recompute became chunks in decode iterations."""
     want = json.loads((GOLDEN / f"{name}_ideal_fabric.json").read_text())
     # ... and with the link and the request as they were then: line rate, no connector
-    # setup, no per-request fixed cost (docs/model.md "KV transfer cost", §2.14)
+    # setup, no per-request fixed cost (docs/model.md "KV transfer cost", §2.14); those runs
+    # sized memory on the ideal fabric, and a budget factor now measures it on the file's
+    # fabric (docs/model.md, "Memory in GB"), so the golden's size is stated in GB
+    gb = next(iter(want.values()))["kv_budget_gb"]
     then = [
         "cluster.link.efficiency=1",
         "cluster.link.setup_us=0",
         "efficiency.request_overhead_ms=0",
+        f"memory.kv_budget_gb={gb!r}",
     ]
     got = _summary(name, ["cluster.prefill.fabric=ideal", "cluster.decode.fabric=ideal", *then])
     assert set(want) <= set(got)
@@ -283,3 +287,14 @@ def test_engine_step_times_carry_the_comm_terms_by_hand():
     ]
     assert cols["t_first_token"][0] == pytest.approx(land + its[0], rel=1e-12)
     assert cols["t_done"][0] == pytest.approx(land + sum(its), rel=1e-12)
+
+
+def test_a_tp_degree_that_does_not_divide_the_heads_is_refused():
+    """qwen2-1.5b has 12 attention heads (config.json num_attention_heads): TP 8 cannot
+    shard them, as vLLM refuses; TP 4 can."""
+    from prefixbench.system.runner import prepare
+
+    short = ["run.requests=50", "run.warmup_requests=0"]
+    with pytest.raises(ScenarioError, match="tensor parallelism 8 does not divide the 12"):
+        prepare(load_scenario("medium_chat", [*short, "cluster.decode.devices=8"]))
+    prepare(load_scenario("medium_chat", [*short, "cluster.decode.devices=4"]))

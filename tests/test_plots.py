@@ -64,14 +64,22 @@ def test_no_temporary_files_left_behind(plots):
     assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in written)
 
 
-def test_missing_crossover_names_file_and_command(results, tmp_path):
+def test_plot_right_after_sweep_computes_the_crossover(results, tmp_path):
+    """Without `prefixbench crossover` first, plot computes the crossover it needs."""
+    for name in ("agg.parquet", "runs.parquet", "sweep.json"):
+        shutil.copy(results / name, tmp_path / name)
+    written = render_plots(tmp_path, tmp_path / "plots")
+    assert (tmp_path / "crossover.parquet").is_file()
+    assert any(p.name.startswith("04_") for p in written)
+
+
+def test_missing_runs_names_file_and_command(results, tmp_path):
     shutil.copy(results / "agg.parquet", tmp_path / "agg.parquet")
     with pytest.raises(ArtifactError) as e:
         render_plots(tmp_path, tmp_path / "plots")
     msg = str(e.value)
-    assert str(tmp_path / "crossover.parquet") in msg
-    assert "prefixbench crossover" in msg
-    assert not (tmp_path / "plots").exists()
+    assert str(tmp_path / "runs.parquet") in msg
+    assert "prefixbench sweep" in msg
 
 
 def test_wrong_kind_parquet_names_the_file(results, tmp_path):

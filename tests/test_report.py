@@ -66,15 +66,19 @@ def test_written_next_to_results_by_default(report, results):
 def test_regime_tables_match_agg(report, agg, section, keep):
     text = report[1]
     rows = agg.filter(keep)
+    # each policy's means are over the scenarios where it is stable
     means = {
-        p: rows.filter(pl.col("policy") == p)
+        p: rows.filter((pl.col("policy") == p) & pl.col("stable"))
         .select(pl.all().exclude(pl.Utf8).mean())
         .row(0, named=True)
         for p in POLICIES
     }
-    base = means["transfer_per_request"]["ttft_mean_ms"]
     for p in POLICIES:
         m = means[p]
+        if m["ttft_mean_ms"] is None:  # unstable in every scenario: named, not tabled
+            body = text.split(section, 1)[1].split("\n### ", 1)[0]
+            assert "Unstable in every scenario of this regime" in body and f"`{p}`" in body
+            continue
         cells = _row(text, f"`{p}`", section)
         assert cells[1] == f"{m['ttft_mean_ms']:.1f} ms"
         assert cells[2] == f"{m['throughput_rps']:.2f} req/s"
@@ -83,7 +87,14 @@ def test_regime_tables_match_agg(report, agg, section, keep):
         assert cells[5] == f"{m['replica_hit_rate']:.3f}"
         assert cells[6] == f"{m['mean_replica_kv_gb'] * 1000:.1f} MB"
         if p != "transfer_per_request":
-            assert cells[7] == f"{m['ttft_mean_ms'] / base - 1:+.1%}"
+            # paired: over the scenarios where both this policy and transfer are stable
+            key = ["model", "workload", "budget_factor"]
+            ok = rows.filter(pl.col("stable"))
+            both = ok.filter(pl.col("policy") == p).join(
+                ok.filter(pl.col("policy") == "transfer_per_request"), on=key, suffix="_b"
+            )
+            ratio = both["ttft_mean_ms"].mean() / both["ttft_mean_ms_b"].mean() - 1
+            assert cells[8] == f"{ratio:+.1%} (N={both.height})"
 
 
 def test_best_relaxed_case_is_the_largest_replica_gain(report, agg):
@@ -102,6 +113,7 @@ def test_best_relaxed_case_is_the_largest_replica_gain(report, agg):
 
 
 def test_cliff_case_lists_every_policy(report, agg):
+    agg = agg.filter(pl.col("stable"))  # the report's results sections: stable rows
     worst = (
         agg.group_by(["model", "workload", "budget_factor"])
         .agg(pl.col("reject_rate").mean())
@@ -122,7 +134,8 @@ def test_cliff_case_lists_every_policy(report, agg):
 def test_transfer_vs_recompute_section(report, agg):
     section = report[1].split("## Transfer vs recompute", 1)[1].split("\n## ", 1)[0]
     assert "qwen2-0.5b on l4 over eth-25g" in section
-    piv = agg.pivot(on="policy", index=["workload", "budget_factor"], values="ttft_mean_ms")
+    stable = agg.filter(pl.col("stable"))  # paired over scenarios where both are stable
+    piv = stable.pivot(on="policy", index=["workload", "budget_factor"], values="ttft_mean_ms")
     d = piv["transfer_per_request"] - piv["recompute_on_decode"]
     assert f"ranges from {d.min():.1f} ms to {d.max():.1f} ms" in section
 
@@ -313,3 +326,23 @@ def test_energy_section_is_the_seed_mean_of_each_run(report, results):
             cells = c
     assert cells is not None
     assert float(cells[col]) == pytest.approx(want, abs=5e-5)
+
+
+def test_vs_transfer_is_paired_over_scenarios_where_both_are_stable():
+    """transfer is unstable on scenario B: the comparison is over A alone (N=1), not the
+    mean over A and B against transfer's mean over A."""
+    from prefixbench.study.report import paired_vs_baseline
+
+    def row(w, policy, ttft):
+        return {"model": "m", "workload": w, "budget_factor": 0.5, "policy": policy,
+                "ttft_mean_ms": ttft}  # fmt: skip
+
+    stable_rows = pl.DataFrame(
+        [row("A", "transfer_per_request", 100.0), row("A", "replicate_hotset", 50.0),
+         row("B", "replicate_hotset", 500.0)]
+    )  # fmt: skip
+    got = paired_vs_baseline(stable_rows).filter(pl.col("policy") == "replicate_hotset").row(
+        0, named=True
+    )
+    assert got["paired"] == 1
+    assert got["ttft_vs_transfer"] == pytest.approx(50.0 / 100.0 - 1)  # not 275/100 - 1

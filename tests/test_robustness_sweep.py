@@ -160,7 +160,7 @@ def test_ctrl_c_stops_cleanly_and_a_rerun_resumes(reference: Path, tmp_path: Pat
     assert "Traceback" not in text + stdout.decode() and "KeyboardInterrupt" not in text, text
     said = [line for line in text.splitlines() if "interrupted" in line]
     assert said == [
-        f"interrupted: every finished point is kept in {out}/parts; "
+        f"interrupted: every finished grid point is kept in {out}/parts; "
         "run the same command again to resume"
     ], text
     others = [line for line in text.splitlines() if line.strip() and line not in said]
@@ -171,7 +171,7 @@ def test_ctrl_c_stops_cleanly_and_a_rerun_resumes(reference: Path, tmp_path: Pat
 
     again = subprocess.run([*CMD, "--out", str(out)], capture_output=True, env=ENV, timeout=300)
     assert again.returncode == 0, again.stderr.decode()
-    assert f"resuming: {done} of {POINTS} points already finished" in again.stderr.decode()
+    assert f"resuming: {done} of {POINTS} grid points already finished" in again.stderr.decode()
     _assert_same_results(out, reference)
 
 
@@ -350,7 +350,7 @@ def test_a_bad_grid_leaves_no_trace(tmp_path: Path) -> None:
     out = tmp_path / "res"
     with pytest.raises(Exception) as e:
         run_sweep(build_spec({**TINY, "workloads": ["medium_chat", "tool_cal"]}), out, jobs=1)
-    assert "did you mean 'tool_call'" in assert_clear(e.value, where="sweep point")
+    assert "did you mean 'tool_call'" in assert_clear(e.value, where="grid point")
     assert not out.exists()
     run_sweep(build_spec(TINY), out, jobs=1)
 
@@ -365,7 +365,7 @@ def test_impossible_grid_point_is_refused_before_simulating(tmp_path: Path, monk
         run_sweep(
             build_spec({**TINY, "models": ["qwen2-0.5b", "llama-2-70b"]}), tmp_path / "res", jobs=1
         )
-    line = assert_clear(e.value, where="sweep point llama-2-70b/medium_chat")
+    line = assert_clear(e.value, where="grid point llama-2-70b/medium_chat")
     assert "do not fit" in line
     assert not (tmp_path / "res").exists()
 

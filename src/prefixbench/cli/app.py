@@ -242,7 +242,7 @@ class _Progress:
     which it never touches) gets no bar. With ``after_s`` the bar appears only once the work
     has taken that long (a quick `map` draws none)."""
 
-    def __init__(self, label: str, unit: str = "points", after_s: float = 0.0) -> None:
+    def __init__(self, label: str, unit: str = "grid points", after_s: float = 0.0) -> None:
         import time
 
         self.label, self.unit, self.after_s = label, unit, after_s
@@ -319,6 +319,34 @@ def check_policy(policy: str) -> str:
             f"unknown policy '{policy}'", where="--policy", fix=did_you_mean(policy, POLICIES)
         )
     return policy
+
+
+PolicyList = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--policy",
+        "-p",
+        "--policies",
+        help="Policies (comma-separated or repeated; default: all). One of: "
+        + ", ".join(p.value for p in PolicyName)
+        + ".",
+    ),
+]
+
+
+def policy_list(values: list[str] | None, default: list[str] | None = None) -> list[str]:
+    """The policies given as ``-p a -p b`` or ``-p a,b`` (``all``: every one), checked, in
+    the order given, each once; none given: ``default`` (every policy)."""
+    from prefixbench.scenario.models import POLICIES
+
+    names = _csv(values) or []
+    if not names or "all" in names:
+        return list(default or POLICIES) if not names else list(POLICIES)
+    seen: list[str] = []
+    for name in names:
+        if check_policy(name) not in seen:
+            seen.append(name)
+    return seen
 
 
 def main() -> None:

@@ -42,6 +42,10 @@ def _strict(v):
     return v
 
 
+_XRange = Annotated[str | None, typer.Option("--x-range", help="X axis LO,HI (default per axis).")]
+_YRange = Annotated[str | None, typer.Option("--y-range", help="Y axis LO,HI (default per axis).")]
+
+
 @app.command("map")
 @guarded
 def map_cmd(
@@ -56,12 +60,8 @@ def map_cmd(
         str, typer.Option("--y", help="Y axis: bandwidth, budget, prefix or rate.")
     ] = "budget",
     points: Annotated[int, typer.Option("--points", help="Grid points per axis.")] = 24,
-    x_range: Annotated[
-        str | None, typer.Option("--x-range", help="X axis LO,HI (default per axis).")
-    ] = None,
-    y_range: Annotated[
-        str | None, typer.Option("--y-range", help="Y axis LO,HI (default per axis).")
-    ] = None,
+    x_range: _XRange = None,
+    y_range: _YRange = None,
     policies: Annotated[
         list[str] | None, typer.Option("--policy", "-p", help="Policies to compare (default: all).")
     ] = None,
@@ -87,8 +87,9 @@ def map_cmd(
         bool, typer.Option("--json", help="Print the cells as strict JSON.")
     ] = False,
 ) -> None:
-    """Which policy wins where: a grid of two axes (default link bandwidth × decode KV budget),
-    every policy on the same requests per cell, ties and unstable cells marked."""
+    """Which policy wins where over two axes (default: link bandwidth × KV budget).
+
+    Every policy runs on the same requests per cell; ties and unstable cells are marked."""
     from ..study.decision_map import MapSpec, run_map
     from ..study.map_render import text_map, write_map
 
@@ -121,19 +122,48 @@ def map_cmd(
         bar.stop()
     paths = write_map(result, out_dir)
     if as_json:
-        doc = {
-            "model": spec.model,
-            "workload": spec.workload,
-            "metric": spec.metric,
-            "x": {"axis": spec.x, "values": spec.xs()},
-            "y": {"axis": spec.y, "values": spec.ys()},
-            "policies": spec.policies,
-            "seeds": spec.seeds,
-            "requests": spec.requests,
-            "cells": result.cells.to_dicts(),
-            "files": [str(p) for p in paths],
-        }
-        typer.echo(json.dumps(_strict(doc), allow_nan=False))
+        typer.echo(json.dumps(_strict(_map_doc(spec, result, paths)), allow_nan=False))
         return
+    for line in _map_system(spec):
+        typer.echo(line)
     typer.echo(text_map(result, 80))
     err.print(f"wrote {', '.join(str(p) for p in paths)}", highlight=False, soft_wrap=True)
+
+
+def _map_doc(spec, result, paths) -> dict:
+    return {
+        "model": spec.model,
+        "workload": spec.workload,
+        "metric": spec.metric,
+        "x": {"axis": spec.x, "values": spec.xs()},
+        "y": {"axis": spec.y, "values": spec.ys()},
+        "policies": spec.policies,
+        "seeds": spec.seeds,
+        "requests": spec.requests,
+        "cells": result.cells.to_dicts(),
+        "files": [str(p) for p in paths],
+    }
+
+
+def _map_system(spec) -> list[str]:
+    """The map's system line: its scenario, with what an axis varies said per cell."""
+    from prefixbench.scenario.loader import load_scenario
+    from prefixbench.study.systemline import scenario_parts, wrap
+    from prefixbench.system.runner import prepare
+
+    s = load_scenario(
+        spec.workload,
+        [*spec.overrides, f"model={spec.model}", f"run.requests={spec.requests}",
+         f"run.warmup_requests={spec.warmup}"],
+    )  # fmt: skip
+    axes = (spec.x, spec.y)
+    if "budget" in axes:
+        kv = "KV per cell (budget axis)"
+    else:
+        prep = prepare(s)
+        kv = prep.base.budget_tokens * prep.kv_bpt / 1e9
+    rate = "rate per cell (rate axis)" if "rate" in axes else "scenario"
+    parts = scenario_parts(s, kv, rate)
+    if "bandwidth" in axes:
+        parts[5] = "link bandwidth per cell (bandwidth axis)"
+    return wrap(parts)

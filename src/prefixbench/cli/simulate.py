@@ -9,17 +9,16 @@ import typer
 
 from .app import (
     Overrides,
-    PolicyChoice,
-    PolicyName,
+    PolicyList,
     TraceFormatOpt,
     TraceOpt,
     _Progress,
     app,
-    check_policy,
     echo_json,
     err,
     guarded,
     out,
+    policy_list,
 )
 
 # ------------------------------------------------------------------ run
@@ -41,9 +40,7 @@ def run(
             help="A scenario YAML file or a built-in name (default: enterprise_hotset; trace_replay with --trace)."
         ),
     ] = None,
-    policy: Annotated[
-        PolicyChoice, typer.Option("--policy", "-p", help="One policy, or all side by side.")
-    ] = PolicyChoice.all,
+    policy: PolicyList = None,
     seed: Annotated[
         int | None, typer.Option("--seed", help="Random seed (overrides the scenario's).")
     ] = None,
@@ -81,39 +78,57 @@ def run(
         typer.Option("--timeline", help="Write a Chrome/Perfetto trace (open in ui.perfetto.dev)."),
     ] = None,
 ) -> None:
-    """Simulate one scenario under every policy (or one) and compare them."""
+    """Simulate one scenario under every policy (or those given) and compare them."""
     from prefixbench.io.export import parse_percentiles, run_result, write_requests
-    from prefixbench.render.tables import run_table, safe_text
-    from prefixbench.scenario.loader import load_scenario
-    from prefixbench.scenario.models import POLICIES
 
     from ..study.runs import run_scenario, write_run
+
+    s, preset_for_trace = _run_scenario(scenario, seed, overrides, trace, trace_format, skip_bad)
+    pcts = parse_percentiles(percentiles)
+    policies = policy_list(policy)
+    bar = _Progress("simulating", "policies")
+    with bar:
+        bar.start(len(policies))
+        tables = run_scenario(s, policies, track_gaps=True, timeline=timeline, on_policy=bar.point)
+    paths = write_run(tables, out_dir)
+    if requests_out is not None:
+        paths.append(write_requests(tables.requests, requests_out))
+    rows = tables.summary.to_dicts()
+    _run_notes(s, tables.prepared, preset_for_trace, rows)
+    if as_json:
+        result = run_result(
+            s.model_dump(mode="json"), tables.requests, rows, pcts, tables.prepared.notes,
+            tables.stats,
+        )  # fmt: skip
+        echo_json(result)
+    else:
+        _print_run(s, tables.prepared, rows)
+    err.print(f"wrote {', '.join(str(p) for p in paths)}", markup=False, highlight=False)
+
+
+def _run_scenario(scenario, seed, overrides, trace, trace_format, skip_bad):
+    """The scenario `run` simulates, and whether --trace chose the trace_replay preset."""
+    from prefixbench.scenario.loader import load_scenario
 
     sets = list(overrides or [])
     if seed is not None:
         sets.append(f"seed={seed}")
     preset_for_trace = scenario is None and trace is not None
-    if preset_for_trace:
-        scenario = "trace_replay"
     s = load_scenario(
-        scenario,
+        "trace_replay" if preset_for_trace else scenario,
         sets,
         trace=trace,
         trace_format=trace_format.value if trace_format else None,
         skip_bad=skip_bad,
     )
-    pcts = parse_percentiles(percentiles)
-    policies = list(POLICIES) if policy == PolicyChoice.all else [policy.value]
-    bar = _Progress("simulating", "policies")
-    with bar:
-        bar.start(len(policies))
-        tables = run_scenario(
-            s, policies, track_gaps=True, timeline=timeline, on_policy=bar.point
-        )
-    paths = write_run(tables, out_dir)
-    if requests_out is not None:
-        paths.append(write_requests(tables.requests, requests_out))
-    # after the run: an impossible replay's error stays the only stderr line
+    return s, preset_for_trace
+
+
+def _run_notes(s, prep, preset_for_trace: bool, rows: list[dict]) -> None:
+    """What the user should know, on stderr (after the run: an impossible replay's error
+    stays the only stderr line)."""
+    from prefixbench.render.tables import safe_text
+
     if preset_for_trace:
         c = s.cluster
         err.print(
@@ -125,28 +140,22 @@ def run(
             highlight=False,
             soft_wrap=True,
         )
-    rows = tables.summary.to_dicts()
-    for note in tables.prepared.notes:
+    for note in prep.notes:
         err.print(f"note: {safe_text(note)}", markup=False, highlight=False, soft_wrap=True)
     _warn_unstable(rows)
-    if as_json:
-        result = run_result(
-            s.model_dump(mode="json"), tables.requests, rows, pcts, tables.prepared.notes,
-            tables.stats,
-        )  # fmt: skip
-        echo_json(result)
-        err.print(f"wrote {', '.join(str(p) for p in paths)}", markup=False, highlight=False)
-        return
-    prep = tables.prepared
-    from ..catalog import hardware_label as hw
 
-    c = s.cluster
-    title = (
-        f"{s.name}: {prep.model.name}, {s.cluster.prefill_instances}P{s.cluster.decode_instances}D "
-        f"{hw(c.prefill.accelerator)}/{hw(c.decode.accelerator)} over {hw(c.link.name)}, "
-        f"budget {prep.base.budget_tokens * prep.kv_bpt / 1e9:.2f} GB per decode instance, "
-        f"{len(prep.requests):,} requests (seed {s.seed})"
-    )
+
+def _print_system(lines: list[str]) -> None:
+    for line in lines:
+        out.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def _print_run(s, prep, rows: list[dict]) -> None:
+    from prefixbench.render.tables import run_table
+    from prefixbench.study.systemline import prepared_lines
+
+    _print_system(prepared_lines(prep))
+    title = f"{s.name}: {len(prep.requests):,} requests (seed {s.seed})"
     out.print(run_table(rows, title))
     energy = [(r["policy"], r.get("energy_per_token_j")) for r in rows]
     if any(e is not None for _, e in energy):  # --- power (compare has the table)
@@ -155,7 +164,6 @@ def run(
             + ", ".join(f"{p} {e:.3f}" for p, e in energy if e is not None),
             highlight=False,
         )
-    err.print(f"wrote {', '.join(str(p) for p in paths)}", markup=False, highlight=False)
 
 
 # ------------------------------------------------------------------ coupled vs disaggregated
@@ -165,59 +173,69 @@ def run(
 @guarded
 def compare(
     scenario: Annotated[str | None, typer.Argument(help="Scenario YAML or built-in name.")] = None,
-    policy: Annotated[
-        PolicyName,
-        typer.Option("--policy", "-p", help="Hand-off policy of the disaggregated system."),
-    ] = PolicyName.transfer_per_request,
+    policy: PolicyList = None,
     overrides: Overrides = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Coupled (colocated) vs disaggregated on the same instance count, and where time goes."""
+    """Coupled (colocated) vs disaggregated on the same instances, and where TTFT goes.
+
+    The disaggregated system's default policy is transfer_per_request."""
     from prefixbench.io.export import renamed
-    from prefixbench.render.tables import kv_table, run_table
     from prefixbench.scenario.loader import load_scenario
 
     from ..study.compare import compare as run_compare
 
     s = load_scenario(scenario, list(overrides or []))
-    with _Progress("simulating", "systems") as bar:
-        bar.start(3)
-        c = run_compare(s, check_policy(policy.value), on_system=bar.point)
-    _warn_unstable(c.rows, "system")
-    if as_json:
-        echo_json(
-            {
-                "scenario": s.model_dump(mode="json"),
+    docs = []
+    for name in policy_list(policy, ["transfer_per_request"]):
+        with _Progress("simulating", "systems") as bar:
+            bar.start(3)
+            c = run_compare(s, name, on_system=bar.point)
+        _warn_unstable(c.rows, "system")
+        if as_json:
+            docs.append({
+                "scenario": s.model_dump(mode="json"), "policy": name,
                 "systems": [{**renamed(r), "prefixbench": r} for r in c.rows],
-                "ttft_breakdown": c.breakdown,
-                "verdict": c.verdict,
-            }
-        )
-        return
+                "ttft_breakdown": c.breakdown, "verdict": c.verdict,
+            })  # fmt: skip
+        else:
+            _print_compare(s, c, name)
+    if as_json:
+        echo_json(docs[0] if len(docs) == 1 else docs)
+
+
+def _print_compare(s, c, policy: str) -> None:
+    from prefixbench.metrics.stability import LABELS
+    from prefixbench.render.tables import kv_table, run_table
+    from prefixbench.study.systemline import system_lines
+
+    _print_system(system_lines(s, c.rows[0].get("kv_budget_gb")))
     n = s.cluster.prefill_instances + s.cluster.decode_instances
-    out.print(
-        run_table(
-            c.rows,
-            f"{s.name}: {s.cluster.prefill_instances}P{s.cluster.decode_instances}D vs {n} colocated instances",
-            label="system",
-            energy=True,
-        )
+    title = (
+        f"{s.name} ({policy}): {s.cluster.prefill_instances}P{s.cluster.decode_instances}D "
+        f"vs {n} colocated instances"
     )
+    out.print(run_table(c.rows, title, label="system", energy=True))
     rows = [
         {"stage": p["stage"], "mean ms": f"{p['ms']:.2f}", "share": f"{p['share']:.0%}"}
         for p in c.breakdown
     ]
     out.print(kv_table("disaggregated: where TTFT goes", rows))
     out.print(f"verdict: {c.verdict}", highlight=False)
+    stage = c.rows[0].get("bottleneck_stage")
+    if stage:
+        out.print(
+            f"bottleneck (the most loaded stage, as the stability table): "
+            f"{LABELS.get(stage, stage)}",
+            highlight=False,
+        )
 
 
 @app.command()
 @guarded
 def capacity(
     scenario: Annotated[str | None, typer.Argument(help="Scenario YAML or built-in name.")] = None,
-    policy: Annotated[
-        PolicyName, typer.Option("--policy", "-p", help="Policy (disaggregated mode).")
-    ] = PolicyName.transfer_per_request,
+    policy: PolicyList = None,
     target: Annotated[float, typer.Option("--target", help="SLO attainment to hold (0-1).")] = 0.9,
     overrides: Overrides = None,
     out_dir: Annotated[
@@ -238,16 +256,27 @@ def capacity(
         ),
     ] = False,
 ) -> None:
-    """Highest arrival rate meeting the scenario's TTFT and TPOT SLOs for `target` of requests."""
-    from dataclasses import asdict
+    """Highest arrival rate meeting the TTFT and TPOT SLOs for a share of requests.
 
-    from prefixbench.render.tables import kv_table
+    Memory is held at the scenario's size; the default policy is transfer_per_request."""
     from prefixbench.scenario.loader import load_scenario
+
+    s = load_scenario(scenario, list(overrides or []))
+    docs = []
+    for name in policy_list(policy, ["transfer_per_request"]):
+        doc = _capacity_one(s, name, target, out_dir, per_watt, as_json)
+        if doc is not None:
+            docs.append(doc)
+    if as_json:
+        echo_json(docs[0] if len(docs) == 1 else docs)
+
+
+def _capacity_one(s, policy, target, out_dir, per_watt, as_json) -> dict | None:
+    """Search one policy's capacity; print it (or return its JSON document)."""
+    from dataclasses import asdict
 
     from ..study.capacity import best_per_watt, max_rate
 
-    policy = check_policy(policy.value)
-    s = load_scenario(scenario, list(overrides or []))
     max_probes = 24
 
     def on_probe(p) -> None:
@@ -277,11 +306,23 @@ def capacity(
         }
         if per_watt:
             doc["best_per_watt"] = None if best is None else asdict(best)
-        echo_json(doc)
-        return
+        return doc
+    _print_capacity(s, policy, target, rate, probes, best if per_watt else False)
+    return None
+
+
+def _print_capacity(s, policy, target, rate, probes, best) -> None:
+    from prefixbench.render.tables import kv_table
+    from prefixbench.study.systemline import system_lines
+    from prefixbench.system.runner import prepare
+
+    prep = prepare(s)
+    kv = prep.base.budget_tokens * prep.kv_bpt / 1e9
+    _print_system(system_lines(s, kv, "rate searched (below)"))
+    order = sorted(probes, key=lambda p: p.rate)
     out.print(
         kv_table(
-            "probes",
+            "probes (memory held at the scenario's size)",
             [
                 {
                     "rate req/s": f"{p.rate:.3g}",
@@ -291,7 +332,7 @@ def capacity(
                     "TPOT p99 ms": f"{p.tpot_p99_ms:.1f}",
                     "stable": "yes" if p.stable else "NO",
                 }
-                for p in sorted(probes, key=lambda p: p.rate)
+                for p in order
             ],
         )
     )
@@ -300,31 +341,36 @@ def capacity(
         f"TTFT ≤ {s.slo.ttft_ms:g} ms and TPOT ≤ {s.slo.tpot_ms:g} ms",
         highlight=False,
     )
-    if per_watt:
-        out.print(
-            kv_table(
-                "goodput per watt (power of all instances, docs/model.md §2.11)",
-                [
-                    {
-                        "rate req/s": f"{p.rate:.3g}",
-                        "mean W": "–" if p.power_w is None else f"{p.power_w:.0f}",
-                        "J per token": "–"
-                        if p.energy_per_token_j is None
-                        else f"{p.energy_per_token_j:.3f}",
-                        "req/s per kW": "–"
-                        if p.goodput_per_kw is None
-                        else f"{p.goodput_per_kw:.3f}",
-                        "within SLOs": "yes" if p.meets(target) else "no",
-                    }
-                    for p in sorted(probes, key=lambda p: p.rate)
-                ],
-            )
+    if best is not False:
+        _print_per_watt(order, target, best)
+
+
+def _print_per_watt(order, target, best) -> None:
+    from prefixbench.render.tables import kv_table
+
+    def dash(v, fmt):
+        return "–" if v is None else format(v, fmt)
+
+    out.print(
+        kv_table(
+            "goodput per watt (power of all instances, docs/model.md §2.11)",
+            [
+                {
+                    "rate req/s": f"{p.rate:.3g}",
+                    "mean W": dash(p.power_w, ".0f"),
+                    "J per token": dash(p.energy_per_token_j, ".3f"),
+                    "req/s per kW": dash(p.goodput_per_kw, ".3f"),
+                    "within SLOs": "yes" if p.meets(target) else "no",
+                }
+                for p in order
+            ],
         )
-        out.print(
-            "no probe within the SLOs has power figures"
-            if best is None
-            else f"most goodput per watt: {best.goodput_per_kw:.3f} req/s per kW at "
-            f"{best.rate:.3g} req/s ({best.power_w:.0f} W, {best.energy_per_token_j:.3f} J "
-            "per output token)",
-            highlight=False,
-        )
+    )
+    out.print(
+        "no probe within the SLOs has power figures"
+        if best is None
+        else f"most goodput per watt: {best.goodput_per_kw:.3f} req/s per kW at "
+        f"{best.rate:.3g} req/s ({best.power_w:.0f} W, {best.energy_per_token_j:.3f} J "
+        "per output token)",
+        highlight=False,
+    )

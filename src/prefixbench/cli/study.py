@@ -31,6 +31,69 @@ class SweepBackend(str, Enum):
     ray = "ray"
 
 
+_SweepAdmissions = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--admissions",
+        "--admission",
+        help="Decode KV admission modes, e.g. reserve,paged (default: paged, as vLLM and "
+        "SGLang; reserve reproduces the first published grid).",
+    ),
+]
+
+_SweepStudy = Annotated[
+    Study,
+    typer.Option(
+        "--study",
+        help="reference: the prefix study (96 grid points, 576 runs: four workloads, two "
+        "models, four budgets, three seeds, six policies); disagg: 540 coupled-vs-"
+        "disaggregated configurations.",
+    ),
+]
+
+_SweepBackend = Annotated[
+    SweepBackend,
+    typer.Option(
+        "--backend",
+        help="Where grid points run: a local process pool, or Ray (needs the ray extra; see docs/scaling.md).",
+    ),
+]
+
+_SweepAddress = Annotated[
+    str | None,
+    typer.Option(
+        "--address",
+        envvar="RAY_ADDRESS",
+        help="With --backend ray: an existing cluster (HOST:6379, ray://HOST:10001 or auto); default: a private local Ray instance of --jobs CPUs.",
+    ),
+]
+
+_SweepLinks = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--links",
+        help="Repeat the grid over these links (e.g. eth-10g,eth-25g,roce-200g) and write "
+        "decision.parquet, the winner per budget × link (the decision map of `plot`).",
+    ),
+]
+
+_SweepOutDir = Annotated[
+    Path | None,
+    typer.Option(
+        "--out",
+        help="Results folder (default: results/; results-quick/ with --quick; "
+        "results-disagg/ with --study disagg).",
+    ),
+]
+
+_SweepAsJson = Annotated[
+    bool,
+    typer.Option(
+        "--json", help="Print the grid, the files written and the aggregated rows as JSON."
+    ),
+]
+
+
 @app.command()
 @guarded
 def sweep(
@@ -50,16 +113,11 @@ def sweep(
         list[str] | None, typer.Option("--budgets", help="Budget factors, e.g. 0.35,0.5,1.0.")
     ] = None,
     policies: Annotated[
-        list[str] | None, typer.Option("--policies", help="Policies to compare.")
+        list[str] | None,
+        typer.Option("--policies", "--policy", "-p", help="Policies to compare."),
     ] = None,
     seeds: Annotated[list[str] | None, typer.Option("--seeds", help="Seeds, e.g. 0,1,2.")] = None,
-    admissions: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--admissions",
-            help="Decode KV admission modes, e.g. reserve,paged (default: reserve, the seed's).",
-        ),
-    ] = None,
+    admissions: _SweepAdmissions = None,
     overrides: Overrides = None,
     quick: Annotated[bool, typer.Option("--quick", help="A seconds-long smoke grid (CI).")] = False,
     jobs: Annotated[
@@ -71,170 +129,129 @@ def sweep(
     force: Annotated[
         bool, typer.Option("--force", help="Add to a results folder holding another grid.")
     ] = False,
-    out_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--out", help="Results folder (default: results/; results-quick/ with --quick)."
-        ),
-    ] = None,
-    as_json: Annotated[
-        bool,
-        typer.Option(
-            "--json", help="Print the grid, the files written and the aggregated rows as JSON."
-        ),
-    ] = False,
-    study: Annotated[
-        Study,
-        typer.Option(
-            "--study",
-            help="reference: the prefix study (576 runs: seed 000's 384 + replicate_tiered "
-            "and cost_aware); disagg: seed 001's 540 coupled-vs-disaggregated configurations.",
-        ),
-    ] = None,
-    backend: Annotated[
-        SweepBackend,
-        typer.Option(
-            "--backend",
-            help="Where points run: a local process pool, or Ray (needs the ray extra; see docs/scaling.md).",
-        ),
-    ] = SweepBackend.local,
-    address: Annotated[
-        str | None,
-        typer.Option(
-            "--address",
-            envvar="RAY_ADDRESS",
-            help="With --backend ray: an existing cluster (HOST:6379, ray://HOST:10001 or auto); default: a private local Ray instance of --jobs CPUs.",
-        ),
-    ] = None,
+    out_dir: _SweepOutDir = None,
+    as_json: _SweepAsJson = False,
+    study: _SweepStudy = None,
+    backend: _SweepBackend = SweepBackend.local,
+    address: _SweepAddress = None,
     trace: TraceOpt = None,
     trace_format: TraceFormatOpt = None,
-    links: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--links",
-            help="Repeat the grid over these links (e.g. eth-10g,eth-25g,roce-200g) and write "
-            "decision.parquet, the winner per budget × link (the decision map of `plot`).",
-        ),
-    ] = None,
+    links: _SweepLinks = None,
 ) -> None:
     """Run a grid (default: the reference study, 576 runs, all six policies), resumably, on a process pool or Ray."""
-    from ..study.backends import make_backend
-    from ..study.grid import QUICK, build_spec, load_sweep_file
-    from ..study.sweep import run_sweep
-
+    flags = {
+        "GRID": grid, "--models": models, "--workloads": workloads, "--budgets": budgets,
+        "--policies": policies, "--seeds": seeds, "--set": overrides, "--trace": trace,
+        "--admissions": admissions,
+    }  # fmt: skip
+    if study is not None and study.value == "disagg":
+        _refuse_grid_flags(flags)
+        _disagg_study(out_dir or Path("results-disagg"), jobs, quick, as_json)
+        return
     if out_dir is None:
         # the smoke grid differs from the reference grid: its own folder, so a later full
         # `sweep` (or a `--quick` after one) never meets "a different sweep grid"
         out_dir = Path("results-quick") if quick else Path("results")
-    if study is not None and study.value == "disagg":
-        given = {
-            "GRID": grid, "--models": models, "--workloads": workloads, "--budgets": budgets,
-            "--policies": policies, "--seeds": seeds, "--set": overrides, "--trace": trace,
-            "--admissions": admissions,
-        }  # fmt: skip
-        unused = [name for name, value in given.items() if value]
-        if unused:
-            raise PrefixbenchError(
-                f"runs its own fixed grid and does not use {', '.join(unused)}",
-                where="--study disagg",
-                fix="drop those options (only --out, --jobs and --quick apply), or run a grid without --study",
-            )
-        _disagg_study(out_dir, jobs, quick, as_json)
+    spec = _sweep_spec(flags, quick, trace_format)
+    paths = _run_grid(spec, out_dir, jobs, events, force, backend, address, _csv(links))
+    n = len(spec.points()) * len(spec.policies) * len(_csv(links) or [None])
+    if "agg" in paths:
+        _warn_unstable_points(paths["agg"])
+    if as_json:
+        _sweep_json(spec, paths, n, _csv(links))
         return
+    points = len(spec.points()) * len(_csv(links) or [None])
+    out.print(
+        f"{points} grid point{'s' * (points != 1)}, {n} run{'s' * (n != 1)} → "
+        + ", ".join(str(p) for p in paths.values()),
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
 
+
+def _refuse_grid_flags(flags: dict) -> None:
+    unused = [name for name, value in flags.items() if value]
+    if unused:
+        raise PrefixbenchError(
+            f"runs its own fixed grid and does not use {', '.join(unused)}",
+            where="--study disagg",
+            fix="drop those options (only --out, --jobs and --quick apply), or run a grid without --study",
+        )
+
+
+def _sweep_spec(flags: dict, quick: bool, trace_format):
+    """The grid: a sweep file's mapping (or the quick grid) with the flags on top."""
+    from ..study.grid import QUICK, build_spec, load_sweep_file
+
+    grid, trace = flags["GRID"], flags["--trace"]
     base = load_sweep_file(grid) if grid else (dict(QUICK) if quick else {})
     try:
-        num_budgets = [float(b) for b in _csv(budgets) or []]
-        num_seeds = [int(x) for x in _csv(seeds) or []]
+        num_budgets = [float(b) for b in _csv(flags["--budgets"]) or []]
+        num_seeds = [int(x) for x in _csv(flags["--seeds"]) or []]
     except ValueError as e:
         raise PrefixbenchError(f"not a number: {e}", where="--budgets/--seeds") from None
-    spec = build_spec(
+    return build_spec(
         base,
-        models=_csv(models),
+        models=_csv(flags["--models"]),
         # a trace replays on the trace_replay system unless other scenarios are named
-        workloads=_csv(workloads) or (["trace_replay"] if trace else None),
+        workloads=_csv(flags["--workloads"]) or (["trace_replay"] if trace else None),
         budgets=num_budgets,
-        policies=_csv(policies),
+        policies=_csv(flags["--policies"]),
         seeds=num_seeds,
-        admissions=_csv(admissions),
-        set=list(base.get("set", [])) + list(overrides or []),
+        admissions=_csv(flags["--admissions"]),
+        set=list(base.get("set", [])) + list(flags["--set"] or []),
         trace=trace,
         trace_format=trace_format.value if trace_format else None,
     )
+
+
+def _run_grid(spec, out_dir, jobs, events, force, backend, address, links) -> dict:
+    """Run the grid (over each link with ``links``), with a progress bar; Ctrl-C keeps
+    every finished grid point."""
+    from ..study.backends import make_backend
+    from ..study.sweep import run_sweep
+
     runner = make_backend(
         backend.value, jobs=jobs, address=address if backend == SweepBackend.ray else None
     )
     bar = _Progress("sweep")
+    common = {"jobs": jobs, "force": force, "backend": runner}
     try:
         if links:
             from ..study.decision import run_link_sweep
 
-            paths = run_link_sweep(
-                spec,
-                _csv(links),
-                out_dir,
-                jobs=jobs,
-                force=force,
-                backend=runner,
-                on_start=bar.start,
-                on_point=bar.point,
+            return run_link_sweep(
+                spec, links, out_dir, **common, on_start=bar.start, on_point=bar.point
             )
-        else:
-            paths = run_sweep(
-                spec,
-                out_dir,
-                jobs=jobs,
-                events=events,
-                force=force,
-                backend=runner,
-                on_start=bar.start,
-                on_point=bar.point,
-            )
+        return run_sweep(
+            spec, out_dir, events=events, **common, on_start=bar.start, on_point=bar.point
+        )
     except KeyboardInterrupt:
         bar.stop()
         err.print(
-            f"interrupted: every finished point is kept in {out_dir}/parts; run the same command again to resume",
+            f"interrupted: every finished grid point is kept in {out_dir}/parts; run the same command again to resume",
             highlight=False,
             soft_wrap=True,  # one line, however long the path
         )
         raise typer.Exit(130) from None
     finally:
         bar.stop()
-    n = len(spec.points()) * len(spec.policies) * len(_csv(links) or [None])
-    if "agg" in paths:
-        _warn_unstable_points(paths["agg"])
-    if as_json:
-        from prefixbench.io.artifacts import read_artifact
-        from prefixbench.io.export import renamed
 
-        if links:
-            rows = read_artifact(paths["decision"], "decision").to_dicts()
-            echo_json(
-                {
-                    "grid": spec.fingerprint(),
-                    "links": _csv(links),
-                    "runs": n,
-                    "files": {k: str(v) for k, v in paths.items()},
-                    "decision": rows,
-                }
-            )
-            return
-        agg = read_artifact(paths["agg"], "agg").to_dicts()
-        echo_json(
-            {
-                "grid": spec.fingerprint(),
-                "runs": n,
-                "files": {k: str(v) for k, v in paths.items()},
-                "agg": [renamed(r) for r in agg],
-            }
-        )
-        return
-    out.print(
-        f"{n} runs → " + ", ".join(str(p) for p in paths.values()),
-        markup=False,
-        highlight=False,
-        soft_wrap=True,
-    )
+
+def _sweep_json(spec, paths: dict, n: int, links: list[str] | None) -> None:
+    from prefixbench.io.artifacts import read_artifact
+    from prefixbench.io.export import renamed
+
+    doc = {"grid": spec.fingerprint()}
+    if links:
+        doc["links"] = links
+    doc |= {"runs": n, "files": {k: str(v) for k, v in paths.items()}}
+    if links:
+        doc["decision"] = read_artifact(paths["decision"], "decision").to_dicts()
+    else:
+        doc["agg"] = [renamed(r) for r in read_artifact(paths["agg"], "agg").to_dicts()]
+    echo_json(doc)
 
 
 def _warn_unstable_points(agg_path: Path) -> None:
@@ -262,9 +279,15 @@ def crossover(
         list[str] | None, typer.Option("--links", help="Links (default: all).")
     ] = None,
     accelerator: Annotated[
-        str, typer.Option("--accelerator", help="Accelerator the verdict is for.")
-    ] = "l4",
-    link: Annotated[str, typer.Option("--link", help="Link the verdict is for.")] = "eth-25g",
+        str | None,
+        typer.Option(
+            "--accelerator",
+            help="Accelerator the verdict is for (default: the sweep's decode accelerator).",
+        ),
+    ] = None,
+    link: Annotated[
+        str | None, typer.Option("--link", help="Link the verdict is for (default: the sweep's).")
+    ] = None,
     kv_dtype: Annotated[
         str | None,
         typer.Option("--kv-dtype", help="KV dtype of the analytic figures: bf16, fp16, fp8, int8."),
@@ -280,7 +303,16 @@ def crossover(
     as_json: Annotated[bool, typer.Option("--json", help="Print the table as JSON.")] = False,
 ) -> None:
     """Transfer vs recompute: analytic break-even per model × accelerator × link."""
-    from ..study.crossover import STREAMING, run_crossover, verdicts
+    from ..study.crossover import (
+        DEFAULT_ACCELERATOR,
+        DEFAULT_LINK,
+        STREAMING,
+        run_crossover,
+        swept_hardware,
+        verdicts,
+    )
+
+    existing_results(results)
 
     if streaming not in STREAMING:
         raise ScenarioError(
@@ -296,6 +328,8 @@ def crossover(
         return
     from ..catalog import hardware_label
 
+    swept = swept_hardware(results) or (DEFAULT_ACCELERATOR, DEFAULT_LINK)
+    accelerator, link = accelerator or swept[0], link or swept[1]
     for line in verdicts(table, hardware_label(accelerator), hardware_label(link)):
         out.print(f"• {line}", highlight=False)
     err.print(f"wrote {path}", highlight=False)
@@ -346,8 +380,18 @@ class Objective(str, Enum):
 @app.command()
 @guarded
 def recommend(
-    model: Annotated[str, typer.Option("--model", "-m", help="Catalog model.")] = "qwen2-1.5b",
-    budget: Annotated[float, typer.Option("--budget", "-b", help="Decode KV budget factor.")] = 0.5,
+    model: Annotated[
+        str, typer.Option("--model", "-m", help="Catalog model, or a config.json path.")
+    ] = "qwen2-1.5b",
+    budget: Annotated[
+        float,
+        typer.Option(
+            "--budget",
+            "-b",
+            help="Decode KV budget factor (× the reference demand; state memory in GB with "
+            "--set memory.gpu_memory_utilization=0.9 or memory.kv_budget_gb=N).",
+        ),
+    ] = 0.5,
     workload: Annotated[
         list[str] | None,
         typer.Option("--workload", "-w", help="Workload(s) (default: the four presets)."),
@@ -355,6 +399,17 @@ def recommend(
     objective: Annotated[
         Objective, typer.Option("--objective", help="What to optimise (rule in docs/study.md).")
     ] = Objective.balanced,
+    overrides: Overrides = None,
+    accelerator: Annotated[
+        str | None,
+        typer.Option("--accelerator", help="Accelerator of both pools (e.g. h100-sxm)."),
+    ] = None,
+    devices: Annotated[
+        int | None, typer.Option("--devices", help="Devices per instance, both pools.")
+    ] = None,
+    admission: Annotated[
+        str, typer.Option("--admission", help="Decode KV admission: paged or reserve.")
+    ] = "paged",
     results: Annotated[
         Path | None,
         typer.Option("--results", help="Use this results folder if it covers the question."),
@@ -364,25 +419,25 @@ def recommend(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Recommend a policy per workload for a model and budget, with its margin."""
-    from prefixbench.render.tables import recommend_table
-
+    """Recommend a policy per workload for a model and memory, with its latencies, SLOs and margin."""
     from ..study.recommend import run_recommend
 
     if budget <= 0:
         raise PrefixbenchError(f"budget must be > 0 (got {budget})", where="--budget")
+    if admission not in ("paged", "reserve"):
+        raise PrefixbenchError(
+            f"unknown admission '{admission}'", where="--admission", fix="use paged or reserve"
+        )
+    if results is not None:
+        existing_results(results)
+    sets = hardware_sets(accelerator, devices) + list(overrides or [])
     bar = _Progress("simulating")
     try:
         sel, path = run_recommend(
-            model,
-            budget,
-            workloads=_csv(workload),
-            objective=objective.value,
-            results=results,
-            jobs=jobs,
-            on_start=bar.start,
-            on_point=bar.point,
-        )
+            model, budget, workloads=_csv(workload), objective=objective.value,
+            results=results, jobs=jobs, overrides=sets, admission=admission,
+            on_start=bar.start, on_point=bar.point,
+        )  # fmt: skip
     finally:
         bar.stop()
     rows = sel.to_dicts()
@@ -392,8 +447,68 @@ def recommend(
     if as_json:
         echo_json(rows)
         return
-    out.print(recommend_table(rows, f"{model} at budget {budget:g} ({objective.value})"))
+    _print_recommend(sel, path, sets, admission, f"{objective.value} objective")
     err.print(f"wrote {path}", highlight=False)
+
+
+def hardware_sets(accelerator: str | None, devices: int | None) -> list[str]:
+    """--accelerator / --devices as the --set overrides of both pools."""
+    sets = []
+    for role in ("prefill", "decode"):
+        if accelerator:
+            sets.append(f"cluster.{role}.accelerator={accelerator}")
+        if devices is not None:
+            sets.append(f"cluster.{role}.devices={devices}")
+    return sets
+
+
+def existing_results(folder: Path) -> Path:
+    """A results folder given on the command line: refused when it does not exist."""
+    if not Path(folder).is_dir():
+        raise PrefixbenchError(
+            "no such results folder",
+            where=str(folder),
+            fix="give the folder `prefixbench sweep --out` wrote, or run the sweep first",
+        )
+    return Path(folder)
+
+
+def _print_recommend(sel, path: Path, sets, admission: str, title: str) -> None:
+    """The system line, the table, and per workload its figures, SLO verdict and reason."""
+    from prefixbench.io.artifacts import read_artifact
+    from prefixbench.render.tables import recommend_table
+    from prefixbench.study.systemline import offered_rate, rate_text, scenario_parts, wrap
+
+    from ..study.recommend import scenarios_of, slo_sentence, tie_sentence
+
+    rows = sel.to_dicts()
+    if not rows:
+        return
+    scen = scenarios_of(sel, sets, admission)
+    agg = read_artifact(path.parent / "agg.parquet", "agg").to_dicts()
+    gbs = sorted({round(r["kv_budget_gb"] or 0.0, 2) for r in rows})
+    kv = f"KV {gbs[0]:.2f} GB" if len(gbs) == 1 else f"KV {gbs[0]:.2f}–{gbs[-1]:.2f} GB"
+    first = scen[rows[0]["workload"]]
+    rate = rate_text(offered_rate(first)) if len(rows) == 1 else "rate per workload"
+    for line in wrap(scenario_parts(first, kv + " per decode instance", rate)):
+        out.print(line, markup=False, highlight=False, soft_wrap=True)
+    extra = {}
+    for r in rows:
+        s = scen[r["workload"]]
+        mine = [
+            a
+            for a in agg
+            if a["workload"] == r["workload"]
+            and a["model"] == r["model"]
+            and a["budget_factor"] == r["budget_factor"]
+            and a["admission"] == admission
+        ]
+        extra[r["workload"]] = {
+            "rate": rate_text(offered_rate(s)),
+            "slo": slo_sentence(r, mine, s),
+            "tie": tie_sentence(r),
+        }  # fmt: skip
+    out.print(recommend_table(rows, title, extra))
 
 
 # ------------------------------------------------------------------ plots and report
@@ -413,6 +528,7 @@ def plot(
     """Draw the study's figures (PNG, 150 dpi) from a results folder."""
     from ..study.plots import render_plots
 
+    existing_results(results)
     paths = render_plots(results, out_dir)
     if as_json:
         echo_json({"figures": [str(p) for p in paths]})
@@ -446,11 +562,13 @@ def report(
         bool, typer.Option("--json", help="Print the files written as JSON.")
     ] = False,
 ) -> None:
-    """Write the study's findings as Markdown and as a self-contained report.html (figures
-    inline, sortable tables); every number comes from the Parquet files."""
+    """Write the study's findings as Markdown and a self-contained report.html.
+
+    Figures inline, sortable tables; every number comes from the Parquet files."""
     from ..study.plots import render_plots
     from ..study.report import write_report
 
+    existing_results(results)
     drawn: list[Path] = []
     if figures and plots is None:
         plots = Path(results) / "plots"

@@ -103,8 +103,9 @@ def sweep_warning(agg: pl.DataFrame) -> str | None:
     counts = bad.group_by("saturated_stage").len().sort(["len", "saturated_stage"], descending=True)
     parts = ", ".join(f"{LABELS.get(st, st or 'a queue')}: {n}" for st, n in counts.iter_rows())
     return (
-        f"warning: {bad.height} of {agg.height} points are unstable ({parts}); they are "
-        "marked stable=false and not ranked by recommend"
+        f"warning: {bad.height} of {agg.height} results (a policy on a scenario, over its "
+        f"seeds) are unstable ({parts}); they are marked stable=false and not ranked by "
+        "recommend"
     )
 
 

@@ -55,6 +55,21 @@ def requests_frame(prep: Prepared, policy: str, res: SimResult) -> pl.DataFrame:
     )
 
 
+def goodput_rps(s, slo_ok: int, n_steady: int, window: float | None) -> float | None:
+    """Requests within the SLOs per second: the SLO attainment times the offered rate —
+    the nominal rate, or the measured arrival rate when a sample ran below it — so it
+    never exceeds the offered rate nor the completions per second (docs/model.md,
+    "Memory in GB" and "Goodput")."""
+    from prefixbench.workload.offered import nominal_rate
+
+    if not window or not n_steady:
+        return None
+    measured = (n_steady - 1) / window
+    nominal = nominal_rate(s)
+    offered = measured if nominal is None else min(nominal, measured)
+    return slo_ok / n_steady * offered
+
+
 def _pcts(col: str, name: str) -> list[pl.Expr]:
     c = pl.col(col)
     return [
@@ -229,13 +244,13 @@ def summarize(prep: Prepared, policy: str, df: pl.DataFrame, res: SimResult) -> 
         **itl_summary(res.stats),
         **adm,
         "slo_attainment": slo_ok / n_steady if n_steady else 0.0,
-        "goodput_rps": slo_ok / window if window else None,
+        "goodput_rps": goodput_rps(s, slo_ok, n_steady, window),
         "mean_replica_kv_gb": st["mean_replica_tokens"] * gb,
         "peak_replica_kv_gb": st["peak_replica_tokens"] * gb,
         "mean_kv_used_gb": st["mean_used_tokens"] * gb,
         "peak_kv_used_gb": st["peak_used_tokens"] * gb,
         "kv_budget_gb": st["budget_tokens"] * gb,
-        "reference_demand_gb": prep.reference_tokens * gb,
+        "reference_demand_gb": prep.reference_gb,
         "prefill_util": st["prefill_util"],
         "decode_util": st["decode_util"],
         "link_util": st["link_util"],

@@ -249,49 +249,77 @@ def print_rows(console: Console, rows: list[dict], title: str) -> None:
 
 def _margin(r: dict) -> str:
     ci, m = r.get("margin_ci95_ms"), r.get("margin_ms")
+    if r.get("tie"):
+        return "tie"
     if m is None or m != m:
         return "–"
     pm = f" ± {ci:.1f}" if ci is not None and ci == ci else ""
     return f"{m:+.1f}{pm}"
 
 
-def recommend_table(rows: list[dict], title: str) -> Group:
-    """The recommended policy per workload in a narrow table (full names, never cut), the
-    margin against the runner-up, and the reasoning as lines under the table."""
+def _ms(v, digits: int = 0) -> str:
+    return "–" if v is None or v != v else f"{v:.{digits}f}"
+
+
+def _figures(r: dict) -> str:
+    """The recommended policy's absolute latencies (mean · p50 · p99) and SLO attainment."""
+    return (
+        f"TTFT {_ms(r.get('ttft_ms'), 1)} · {_ms(r.get('ttft_p50_ms'), 1)} · "
+        f"{_ms(r.get('ttft_p99_ms'), 1)} ms, TPOT {_ms(r.get('tpot_mean_ms'), 1)} · "
+        f"{_ms(r.get('tpot_p50_ms'), 1)} · {_ms(r.get('tpot_p99_ms'), 1)} ms "
+        f"(mean · p50 · p99), SLO attainment "
+        + ("–" if r.get("slo_attainment") is None else f"{r['slo_attainment']:.0%}")
+    )
+
+
+def _side(r: dict) -> str:
+    m, up = r.get("margin_ms"), r.get("runner_up")
+    if r.get("tie"):
+        return ""
+    if up and m is not None and m == m:
+        ci = r.get("margin_ci95_ms")
+        pm = f" ± {ci:.1f}" if ci is not None and ci == ci else ""
+        if m >= 0:
+            return f"mean TTFT {m:.1f}{pm} ms lower than {up}'s; "
+        return f"mean TTFT {-m:.1f}{pm} ms higher than {up}'s (less memory or fewer rejects); "
+    return "no runner-up to compare with; "
+
+
+def recommend_table(rows: list[dict], title: str, extra: dict | None = None) -> Group:
+    """The recommended policy per workload in a narrow table (full names, never cut), its
+    p99 TTFT, SLO attainment and margin against the runner-up; then per workload its
+    figures, whether it meets the SLOs, a tie and the reasoning, as lines under the table."""
     t = Table(title=safe_text(title), title_justify="left", box=box.SIMPLE_HEAD)
     t.add_column("workload", **_NAME)
     t.add_column("recommended", style="bold", **_NAME)
+    t.add_column("TTFT p99 ms", justify="right")
+    t.add_column("SLO met", justify="right")
     t.add_column("margin ms", justify="right", **_NAME)
-    t.add_column("seeds agree", justify="center")
     notes: list[Text] = []
     for r in rows:
+        att = r.get("slo_attainment")
         t.add_row(
             _cell(r["workload"]),
             _cell(r["recommended"]) if r["recommended"] else Text("none", style="bold red"),
+            _ms(r.get("ttft_p99_ms")),
+            "–" if att is None else f"{att:.0%}",
             _margin(r),
-            "yes" if r["seeds_agree"] else "no",
         )
-        m = r.get("margin_ms")
-        up = r.get("runner_up")
-        if up and m is not None and m == m:
-            ci = r.get("margin_ci95_ms")
-            pm = f" ± {ci:.1f}" if ci is not None and ci == ci else ""
-            side = (
-                f"{m:.1f}{pm} ms faster than {up}"
-                if m >= 0
-                else f"{-m:.1f}{pm} ms slower than {up} (less memory or fewer rejects)"
-            )
-        else:
-            side = "no runner-up to compare with"
+        x = (extra or {}).get(r["workload"], {})
+        head = f" ({x['rate']})" if x.get("rate") else ""
+        body = [f"{safe_text(r['recommended'])}, {_figures(r)}"] if r["recommended"] else []
+        body += [x[k] for k in ("slo", "tie") if x.get(k)]
+        body.append(_side(r) + safe_text(r["reason"]))
         notes.append(
-            Text.assemble(
-                ("• ", ""),
-                (safe_text(r["workload"]), "bold"),
-                f": {safe_text(r['recommended'])}, mean TTFT {side}; {safe_text(r['reason'])}",
-            )
+            Text.assemble(("• ", ""), (safe_text(r["workload"]), "bold"), head + ": "
+                          + "; ".join(safe_text(b) for b in body))  # fmt: skip
         )
+    from prefixbench.study.recommend import TIE_REL
+
     caption = Text(
-        "margin ms: runner-up's mean TTFT minus the recommended one's (paired over seeds, 95% CI)",
+        "SLO met: requests within the TTFT and TPOT targets. margin ms: runner-up's mean "
+        "TTFT minus the recommended one's (paired over seeds, 95% CI); tie: within the CI "
+        f"or under {TIE_REL:.0%} of the mean TTFT",
         style="dim",
     )
     return Group(t, caption, *notes)

@@ -237,11 +237,25 @@ def _range(loc: tuple) -> str:
     return f"must be {low[0]} {num(low[1])} and {high[0]} {num(high[1])}"
 
 
+def _misspelt(loc: tuple) -> str:
+    """A did-you-mean among the fields next to an unknown one (``rte`` → ``rate``)."""
+    from prefixbench.support.suggest import closest
+
+    if not loc:
+        return "remove it (the fields are listed in docs/scenarios.md)"
+    models, _ = _models_at(loc[:-1])
+    names = sorted({f for m in models if _is_model(m) for f in m.model_fields})
+    best = closest(str(loc[-1]), names)
+    if best:
+        return f"did you mean '{best}'? (the fields are listed in docs/scenarios.md)"
+    return "remove it (the fields are listed in docs/scenarios.md)"
+
+
 def _allowed(err: dict) -> str:
     ctx = err.get("ctx") or {}
     kind = err.get("type", "")
     if kind == "extra_forbidden":
-        return "remove it (the fields are listed in docs/scenarios.md)"
+        return _misspelt(tuple(err.get("loc", ())))
     if kind == "missing":
         return "add it"
     if kind == "union_tag_invalid":
@@ -329,17 +343,55 @@ def load_scenario(
     from prefixbench.catalog.userfile import resolve_scenario_hardware
 
     data = resolve_scenario_hardware(data, scenario_folder(ref), where)
+    if ref is not None and Path(str(ref)).is_file():
+        data = resolve_file_fields(data, Path(str(ref)).resolve().parent)
     if trace is not None:
         data = with_trace(data, trace, trace_format, skip_bad)
         where = f"{where} (with --trace)"
+    # `efficiency: {from: FILE}` reads a fitted block; FILE is relative to the scenario file
+    base = Path(str(ref)).parent if ref is not None and Path(str(ref)).is_file() else Path.cwd()
+    reference = None
     if overrides:
+        kept = [o for o in overrides if keeps_reference(o)]
+        if len(kept) < len(overrides):
+            reference = validate(inline_efficiency(apply_overrides(data, kept), base, where), where)
         data = apply_overrides(data, overrides)
         where = f"{where} (with --set)"
         data = resolve_scenario_hardware(data, Path.cwd(), where, base_is_file=False)
-    # `efficiency: {from: FILE}` reads a fitted block; FILE is relative to the scenario file
-    base = Path(str(ref)).parent if ref is not None and Path(str(ref)).is_file() else Path.cwd()
     data = inline_efficiency(data, base, where)
-    return validate(data, where)
+    scenario = validate(data, where)
+    scenario._reference = reference
+    return scenario
+
+
+def resolve_file_fields(data: dict, folder: Path) -> dict:
+    """A scenario file's own relative paths — a model ``config.json``, a trace — read from
+    the file's folder (as docker-compose and kustomize do), not the current directory."""
+    out = dict(data)
+
+    def here(value):
+        if not isinstance(value, str) or not value.strip():
+            return value
+        p = Path(value).expanduser()
+        if p.is_absolute() or not (folder / p).exists():
+            return value
+        return str(folder / p)
+
+    if isinstance(out.get("model"), str) and out["model"].endswith(".json"):
+        out["model"] = here(out["model"])
+    if isinstance(out.get("model"), dict) and str(out["model"].get("name", "")).endswith(".json"):
+        out["model"] = {**out["model"], "name": here(out["model"]["name"])}
+    w = out.get("workload")
+    if isinstance(w, dict) and w.get("kind") == "trace" and "path" in w:
+        out["workload"] = {**w, "path": here(w["path"])}
+    return out
+
+
+def keeps_reference(override: str) -> bool:
+    """Whether a ``--set`` applies to the reference ``memory.budget_factor`` multiplies: the
+    model and the run's length do; the rate, hardware, formats, memory, seed do not."""
+    keys = override_path(override.partition("=")[0].strip().split("."))
+    return keys == ["model"] or keys[0] == "run"
 
 
 # ---------------------------------------------------------------- a fitted efficiency block

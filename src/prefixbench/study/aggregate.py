@@ -113,11 +113,11 @@ def aggregate(runs: pl.DataFrame) -> pl.DataFrame:
     return g.drop([c for c in g.columns if c.startswith("_")]).sort(GROUP)
 
 
-PRIMARY_ADMISSION = "reserve"  # the seed's
+PRIMARY_ADMISSION = "paged"  # every command's default (memory.admission)
 
 
 def one_admission(df: pl.DataFrame) -> pl.DataFrame:
-    """The rows of one admission mode (the seed's reserve when present, else the first):
+    """The rows of one admission mode (paged, the default, when present, else the first):
     plots, crossover tables and the report's result sections describe one mode; the report
     compares the recommendations of the others (report._admission_md)."""
     if "admission" not in df.columns or df.height == 0:

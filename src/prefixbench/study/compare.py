@@ -46,8 +46,9 @@ def systems(s: Scenario) -> list[tuple[str, Scenario]]:
     ]
 
 
-def bottleneck(row: dict) -> tuple[list[dict], str]:
-    """TTFT components of a disaggregated run and the stage that dominates, in words."""
+def ttft_share(row: dict) -> tuple[list[dict], str]:
+    """TTFT components of a disaggregated run and the resource taking the largest share, in
+    words ("bottleneck" is the stability verdict's word: the stage whose queue saturates)."""
     parts = [
         {"stage": label, "resource": res, "ms": float(row.get(col) or 0.0)}
         for col, label, res in STAGES
@@ -66,7 +67,10 @@ def bottleneck(row: dict) -> tuple[list[dict], str]:
         "decode memory": f"reject rate {row['reject_rate']:.1%}",
         "server": "a fixed cost per request (efficiency.request_overhead_ms)",
     }[res]
-    verdict = f"the {res} is the bottleneck: {ms / total:.0%} of mean TTFT ({ms:.1f} of {total:.1f} ms), {util}"
+    verdict = (
+        f"the {res} takes the largest share of TTFT: {ms / total:.0%} of mean TTFT "
+        f"({ms:.1f} of {total:.1f} ms), {util}"
+    )
     return parts, verdict
 
 
@@ -82,5 +86,5 @@ def compare(s: Scenario, policy: str, on_system=None) -> Comparison:
         rows.append(row)
         if on_system:
             on_system(label)
-    parts, verdict = bottleneck(rows[0])
+    parts, verdict = ttft_share(rows[0])
     return Comparison(rows, parts, verdict)

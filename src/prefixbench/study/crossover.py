@@ -325,6 +325,24 @@ def verdicts(table: pl.DataFrame, accelerator: str, link: str) -> list[str]:
 
 
 DEFAULT_ACCELERATORS = ["l4", "a10g", "l40s", "a100-80gb", "h100-sxm"]
+DEFAULT_ACCELERATOR = "l4"  # every command's default (scenario.models.InstanceGroup)
+DEFAULT_LINK = "eth-25g"
+
+
+def swept_hardware(results: Path) -> tuple[str, str] | None:
+    """The decode accelerator and link the sweep in ``results`` ran on (its first grid
+    point), so that the verdict prices that hardware; None without a recorded grid."""
+    import json
+
+    from ..errors import PrefixbenchError
+    from .grid import build_spec
+
+    try:
+        spec = build_spec(json.loads((Path(results) / "sweep.json").read_text()))
+        s = spec.points()[0].load()
+    except (OSError, ValueError, PrefixbenchError, IndexError):
+        return None
+    return s.cluster.decode.accelerator, s.cluster.link.name
 
 
 def run_crossover(
@@ -335,7 +353,9 @@ def run_crossover(
     kv_dtype: str | None = None,
     streaming: str = "after_prefill",
 ) -> tuple[pl.DataFrame, Path]:
-    """Build crossover.parquet in ``results`` (with simulated TTFT differences if agg exists)."""
+    """Build crossover.parquet in ``results`` (with simulated TTFT differences if agg
+    exists), the sweep's own decode accelerator among those priced."""
+    accelerators_given = bool(accelerators)
     from prefixbench.io.artifacts import read_artifact, write_atomic
 
     agg_path = Path(results) / "agg.parquet"
@@ -351,9 +371,13 @@ def run_crossover(
             else ["qwen2-0.5b", "qwen2-1.5b"]
         )
     systems = simulated_systems(results, agg) if agg is not None else None
+    swept = swept_hardware(results)
+    accelerators = list(accelerators or DEFAULT_ACCELERATORS)
+    if swept and swept[0] not in accelerators and not accelerators_given:
+        accelerators.append(swept[0])
     table = crossover_table(
         models,
-        accelerators or DEFAULT_ACCELERATORS,
+        accelerators,
         links or list(catalog.LINKS),
         agg,
         systems,
@@ -362,3 +386,13 @@ def run_crossover(
     )
     path = write_atomic(table, Path(results) / "crossover.parquet", "crossover")
     return table, path
+
+
+def crossover_of(results: Path) -> pl.DataFrame:
+    """crossover.parquet of ``results``, computed (and written) first when the sweep was
+    not followed by `prefixbench crossover`: `plot` and `report` work right after `sweep`."""
+    from .results import load
+
+    if (Path(results) / "crossover.parquet").is_file():
+        return load(results, "crossover")
+    return run_crossover(results)[0]

@@ -273,7 +273,7 @@ def run_metrics(prep, res) -> dict:
     return {
         "ttft_mean_ms": float(ttft.mean()) if len(ttft) else None,
         "ttft_p99_ms": float(np.percentile(ttft, 99)) if len(ttft) else None,
-        "goodput_rps": slo_ok / window,
+        "goodput_rps": _goodput(s, slo_ok, n_steady, window),
         "reject_rate": int((steady & (outc == rejected)).sum()) / n_steady if n_steady else 0.0,
         "stable": bool(verdict.stable),
         "saturated_stage": verdict.saturated,
@@ -316,6 +316,12 @@ class _naming:
         return False
 
 
+def _goodput(s, slo_ok: int, n_steady: int, window: float) -> float | None:
+    from prefixbench.metrics.summary import goodput_rps
+
+    return goodput_rps(s, slo_ok, n_steady, window)
+
+
 # ---------------------------------------------------------------- deciding a cell
 
 
@@ -343,7 +349,10 @@ def decide_cell(rows: list[dict], metric: Metric) -> dict:
     if not ok:
         return {**base, "state": "unstable", "winner": None, "runner_up": None}
     means = {p: float(np.mean([s[k][col] for k in seeds])) for p, s in ok.items()}
-    order = sorted(means, key=lambda p: (-sign * means[p], p))
+    from .recommend import simplicity
+
+    # equal values go to the simpler policy, never the name
+    order = sorted(means, key=lambda p: (-sign * means[p], simplicity(p)))
     win = order[0]
     out = {**base, "winner": win, "best_value": means[win]}
     if len(order) == 1:  # the only steady policy wins outright

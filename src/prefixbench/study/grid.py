@@ -20,7 +20,8 @@ from ..errors import ScenarioError
 
 
 class SweepSpec(BaseModel):
-    """A sweep grid (YAML file or flags). The default is the reference study: the seed's 384 points' grid with all six policies (576 runs)."""
+    """A sweep grid (YAML file or flags). The default is the reference study: 2 models × 4
+    workloads × 4 budget factors × 3 seeds (96 grid points) under all six policies (576 runs)."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
@@ -44,10 +45,10 @@ class SweepSpec(BaseModel):
     )
     seeds: list[int] = Field([0, 1, 2], min_length=1, description="Random seeds per point.")
     admissions: list[Literal["reserve", "paged"]] = Field(
-        ["reserve"],
+        ["paged"],
         min_length=1,
-        description="Decode KV admission modes (memory.admission); the reference study keeps "
-        "the seed's reserve, so that it stays comparable with seed 000.",
+        description="Decode KV admission modes (memory.admission): paged, as vLLM and SGLang "
+        "admit (the default of every command); reserve reproduces the first published grid.",
     )
     set: list[str] = Field([], description="--set overrides applied to every scenario.")
     trace: str | None = Field(None, description="Replay this trace as every point's workload.")
@@ -148,7 +149,7 @@ class Point:
     overrides: tuple[str, ...] = ()
     trace: str | None = None  # replay this trace in place of the workload's own requests
     trace_format: str = "auto"
-    admission: str = "reserve"  # memory.admission (a --set in overrides wins)
+    admission: str = "paged"  # memory.admission (a --set in overrides wins)
 
     def scenario_overrides(self) -> list[str]:
         return [
@@ -170,7 +171,7 @@ class Point:
 
     def _key(self) -> tuple:
         base = (self.model, self.workload, self.budget_factor, self.seed, self.overrides)
-        if self.admission != "reserve":  # the seed's points keep their ids
+        if self.admission != "reserve":  # reserve points keep the ids they had before the axis
             base = (*base, f"admission={self.admission}")
         return base if self.trace is None else (*base, self.trace, self.trace_format)
 

@@ -145,7 +145,21 @@ def text_map(result: MapResult, width: int = 80) -> str:
     lines.append(
         "cells: " + ", ".join(f"{n} {s}" for s, n in counts.iter_rows()) + f" of {cells.height}"
     )
+    pairs = tie_pairs(cells)
+    if pairs:
+        lines += _wrap(pairs, width, "ties: ")
     return "\n".join(lines)
+
+
+def tie_pairs(cells: pl.DataFrame) -> list[str]:
+    """The policies that tie, per pair, with how many cells: "A ≈ B (n cells)"."""
+    ties = cells.filter(pl.col("state") == "tie")
+    pairs: dict[tuple[str, str], int] = {}
+    for r in ties.iter_rows(named=True):
+        key = tuple(sorted((r["winner"], r["runner_up"])))
+        pairs[key] = pairs.get(key, 0) + 1
+    order = sorted(pairs.items(), key=lambda kv: (-kv[1], kv[0]))
+    return [f"{a} ≈ {b} ({n} cell{'s' if n != 1 else ''})" for (a, b), n in order]
 
 
 def _breakeven_words(spec, be: float | None) -> str:

@@ -68,6 +68,36 @@ def _with_labels(agg: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def _with_labels_like(df: pl.DataFrame, every: pl.DataFrame) -> pl.DataFrame:
+    """``_with_labels`` of ``df`` with the categories of ``every`` (so that stable and
+    unstable rows share one axis and one legend)."""
+    if df.height == 0:
+        return _with_labels(every).head(0)
+    policies = [p for p in POLICIES if p in set(every["policy"])] + sorted(
+        set(every["policy"]) - set(POLICIES)
+    )
+    budgets = sorted(set(every["budget_factor"]))
+    return df.with_columns(
+        pl.col("policy").cast(pl.Enum(policies)),
+        pl.col("budget_factor")
+        .map_elements(_budget_label, return_dtype=pl.Utf8)
+        .cast(pl.Enum([_budget_label(b) for b in budgets]))
+        .alias("budget"),
+    )
+
+
+def _unstable_layer(marks: pl.DataFrame, col: str, dodge):
+    """× markers for unstable results (nothing when there are none)."""
+    from plotnine import aes, geom_point
+
+    if marks.height == 0:
+        return []
+    return geom_point(
+        aes("budget", col, color="policy"), data=_pd(marks), shape="x", size=3.2,
+        position=dodge, inherit_aes=False,
+    )  # fmt: skip
+
+
 def _policy_scales(kind: str = "fill"):
     from plotnine import scale_color_manual, scale_fill_manual
 
@@ -132,6 +162,21 @@ def _save(plot, path: Path, size: tuple[float, float], dpi: int = DPI) -> Path:
 # ---------------------------------------------------------------- figures
 
 
+def split_stable(agg: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(stable rows, unstable rows): unstable results are drawn as unstable, never dropped."""
+    if "stable" not in agg.columns:
+        return agg, agg.head(0)
+    return agg.filter(pl.col("stable")), agg.filter(~pl.col("stable"))
+
+
+def unstable_marks(stable: pl.DataFrame, unstable: pl.DataFrame, col: str) -> pl.DataFrame:
+    """Unstable rows placed above their panel's stable values (an unstable run has no
+    steady value to plot): y = 1.5 × the panel's largest stable ``col`` (1.0 if none)."""
+    top = stable.group_by(["model", "workload"]).agg((pl.col(col).max() * 1.5).alias("_top"))
+    out = unstable.join(top, on=["model", "workload"], how="left")
+    return out.with_columns(pl.col("_top").fill_null(1.0).alias(col)).drop("_top")
+
+
 def plot_mean_ttft(agg: pl.DataFrame):
     """01: mean TTFT per policy with 95% CI, facets model × workload, x budget factor.
 
@@ -148,18 +193,21 @@ def plot_mean_ttft(agg: pl.DataFrame):
         scale_y_log10,
     )
 
-    df = _with_labels(agg).with_columns(
+    stable, unstable = split_stable(agg)
+    marks = _with_labels_like(unstable_marks(stable, unstable, "ttft_mean_ms"), agg)
+    df = _with_labels_like(stable, agg).with_columns(
         (pl.col("ttft_mean_ms") - pl.col("ttft_mean_ms_ci95"))
         .clip(lower_bound=pl.col("ttft_mean_ms") * 0.05)
         .alias("lo"),
         (pl.col("ttft_mean_ms") + pl.col("ttft_mean_ms_ci95")).alias("hi"),
     )
     dodge = position_dodge(width=0.7)
-    rows, cols = _facet_panels(df)
+    rows, cols = _facet_panels(agg)
     p = (
         ggplot(_pd(df), aes("budget", "ttft_mean_ms", color="policy"))
         + geom_errorbar(aes(ymin="lo", ymax="hi"), position=dodge, width=0.35, size=0.5, na_rm=True)
         + geom_point(position=dodge, size=2.6)
+        + _unstable_layer(marks, "ttft_mean_ms", dodge)
         + facet_wrap(["model", "workload"], ncol=cols, scales="free_y", labeller="label_both")
         + scale_y_log10()
         + _policy_scales("color")
@@ -168,8 +216,8 @@ def plot_mean_ttft(agg: pl.DataFrame):
             y="mean TTFT (ms, log scale)",
             title="Mean time to first token by policy",
             subtitle="points: mean over seeds; bars: 95% confidence interval "
-            "(Student t over seeds)\nlog scale so the close policies stay apart; "
-            "y scales differ per panel",
+            "(Student t over seeds); ×: unstable (no steady state, drawn above the panel)"
+            "\nlog scale so the close policies stay apart; y scales differ per panel",
         )
         + _theme()
     )
@@ -518,7 +566,9 @@ def plot_ttft_distribution(agg: pl.DataFrame):
         scale_y_log10,
     )
 
-    df = _with_labels(agg)
+    stable, unstable = split_stable(agg)
+    marks = _with_labels_like(unstable_marks(stable, unstable, "ttft_p99_ms"), agg)
+    df = _with_labels_like(stable, agg)
     long = (
         df.select(
             "model", "workload", "budget", "policy", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms"
@@ -537,9 +587,10 @@ def plot_ttft_distribution(agg: pl.DataFrame):
         .filter(pl.col("ttft_ms") > 0)
     )
     dodge = position_dodge(width=0.8)
-    rows, cols = _facet_panels(df)
+    rows, cols = _facet_panels(agg)
     p = (
         ggplot(_pd(df.filter(pl.col("ttft_p50_ms") > 0)), aes("budget", color="policy"))
+        + _unstable_layer(marks, "ttft_p99_ms", dodge)
         + geom_linerange(aes(ymin="ttft_p50_ms", ymax="ttft_p99_ms"), position=dodge, size=0.8)
         + geom_point(
             aes(y="ttft_ms", shape="quantile", group="policy"),
@@ -797,14 +848,21 @@ def plot_regret(agg: pl.DataFrame):
         theme,
     )
 
-    df = _with_labels(regret_frame(agg)).with_columns(
+    stable, unstable = split_stable(agg)
+    frame = regret_frame(stable)
+    if unstable.height:  # drawn as grey tiles labelled unstable, never left out
+        bad = unstable.select("model", "workload", "budget_factor", "policy")
+        frame = pl.concat([frame, bad], how="diagonal_relaxed")
+    df = _with_labels_like(frame, agg).with_columns(
         pl.col("policy")
         .cast(pl.Utf8)
         .cast(pl.Enum(list(reversed(agg["policy"].unique(maintain_order=True).to_list())))),
         pl.struct(["regret_ms", "regret_rel"])
         .map_elements(
             lambda r: (
-                "best"
+                "unstable"
+                if r["regret_ms"] is None
+                else "best"
                 if r["regret_ms"] == 0
                 else f"+{r['regret_ms']:.1f} ms\n+{r['regret_rel']:.0%}"
             ),
@@ -820,14 +878,15 @@ def plot_regret(agg: pl.DataFrame):
         + geom_text(aes(label="label"), size=BASE_SIZE - 4, lineheight=0.95)
         + facet_wrap(["model", "workload"], ncol=cols, labeller="label_both")
         + scale_fill_gradient(
-            low="#f7f7f7", high="#D55E00", limits=(0, 100), oob=squish, name="TTFT over best (%)"
-        )
+            low="#f7f7f7", high="#D55E00", limits=(0, 100), oob=squish,
+            name="TTFT over best (%)", na_value="#bdbdbd",
+        )  # fmt: skip
         + labs(
             x="decode KV budget factor",
             y="policy",
             title="Regret: what each policy costs against the best one",
-            subtitle="mean TTFT minus the lowest mean TTFT of the scenario (mean over seeds); "
-            "colour saturates at +100%",
+            subtitle="mean TTFT minus the lowest stable mean TTFT of the scenario (mean over "
+            "seeds); colour saturates at +100%; grey: unstable",
         )
         + _theme()
         + theme(panel_grid=element_blank())
@@ -995,21 +1054,25 @@ def render_plots(results: Path, out: Path) -> list[Path]:
     # a link sweep or a capacity search alone has no agg: draw just its figure
     if (decision is None and capacity is None) or (results / "agg.parquet").is_file():
         agg = load(results, "agg")
-        crossover = load(results, "crossover")
+        from .crossover import crossover_of
+
+        crossover = crossover_of(results)
         from .aggregate import one_admission
 
         rec = one_admission(recommendations(results, agg))
-        agg = one_admission(agg)  # one admission mode per figure (the seed's reserve first)
-        agg = agg.filter(pl.col("stable"))  # an unstable point is not a result (docs/model.md)
+        every = one_admission(agg)  # one admission mode per figure (paged first)
+        # an unstable point is not a result (docs/model.md): 01, 06 and 10 draw it as
+        # unstable; the other figures show stable points only
+        agg = every.filter(pl.col("stable"))
         events = _events(results)
         figures += [
-            ("01_mean_ttft_by_policy.png", lambda: plot_mean_ttft(agg)),
+            ("01_mean_ttft_by_policy.png", lambda: plot_mean_ttft(every)),
             ("03_replica_memory_tradeoff.png", lambda: plot_replica_memory(agg)),
             ("04_transfer_recompute_crossover.png", lambda: plot_crossover(crossover)),
             ("05_recommendation_matrix.png", lambda: plot_recommendations(rec)),
-            ("06_ttft_distribution.png", lambda: plot_ttft_distribution(agg)),
+            ("06_ttft_distribution.png", lambda: plot_ttft_distribution(every)),
             ("07_crossover_map.png", lambda: plot_crossover_map(crossover)),
-            ("10_regret.png", lambda: plot_regret(agg)),
+            ("10_regret.png", lambda: plot_regret(every)),
             ("11_breakeven_prefix.png", lambda: plot_breakeven(crossover)),
         ]
         if events is not None and events.height:

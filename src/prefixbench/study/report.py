@@ -98,11 +98,34 @@ def regime_table(rows: pl.DataFrame) -> pl.DataFrame:
             )
         ],
     )
-    base = t.filter(pl.col("policy") == BASELINE)["ttft_mean_ms"]
-    b = float(base[0]) if base.len() else math.nan
-    t = t.with_columns((pl.col("ttft_mean_ms") / b - 1).alias("ttft_vs_transfer"))
+    t = t.join(paired_vs_baseline(rows), on="policy", how="left")
     order = {p: i for i, p in enumerate(_policies(rows))}
     return t.sort(pl.col("policy").replace_strict(order, return_dtype=pl.Int64))
+
+
+def paired_vs_baseline(rows: pl.DataFrame) -> pl.DataFrame:
+    """Per policy: mean TTFT relative to transfer_per_request over the scenarios where
+    both are stable (``rows`` holds stable rows only), and how many those are (``paired``)."""
+    base = rows.filter(pl.col("policy") == BASELINE).select(
+        *SCENARIO, pl.col("ttft_mean_ms").alias("_base")
+    )
+    return (
+        rows.join(base, on=SCENARIO, how="inner")
+        .group_by("policy")
+        .agg(
+            pl.len().cast(pl.Int64).alias("paired"),
+            (pl.col("ttft_mean_ms").mean() / pl.col("_base").mean() - 1).alias(
+                "ttft_vs_transfer"
+            ),
+        )
+    )
+
+
+def _vs(r: dict) -> str:
+    if r["policy"] == BASELINE:
+        return "baseline"
+    n = r.get("paired")
+    return f"{signed_pct(r['ttft_vs_transfer'])} (N={n or 0})"
 
 
 def _regime_md(t: pl.DataFrame) -> str:
@@ -115,7 +138,8 @@ def _regime_md(t: pl.DataFrame) -> str:
             frac(r["shared_request_fraction"]),
             frac(r["replica_hit_rate"]),
             mb(r["mean_replica_kv_gb"]),
-            "baseline" if r["policy"] == BASELINE else signed_pct(r["ttft_vs_transfer"]),
+            str(r["scenarios"]),
+            _vs(r),
         ]
         for r in t.iter_rows(named=True)
     ]
@@ -128,7 +152,8 @@ def _regime_md(t: pl.DataFrame) -> str:
             "Shared request frac",
             "Replica hit rate",
             "Mean replica KV",
-            "TTFT vs transfer",
+            "Stable scenarios",
+            "TTFT vs transfer (N paired)",
         ],
         rows,
     )
@@ -215,7 +240,10 @@ def _scope_md(s: dict, meta: dict) -> str:
     return "\n".join(lines)
 
 
-def _regime_section(agg: pl.DataFrame, name: str, rule: str) -> list[str]:
+def _regime_section(
+    agg: pl.DataFrame, name: str, rule: str, every: pl.DataFrame | None = None
+) -> list[str]:
+    every = agg if every is None else every
     rows = regime(agg, name)
     out = [f"### {name.capitalize()} regime (budget factor {rule})", ""]
     if rows.height == 0:
@@ -223,16 +251,31 @@ def _regime_section(agg: pl.DataFrame, name: str, rule: str) -> list[str]:
     t = regime_table(rows)
     budgets = ", ".join(f"{b:g}" for b in sorted(set(rows["budget_factor"])))
     out += [
-        f"Budget factors {budgets}; {rows.select(SCENARIO).unique().height} scenarios per policy.",
+        f"Budget factors {budgets}; {rows.select(SCENARIO).unique().height} scenarios. Each "
+        "policy's means are over the scenarios where it is stable; its TTFT against "
+        "`transfer_per_request` is over the N scenarios where both are stable.",
         "",
     ]
     out += [_regime_md(t), ""]
+    gone = [q for q in _policies(regime(every, name)) if q not in set(t["policy"])]
+    if gone:
+        out += [
+            "Unstable in every scenario of this regime (no row above): "
+            + ", ".join(f"`{q}`" for q in gone),
+            "",
+        ]
     reps = t.filter(pl.col("policy") != BASELINE)
     if reps.height and BASELINE in set(t["policy"]):
         out += ["Mean TTFT relative to `transfer_per_request`:", ""]
         for r in reps.iter_rows(named=True):
+            if not r.get("paired"):
+                out.append(f"- `{r['policy']}`: no scenario where both are stable")
+                continue
             verb = "cuts" if r["ttft_vs_transfer"] < 0 else "raises"
-            out.append(f"- `{r['policy']}` {verb} it by {pct(abs(r['ttft_vs_transfer']))}")
+            out.append(
+                f"- `{r['policy']}` {verb} it by {pct(abs(r['ttft_vs_transfer']))} "
+                f"(over the {r['paired']} scenarios where both are stable)"
+            )
         out.append("")
     return out
 
@@ -409,9 +452,10 @@ def _stability_md(agg: pl.DataFrame) -> list[str]:
     ]
     return [
         *out,
-        f"{bad.height} of {agg.height} points are unstable (a queue grows without bound on at "
-        "least one seed). They are not steady states: the tables, plots and recommendations "
-        "below leave them out.",
+        f"{bad.height} of {agg.height} results (a policy on a scenario, over its seeds) are "
+        "unstable (a queue grows without bound on at least one seed). They are not steady "
+        "states: tables show them as unstable, recommendations do not rank them, and every "
+        "comparison with the baseline is over the scenarios where both are stable (N given).",
         "",
         md_table(["Model", "Workload", "Budget", "Policy", "Saturates", "ρ", "Stable below"], rows),
         "",
@@ -463,12 +507,14 @@ _NO_STABLE = [
 ]
 
 
-def _results_md(agg: pl.DataFrame, crossover: pl.DataFrame) -> list[str]:
+def _results_md(
+    agg: pl.DataFrame, crossover: pl.DataFrame, every: pl.DataFrame | None = None
+) -> list[str]:
     return [
         "## Policies by memory regime",
         "",
-        *_regime_section(agg, "relaxed", f"≥ {RELAXED_MIN:g}"),
-        *_regime_section(agg, "tight", f"≤ {TIGHT_MAX:g}"),
+        *_regime_section(agg, "relaxed", f"≥ {RELAXED_MIN:g}", every),
+        *_regime_section(agg, "tight", f"≤ {TIGHT_MAX:g}", every),
         *_best_md(best_relaxed_case(agg)),
         *_cliff_md(cliff_case(agg)),
         *_by_workload_md(agg),
@@ -633,10 +679,12 @@ def _admission_md(rec: pl.DataFrame, primary: str) -> list[str]:
 
 
 def build_report(results: Path, report_dir: Path, plots: Path | None = None) -> str:
+    from .crossover import crossover_of
+
     results = Path(results)
     agg = load(results, "agg")
     runs = load(results, "runs")
-    crossover = load(results, "crossover")
+    crossover = crossover_of(results)
     rec_all = recommendations(results, agg)
     if agg.height == 0:
         raise ArtifactError(
@@ -655,6 +703,7 @@ def build_report(results: Path, report_dir: Path, plots: Path | None = None) -> 
         "",
         f"Results: `{results}` (agg.parquet of {stamp:%Y-%m-%d %H:%M} UTC).",
         "",
+        *_system_md(results, every, primary),
         "## How to read this",
         "",
         HOW_TO_READ,
@@ -664,7 +713,7 @@ def build_report(results: Path, report_dir: Path, plots: Path | None = None) -> 
         _scope_md(scope(runs, every), meta),
         "",
         *_stability_md(every),
-        *(_results_md(agg, crossover) if agg.height else _NO_STABLE),
+        *(_results_md(agg, crossover, every) if agg.height else _NO_STABLE),
         *_recommend_md(rec),
         *tier_md(agg, TIGHT_MAX),
         *_admission_md(rec_all, primary),
@@ -672,6 +721,30 @@ def build_report(results: Path, report_dir: Path, plots: Path | None = None) -> 
     if plots is not None:
         lines += _plots_md(Path(plots), report_dir)
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _system_md(results: Path, agg: pl.DataFrame, admission: str) -> list[str]:
+    """The report header's system line: the hardware of the sweep's first grid point, the
+    models, the KV GB per decode instance over the grid, the admission and the SLOs."""
+    import json
+
+    from prefixbench.study.systemline import scenario_parts, wrap
+
+    from ..errors import PrefixbenchError
+    from .grid import build_spec
+
+    try:
+        spec = build_spec(json.loads((Path(results) / "sweep.json").read_text()))
+        p = next(q for q in spec.points() if q.admission == admission)
+        s = p.load()
+    except (OSError, ValueError, PrefixbenchError, StopIteration):
+        return []
+    gb = agg["kv_budget_gb"].drop_nulls()
+    kv = f"KV {gb.min():.2f}–{gb.max():.2f} GB" if len(gb) else "KV n/a"
+    parts = scenario_parts(s, f"{kv} per decode instance", "rate per workload")
+    parts[0] = "models " + ", ".join(sorted(set(agg["model"])))
+    lines = wrap(parts, "System: ", width=10**6)
+    return [*lines, ""]
 
 
 def write_report(

@@ -237,8 +237,8 @@ def _naming(p: Point):
     try:
         yield
     except PrefixbenchError as e:
-        label = f"sweep point {p.model}/{p.workload}/budget {p.budget_factor:g}/seed {p.seed}"
-        if p.admission != "reserve":
+        label = f"grid point {p.model}/{p.workload}/budget {p.budget_factor:g}/seed {p.seed}"
+        if p.admission != "paged":
             label += f"/{p.admission}"
         raise type(e)(
             e.what, where=f"{label}: {e.where}" if e.where else label, fix=e.fix
