@@ -424,7 +424,6 @@ def checked_budget(s: Scenario, k: Costs, raw: float, req: Requests) -> int:
 def engine_config(s: Scenario, k: Costs, req: Requests, budget: int) -> EngineConfig:
     """The engine's configuration of the prepared scenario (policy filled in per run)."""
     c, m = s.cluster, s.memory
-    link = catalog.get_link(c.link.name)
     prefill_cache = int((k.p_cost.memory_bytes - k.pwbytes) * c.prefill_cache_fraction / k.kv_bpt)
     host_tokens, host_bps, host_lat = host_tier(s, budget, k.kv_bpt)
     return EngineConfig(
