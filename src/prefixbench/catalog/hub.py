@@ -106,8 +106,7 @@ def resolve_hf_id(hf_id: str):
     path = cached_config(hf_id) or _fetch(hf_id)
     if path is None:
         raise CatalogError(
-            f"model '{hf_id}' is not in the catalog nor in the Hugging Face cache "
-            f"({hub_cache()})",
+            f"model '{hf_id}' is not in the catalog nor in the Hugging Face cache ({hub_cache()})",
             fix=f"fetch its config with `huggingface-cli download {hf_id} config.json`, or "
             "`pip install 'prefixbench[hf]'` to fetch it when online, or pass a config.json "
             "path",

@@ -21,6 +21,7 @@ from .app import (
     guarded,
     out,
 )
+from .launch import EmitOpt, print_run_answer, save_run_results
 
 # ------------------------------------------------------------------ run
 
@@ -80,6 +81,14 @@ def run(
         Path | None,
         typer.Option("--timeline", help="Write a Chrome/Perfetto trace (open in ui.perfetto.dev)."),
     ] = None,
+    emit: EmitOpt = None,
+    save_result: Annotated[
+        bool,
+        typer.Option("--save-result", help="Write one `vllm bench serve --save-result` JSON per policy."),
+    ] = False,
+    result_dir: Annotated[
+        Path, typer.Option("--result-dir", help="Folder for the --save-result files.")
+    ] = Path("."),
 ) -> None:
     """Simulate one scenario under every policy (or one) and compare them."""
     from prefixbench.io.export import parse_percentiles, run_result, write_requests
@@ -113,6 +122,8 @@ def run(
     paths = write_run(tables, out_dir)
     if requests_out is not None:
         paths.append(write_requests(tables.requests, requests_out))
+    if save_result:
+        paths += save_run_results(s, tables, result_dir, pcts)
     # after the run: an impossible replay's error stays the only stderr line
     if preset_for_trace:
         c = s.cluster
@@ -126,6 +137,9 @@ def run(
             soft_wrap=True,
         )
     rows = tables.summary.to_dicts()
+    if emit is not None:  # only the flags: the winner's launch commands
+        print_run_answer(s, rows, emit)
+        return
     for note in tables.prepared.notes:
         err.print(f"note: {safe_text(note)}", markup=False, highlight=False, soft_wrap=True)
     _warn_unstable(rows)
@@ -148,6 +162,7 @@ def run(
         f"{len(prep.requests):,} requests (seed {s.seed})"
     )
     out.print(run_table(rows, title))
+    print_run_answer(s, rows, None)
     energy = [(r["policy"], r.get("energy_per_token_j")) for r in rows]
     if any(e is not None for _, e in energy):  # --- power (compare has the table)
         out.print(

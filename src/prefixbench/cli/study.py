@@ -22,6 +22,7 @@ from .app import (
     guarded,
     out,
 )
+from .launch import EmitOpt, print_policy_answer
 
 # ------------------------------------------------------------------ study pipeline
 
@@ -363,6 +364,7 @@ def recommend(
         int | None, typer.Option("--jobs", "-j", help="Worker processes when runs are needed.")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    emit: EmitOpt = None,
 ) -> None:
     """Recommend a policy per workload for a model and budget, with its margin."""
     from prefixbench.render.tables import recommend_table
@@ -392,7 +394,11 @@ def recommend(
     if as_json:
         echo_json(rows)
         return
+    if emit is not None:
+        print_policy_answer(rows, emit)
+        return
     out.print(recommend_table(rows, f"{model} at budget {budget:g} ({objective.value})"))
+    print_policy_answer(rows, None)
     err.print(f"wrote {path}", highlight=False)
 
 

@@ -44,6 +44,8 @@ DEFAULTS: dict[str, Any] = {
     "--prefix-repetition-suffix-len": 256,
     "--prefix-repetition-num-prefixes": 10,
     "--prefix-repetition-output-len": 128,
+    "--num-warmups": 0,
+    "--seed": 0,
 }
 FLOATS = {"--request-rate", "--burstiness", "--random-range-ratio"}
 READ = set(DEFAULTS) | {"--max-concurrency", "--goodput", "--percentile-metrics",
@@ -134,7 +136,7 @@ def _arrivals(bench: Bench) -> dict:
     bench.used("--burstiness", field="workload.arrivals.process, cv = 1/√burstiness")
     if conc:
         bench.used("--max-concurrency", field="–", status=NOT_MODELLED,
-                   note="not modelled: vLLM holds a new request while this many are in "
+                   note="vLLM holds a new request while this many are in "
                    "flight; here arrivals are open-loop, so overload shows as queueing "
                    "(TTFT) instead of a lower sent rate")  # fmt: skip
     return out
@@ -161,7 +163,10 @@ def _workload(bench: Bench) -> dict:
 
 
 def _uniform(mean: int, r: float, low_floor: int) -> dict:
-    low, high = max(math.floor(mean * (1 - r)), low_floor), max(math.ceil(mean * (1 + r)), low_floor)
+    low, high = (
+        max(math.floor(mean * (1 - r)), low_floor),
+        max(math.ceil(mean * (1 + r)), low_floor),
+    )
     return {"kind": "fixed", "value": low} if low == high else {
         "kind": "uniform", "low": low, "high": high}  # fmt: skip
 
@@ -214,7 +219,7 @@ def _burstgpt(bench: Bench) -> dict:
                "mean rate")  # fmt: skip
     if bench.value("--burstiness") != 1.0:
         bench.used("--burstiness", field="–", status=NOT_MODELLED,
-                   note="not modelled with a trace: the trace's own gaps are kept")  # fmt: skip
+                   note="with a trace, the trace's own gaps are kept")  # fmt: skip
     return {"kind": "trace", "path": path, "format": "burstgpt",
             "rate": rate if math.isfinite(rate) else None}  # fmt: skip
 
@@ -252,7 +257,7 @@ def _slo(bench: Bench) -> None:
             bench.b.row("bench", f"--goodput {item}", f"slo.{metric}_ms")
         elif metric == "e2el":
             bench.b.row("bench", f"--goodput {item}", "–", NOT_MODELLED,
-                        "not modelled: goodput counts TTFT and TPOT targets only")  # fmt: skip
+                        "goodput counts TTFT and TPOT targets only")  # fmt: skip
         else:
             raise ScenarioError(f"--goodput {item}: unknown metric {metric}", where="--bench",
                                 fix="use ttft, tpot or e2el")  # fmt: skip

@@ -37,6 +37,17 @@ def connectors(cfg: dict) -> list[str]:
     return [name] if name else []
 
 
+def offload_bytes(cfg: dict) -> int | None:
+    """The OffloadingConnector's ``cpu_bytes_to_use`` (its CPU pool), if given."""
+    parts = [cfg] + list((cfg.get("kv_connector_extra_config") or {}).get("connectors", []))
+    for part in parts:
+        if part.get("kv_connector") == "OffloadingConnector":
+            value = (part.get("kv_connector_extra_config") or {}).get("cpu_bytes_to_use")
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+    return None
+
+
 def apply_transfer(b: Build, s: Serve) -> None:
     """--kv-transfer-config (vLLM) and --disaggregation-mode / -transfer-backend (SGLang)."""
     if "kv_transfer" in s.values:
@@ -89,7 +100,7 @@ def apply_prefill_cache(b: Build, s: Serve) -> None:
     for k in ("decode_radix", "hicache", "hicache_ratio", "hicache_size", "hicache_policy"):
         if k in s.values:
             b.row(s, s.flag(k), "–", NOT_MODELLED,
-                  "not modelled on a prefill server: its prefix cache is HBM only")  # fmt: skip
+                  "on a prefill server: its prefix cache is HBM only")  # fmt: skip
 
 
 def decode_policy(b: Build, s: Serve) -> str:
@@ -107,6 +118,11 @@ def _vllm_policy(b: Build, s: Serve) -> str:
         "transfer_per_request")  # fmt: skip
     flag = s.flag("prefix_cache") or "(vLLM default: --enable-prefix-caching)"
     b.row(s, flag, f"policy = {policy}")
+    host = offload_bytes(s.get("kv_transfer", {}))
+    if offload and host is not None:
+        b.set("memory.host_kv_gb", host / 1e9)
+        b.row(s, "(OffloadingConnector cpu_bytes_to_use)", "memory.host_kv_gb", MAPPED,
+              f"{host / 1e9:g} GB per instance")  # fmt: skip
     if offload and not cache:
         b.row(s, s.flag("kv_transfer"), "–", APPROX,
               "a CPU offloading connector without the prefix cache keeps nothing to reuse; "
@@ -125,8 +141,14 @@ def _sglang_policy(b: Build, s: Serve) -> str:
     b.row(s, flag, f"policy = {policy}")
     if hicache:
         status = MAPPED if radix else APPROX
-        note = "" if radix else ("without --disaggregation-decode-enable-radix-cache the host "
-                                 "tier has nothing to match; simulated as transfer_per_request")
+        note = (
+            ""
+            if radix
+            else (
+                "without --disaggregation-decode-enable-radix-cache the host "
+                "tier has nothing to match; simulated as transfer_per_request"
+            )
+        )
         b.row(s, s.flag("hicache"), "policy = replicate_tiered" if radix else "–", status, note)
     _hicache_policy(b, s)
     return policy
@@ -150,8 +172,13 @@ def apply_host_pool(b: Build, s: Serve, kv_budget_gb: float | None) -> None:
     if "hicache_size" in s.values:
         gb = s.get("hicache_size") * s.get("tp", 1) * s.get("pp", 1)
         b.set("memory.host_kv_gb", gb)
-        b.row(s, s.flag("hicache_size"), "memory.host_kv_gb", MAPPED,
-              f"{gb:g} GB: the size per rank × {s.get('tp', 1) * s.get('pp', 1)} ranks")
+        b.row(
+            s,
+            s.flag("hicache_size"),
+            "memory.host_kv_gb",
+            MAPPED,
+            f"{gb:g} GB: the size per rank × {s.get('tp', 1) * s.get('pp', 1)} ranks",
+        )
         return
     if "hicache_ratio" not in s.values:
         return

@@ -136,13 +136,15 @@ def apply_batching(b: Build, s: Serve) -> None:
     if "max_seqs" in s.values:
         if s.role == "prefill":
             b.row(s, s.flag("max_seqs"), "–", NOT_MODELLED,
-                  "not modelled: a prefill step batches prompts up to "
+                  "a prefill step batches prompts up to "
                   "cluster.prefill_token_budget tokens, not a count of sequences")  # fmt: skip
         else:
             b.set("cluster.max_decode_batch", s.get("max_seqs"))
             b.row(s, s.flag("max_seqs"), "cluster.max_decode_batch")
     if "max_batched" in s.values:
-        field = "cluster.prefill_token_budget" if s.role == "prefill" else "cluster.chunk_token_budget"
+        field = (
+            "cluster.prefill_token_budget" if s.role == "prefill" else "cluster.chunk_token_budget"
+        )
         b.set(field, s.get("max_batched"))
         b.row(s, s.flag("max_batched"), field)
     _chunked(b, s)
@@ -162,5 +164,5 @@ def _chunked(b: Build, s: Serve) -> None:
         b.row(s, flag, "cluster.colocated_scheduler")
     elif "chunked" in s.values:
         status, note = (NO_EFFECT, "decode steps carry no prompts") if s.role == "decode" else (
-            NOT_MODELLED, "not modelled: a prefill step runs whole prompts")  # fmt: skip
+            NOT_MODELLED, "a prefill step runs whole prompts")  # fmt: skip
         b.row(s, s.flag("chunked"), "–", status, note)

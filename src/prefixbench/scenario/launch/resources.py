@@ -35,13 +35,12 @@ def scenario_model(b: Build, serves: list[Serve]) -> str:
         raise ScenarioError(f"the roles serve different models ({given})",
                             where="--prefill/--decode", fix="give the same model to both")  # fmt: skip
     model = next(iter(given.values()))
-    name = (catalog_name(model) if looks_like_hf_id(model) else None) or model
-    b.set("model", name)
+    preset = catalog_name(model) if looks_like_hf_id(model) else None
+    b.set("model", model)
     for s in serves:
         if s.get("model"):
-            shown = f"model = {name}" + (f" (catalog: {model})" if name != model else "")
-            b.row(s, s.flag("model"), shown)
-    return name
+            b.row(s, s.flag("model"), "model" + (f" (catalog: {preset})" if preset else ""))
+    return model
 
 
 def weight_gb(b: Build) -> float:
@@ -154,4 +153,3 @@ def _unmodelled_spec(method: str) -> ScenarioError:
         fix="the simulation models a draft model (draft_model, EAGLE heads, STANDALONE: give "
         "its model) and MTP heads (mtp, deepseek_mtp, NEXTN)",
     )
-

@@ -31,9 +31,7 @@ class ImportResult:
     @property
     def warnings(self) -> list[str]:
         return [
-            f"{r.command}: {r.flag}: {r.note}"
-            for r in self.rows
-            if r.status in WARNED
+            f"{r.command}: {r.flag}: {r.status}: {r.note}" for r in self.rows if r.status in WARNED
         ]
 
     def as_json(self) -> dict:

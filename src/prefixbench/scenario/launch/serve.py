@@ -191,10 +191,10 @@ def _read_flag(s: Serve, flag: Flag, table: dict[str, str], where: str) -> None:
     elif flag.name in NO_EFFECT_FLAGS:
         s.rows.append(Row(s.role, flag.text(), "–", NO_EFFECT, "does not change performance"))
     elif flag.name in NOT_MODELLED_FLAGS:
-        note = f"not modelled: {NOT_MODELLED_FLAGS[flag.name]}"
+        note = f"would change: {NOT_MODELLED_FLAGS[flag.name]}"
         s.rows.append(Row(s.role, flag.text(), "–", NOT_MODELLED, note))
     else:
-        note = (f"not known to prefixbench for {s.stack}: not simulated; check whether it "
+        note = (f"not a {s.stack} flag prefixbench knows: not simulated; check whether it "
                 "changes performance")  # fmt: skip
         s.rows.append(Row(s.role, flag.text(), "–", UNKNOWN, note))
 

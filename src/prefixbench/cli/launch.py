@@ -1,0 +1,132 @@
+"""`import`: launch and bench command lines in, a scenario YAML out."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .app import app, echo_json, err, guarded, out
+
+_Cmd = Annotated[str | None, typer.Option(metavar="COMMAND")]
+
+
+@app.command("import")
+@guarded
+def import_(
+    prefill: Annotated[
+        str | None,
+        typer.Option(
+            "--prefill",
+            help="The prefill server's `vllm serve …` or `python -m sglang.launch_server …` command.",
+        ),
+    ] = None,
+    decode: Annotated[
+        str | None, typer.Option("--decode", help="The decode server's command.")
+    ] = None,
+    serve: Annotated[
+        str | None,
+        typer.Option(
+            "--serve", help="One colocated server's command (instead of --prefill/--decode)."
+        ),
+    ] = None,
+    bench: Annotated[
+        str | None, typer.Option("--bench", help="The load: a `vllm bench serve …` command.")
+    ] = None,
+    hardware: Annotated[
+        str | None,
+        typer.Option(
+            "--hardware", help="Accelerator of every server (catalog name or hardware YAML)."
+        ),
+    ] = None,
+    link: Annotated[
+        str | None,
+        typer.Option("--link", help="Network between prefill and decode servers (catalog link)."),
+    ] = None,
+    out_file: Annotated[Path, typer.Option("--out", help="Scenario YAML to write.")] = Path(
+        "imported.yaml"
+    ),
+    name: Annotated[str, typer.Option("--name", help="Scenario name.")] = "imported",
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the scenario and the flag table as JSON.")
+    ] = False,
+) -> None:
+    """Write a scenario from the commands you would launch, and show where each flag went."""
+    from prefixbench.render.launch import import_table
+    from prefixbench.scenario.launch.importer import import_deployment, write_scenario
+
+    result = import_deployment(prefill=prefill, decode=decode, serve=serve, bench=bench,
+                               hardware=hardware, link=link, name=name)  # fmt: skip
+    commands = {"prefill": prefill, "decode": decode, "serve": serve, "bench": bench}
+    path = write_scenario(result, commands, out_file)
+    if as_json:
+        echo_json({**result.as_json(), "path": str(path)})
+        return
+    for line in result.warnings:
+        err.print(f"warning: {line}", markup=False, highlight=False, soft_wrap=True)
+    out.print(import_table(result.rows, f"flags → {path}"))
+    err.print(f"wrote {path}; run it with `prefixbench run {path}`", markup=False,
+              highlight=False, soft_wrap=True)  # fmt: skip
+
+
+class Stack(str, Enum):
+    vllm = "vllm"
+    sglang = "sglang"
+
+
+EmitOpt = Annotated[
+    Stack | None,
+    typer.Option(
+        "--emit", help="Print only the launch flags of the winning policy for this stack."
+    ),
+]
+
+
+def _print_lines(lines: list[str]) -> None:
+    for line in lines:
+        out.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def print_run_answer(s, rows: list[dict], emit: Stack | None) -> None:
+    """`run`: the winning policy as launch commands (all stacks, or only ``emit``'s flags)."""
+    from prefixbench.render.launch import answer_lines
+    from prefixbench.study.answer import run_answers, run_winner
+
+    winner = run_winner(rows)
+    if winner is None:
+        err.print("no stable policy: no launch flags to recommend", highlight=False)
+        return
+    budget = next((r.get("kv_budget_gb") for r in rows if r["policy"] == winner), None)
+    stacks = (emit.value,) if emit else ("vllm", "sglang")
+    answers = run_answers(s, winner, budget, stacks)
+    if emit:
+        _print_lines([ln.split(": ", 1)[1] if ln.startswith(("prefill", "decode", "serve"))
+                      else ln for a in answers for ln in a.lines()])  # fmt: skip
+        return
+    _print_lines(answer_lines(winner, answers, f"launch {winner} (the balanced rule's pick):"))
+
+
+def print_policy_answer(rows: list[dict], emit: Stack | None) -> None:
+    """`recommend`: each workload's recommended policy as its launch flags."""
+    from prefixbench.render.launch import answer_lines
+    from prefixbench.study.answer import policy_answers
+
+    stacks = (emit.value,) if emit else ("vllm", "sglang")
+    for policy in dict.fromkeys(r["recommended"] for r in rows if r["recommended"]):
+        answers = policy_answers(policy, stacks)
+        if emit:
+            _print_lines([ln for a in answers for ln in a.lines()])
+            continue
+        where = ", ".join(r["workload"] for r in rows if r["recommended"] == policy)
+        _print_lines(answer_lines(policy, answers, f"{policy} ({where}) as launch flags:"))
+
+
+def save_run_results(s, tables, result_dir: Path, percentiles) -> list[Path]:
+    """`run --save-result`: one `vllm bench serve`-format JSON per policy."""
+    from prefixbench import catalog
+    from prefixbench.io.benchresult import write_bench_results
+
+    model_id = catalog.get_model(s.model).hf_id or s.model
+    return write_bench_results(s, model_id, tables, result_dir, percentiles)
