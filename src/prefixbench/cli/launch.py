@@ -90,34 +90,40 @@ def _print_lines(lines: list[str]) -> None:
 
 
 def print_run_answer(s, rows: list[dict], emit: Stack | None) -> None:
-    """`run`: the winning policy as launch commands (all stacks, or only ``emit``'s flags)."""
-    from prefixbench.render.launch import answer_lines
-    from prefixbench.study.answer import run_answers, run_winner
+    """`run`: the winning policy as launch commands (all stacks, or only ``emit``'s flags);
+    when the winner has no flags on a stack, also the best-ranked policy that has."""
+    from prefixbench.render.launch import answer_lines, emit_lines
+    from prefixbench.study.answer import best_with_flags, run_answers, run_ranking
 
-    winner = run_winner(rows)
-    if winner is None:
+    ranked = run_ranking(rows)
+    if not ranked:
         err.print("no stable policy: no launch flags to recommend", highlight=False)
         return
-    budget = next((r.get("kv_budget_gb") for r in rows if r["policy"] == winner), None)
+    budget = next((r.get("kv_budget_gb") for r in rows if r["policy"] == ranked[0]), None)
     stacks = (emit.value,) if emit else ("vllm", "sglang")
-    answers = run_answers(s, winner, budget, stacks)
-    if emit:
-        _print_lines([ln.split(": ", 1)[1] if ln.startswith(("prefill", "decode", "serve"))
-                      else ln for a in answers for ln in a.lines()])  # fmt: skip
-        return
-    _print_lines(answer_lines(winner, answers, f"launch {winner} (the balanced rule's pick):"))
+    picks = [ranked[0]] + [p for p in {best_with_flags(ranked, st) for st in stacks} - {None}
+                           if p != ranked[0]]  # fmt: skip
+    for i, policy in enumerate(picks):
+        answers = run_answers(s, policy, budget, stacks if i == 0 else [
+            st for st in stacks if best_with_flags(ranked, st) == policy])  # fmt: skip
+        if emit:
+            _print_lines(emit_lines(answers))
+            continue
+        title = (f"launch {policy} (the balanced rule's pick):" if i == 0 else
+                 f"best-ranked policy with launch flags: {policy}")  # fmt: skip
+        _print_lines(answer_lines(policy, answers, title))
 
 
 def print_policy_answer(rows: list[dict], emit: Stack | None) -> None:
     """`recommend`: each workload's recommended policy as its launch flags."""
-    from prefixbench.render.launch import answer_lines
+    from prefixbench.render.launch import answer_lines, emit_lines
     from prefixbench.study.answer import policy_answers
 
     stacks = (emit.value,) if emit else ("vllm", "sglang")
     for policy in dict.fromkeys(r["recommended"] for r in rows if r["recommended"]):
         answers = policy_answers(policy, stacks)
         if emit:
-            _print_lines([ln for a in answers for ln in a.lines()])
+            _print_lines(emit_lines(answers))
             continue
         where = ", ".join(r["workload"] for r in rows if r["recommended"] == policy)
         _print_lines(answer_lines(policy, answers, f"{policy} ({where}) as launch flags:"))
@@ -126,7 +132,8 @@ def print_policy_answer(rows: list[dict], emit: Stack | None) -> None:
 def save_run_results(s, tables, result_dir: Path, percentiles) -> list[Path]:
     """`run --save-result`: one `vllm bench serve`-format JSON per policy."""
     from prefixbench import catalog
+    from prefixbench.catalog.hub import looks_like_hf_id
     from prefixbench.io.benchresult import write_bench_results
 
-    model_id = catalog.get_model(s.model).hf_id or s.model
+    model_id = s.model if looks_like_hf_id(s.model) else catalog.get_model(s.model).hf_id or s.model
     return write_bench_results(s, model_id, tables, result_dir, percentiles)

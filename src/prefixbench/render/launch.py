@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+
 from rich.table import Table
 
 from .tables import _cell, safe_text
@@ -28,4 +30,17 @@ def answer_lines(policy: str, answers, title: str | None = None) -> list[str]:
     for a in answers:
         for line in a.lines():
             lines.append(f"  {a.stack} {line}" if not line.startswith(a.stack) else f"  {line}")
+    return lines
+
+
+def emit_lines(answers) -> list[str]:
+    """``--emit``: only the flags, one command per line, each role and any note as a shell
+    comment so the output pastes into a script."""
+    lines: list[str] = []
+    for a in answers:
+        if not a.flags:
+            lines += [f"# {line}" for line in a.lines()]
+            continue
+        for role, words in a.flags.items():
+            lines += [f"# {a.policy}: {role}", shlex.join(words)]
     return lines

@@ -12,10 +12,23 @@ from prefixbench.scenario.launch.emit import STACKS, Answer, policy_flags, serve
 from .recommend import rank
 
 
+def run_ranking(rows: list[dict]) -> list[str]:
+    """The run's stable policies, best first under the balanced rule."""
+    stable = [r for r in rows if r.get("stable", True)]
+    return rank(stable, "balanced") if stable else []
+
+
 def run_winner(rows: list[dict]) -> str | None:
     """The run's best stable policy under the balanced rule, or None if none is stable."""
-    stable = [r for r in rows if r.get("stable", True)]
-    return rank(stable, "balanced")[0] if stable else None
+    ranked = run_ranking(rows)
+    return ranked[0] if ranked else None
+
+
+def best_with_flags(ranked: list[str], stack: str) -> str | None:
+    """The best-ranked policy that ``stack`` can launch (the winner may have no flags)."""
+    from prefixbench.scenario.launch.stackflags import STACK_FLAGS
+
+    return next((p for p in ranked if STACK_FLAGS[p].get(stack) is not None), None)
 
 
 def run_answers(s, policy: str, kv_budget_gb: float | None, stacks=STACKS) -> list[Answer]:

@@ -120,7 +120,7 @@ def _vllm_policy(b: Build, s: Serve) -> str:
     b.row(s, flag, f"policy = {policy}")
     host = offload_bytes(s.get("kv_transfer", {}))
     if offload and host is not None:
-        b.set("memory.host_kv_gb", host / 1e9)
+        b.set("memory.host_kv_gb", round(host / 1e9, 6))
         b.row(s, "(OffloadingConnector cpu_bytes_to_use)", "memory.host_kv_gb", MAPPED,
               f"{host / 1e9:g} GB per instance")  # fmt: skip
     if offload and not cache:
@@ -171,7 +171,7 @@ def apply_host_pool(b: Build, s: Serve, kv_budget_gb: float | None) -> None:
     """--hicache-size (GB per rank) or --hicache-ratio (× the HBM KV pool) → memory.host_kv_gb."""
     if "hicache_size" in s.values:
         gb = s.get("hicache_size") * s.get("tp", 1) * s.get("pp", 1)
-        b.set("memory.host_kv_gb", gb)
+        b.set("memory.host_kv_gb", round(gb, 6))
         b.row(
             s,
             s.flag("hicache_size"),
@@ -184,7 +184,7 @@ def apply_host_pool(b: Build, s: Serve, kv_budget_gb: float | None) -> None:
         return
     ratio = s.get("hicache_ratio")
     if kv_budget_gb is not None:
-        b.set("memory.host_kv_gb", ratio * kv_budget_gb)
+        b.set("memory.host_kv_gb", round(ratio * kv_budget_gb, 6))
         b.row(s, s.flag("hicache_ratio"), "memory.host_kv_gb", MAPPED,
               f"{ratio:g} × the {kv_budget_gb:.2f} GB HBM KV pool")  # fmt: skip
     elif ratio == 2:
