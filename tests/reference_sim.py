@@ -413,30 +413,11 @@ def group_split(group) -> Split:
     return Split(group.tp, group.pp, group.ep, fab.bandwidth_gbps, fab.latency_us)
 
 
-def scenario_config(prep) -> RefConfig:
-    """The reference's configuration of a prepared scenario, physics derived here.
-
-    From the scenario: model and accelerator specs (catalog data), device counts, the
-    efficiency block, link, routers, batch and token budgets, memory options. From ``prep``:
-    the requests and the hot set only. The decode KV budget, the prefill cache capacity and
-    the colocated budget are computed with the reference roofline (docs/model.md §1.4, §3).
-    """
+def decode_roofline(s, model) -> Roofline:
+    """The decode pool's roofline: CED replay and speculative draft included (§2.12, §2.13)."""
     from prefixbench import catalog
 
-    s = prep.scenario
-    c, m = s.cluster, s.memory
-    model = catalog.get_model(s.model)
-    p_roof = roofline(
-        model,
-        catalog.get_accelerator(c.prefill.accelerator),
-        c.prefill.devices,
-        s.efficiency,
-        group_split(c.prefill),
-        c.prefill.power_cap_w,
-        s.model_format.ced_encoder_layers,
-        s.model_format.ced_replay_on,  # --- ced
-        s.model_format.ced_replay_tokens,
-    )
+    c = s.cluster
     d_roof = roofline(
         model,
         catalog.get_accelerator(c.decode.accelerator),
@@ -461,6 +442,68 @@ def scenario_config(prep) -> RefConfig:
         d_acc = catalog.get_accelerator(c.decode.accelerator)
         d_draft = roofline(draft, d_acc, c.decode.devices, s.efficiency, group_split(c.decode))
         d_roof.speculate(d_draft, sp.gamma, sp.acceptance)
+    return d_roof
+
+
+def utilization_budget(s, model, d_roof) -> int:
+    """vLLM's --gpu-memory-utilization: that share of the instance's HBM, less the weights
+    (the draft's too) and per device a decode step's activations plus fp32 logits."""
+    c = s.cluster
+    tp = max(c.decode.devices // (c.decode.pp * c.decode.ep), 1) if c.decode.tp is None else c.decode.tp
+    weights = d_roof.w_all + (d_roof.spec[0].w_all if getattr(d_roof, "spec", None) else 0.0)
+    act = c.chunk_token_budget * (4 * model.hidden_size + 2 * model.intermediate_size / tp)
+    reserve = act * model.weight_bytes + c.max_decode_batch * model.vocab_size * 4
+    pool = s.memory.gpu_memory_utilization * d_roof.memory - weights - reserve * c.decode.devices
+    return int(max(pool, 0.0) / getattr(d_roof, "kv_resident", d_roof.kv))
+
+
+def factor_budget(prep, d_roof, n: int, colocated: bool) -> int:
+    """memory.budget_factor × the reference demand, measured on the scenario's reference
+    (the file as written on the run's model: its own requests, rate and hardware), kept in
+    GB when the bytes per token differ (docs/model.md, "Memory in GB")."""
+    from prefixbench import catalog
+    from prefixbench.system.runner import build_requests, same_system
+
+    s = prep.scenario
+    rs = s.reference()
+    own = same_system(rs, s)
+    req = prep.requests if own else build_requests(rs)[0]
+    r_roof = d_roof if own else decode_roofline(rs, catalog.get_model(rs.model))
+    block = s.cluster.block_size if s.memory.admission == "paged" and not colocated else 1
+    max_batch = s.cluster.max_decode_batch if own else rs.cluster.max_decode_batch
+    tokens = reference_demand(req, r_roof, n, max_batch, block)
+    kv_ref = getattr(r_roof, "kv_resident", r_roof.kv)
+    kv = getattr(d_roof, "kv_resident", d_roof.kv)
+    if kv_ref == kv:
+        return int(s.memory.budget_factor * tokens)
+    return int(s.memory.budget_factor * tokens * kv_ref / kv)
+
+
+def scenario_config(prep) -> RefConfig:
+    """The reference's configuration of a prepared scenario, physics derived here.
+
+    From the scenario: model and accelerator specs (catalog data), device counts, the
+    efficiency block, link, routers, batch and token budgets, memory options. From ``prep``:
+    the requests and the hot set only. The decode KV budget, the prefill cache capacity and
+    the colocated budget are computed with the reference roofline (docs/model.md §1.4, §3).
+    """
+    from prefixbench import catalog
+
+    s = prep.scenario
+    c, m = s.cluster, s.memory
+    model = catalog.get_model(s.model)
+    p_roof = roofline(
+        model,
+        catalog.get_accelerator(c.prefill.accelerator),
+        c.prefill.devices,
+        s.efficiency,
+        group_split(c.prefill),
+        c.prefill.power_cap_w,
+        s.model_format.ced_encoder_layers,
+        s.model_format.ced_replay_on,  # --- ced
+        s.model_format.ced_replay_tokens,
+    )
+    d_roof = decode_roofline(s, model)
     link = catalog.get_link(c.link.name)
     colocated = c.mode == "colocated"
     n = c.prefill_instances + c.decode_instances if colocated else c.decode_instances
@@ -468,17 +511,10 @@ def scenario_config(prep) -> RefConfig:
         budget = int(m.kv_budget_gb * 1e9 / getattr(d_roof, "kv_resident", d_roof.kv))
         if colocated:
             budget = budget * c.decode_instances // n
+    elif m.gpu_memory_utilization is not None:
+        budget = utilization_budget(s, model, d_roof)
     else:
-        budget = int(
-            m.budget_factor
-            * reference_demand(
-                prep.requests,
-                d_roof,
-                n,
-                c.max_decode_batch,
-                c.block_size if m.admission == "paged" and not colocated else 1,
-            )
-        )
+        budget = factor_budget(prep, d_roof, n, colocated)
     from prefixbench.catalog.hostpaths import HOST_DRAM_GB_PER_DEVICE, get_host_path
 
     host_gb = c.decode.host_memory_gb or HOST_DRAM_GB_PER_DEVICE * c.decode.devices

@@ -30,8 +30,11 @@ def test_colocated_inter_token_tail_is_worse_under_load():
     """Long prompts under load: prefill-priority stalls every running decode for whole
     prefill steps, so the worst token gap per request grows far beyond disaggregated's."""
     s = load_scenario(
-        "long_context_support", [*SHORT, "workload.arrivals.rate=3", "cluster.prefill_instances=2"]
-    )
+        "long_context_support",
+        # memory stated in GB (a budget factor would size it at the file's 2 req/s)
+        [*SHORT, "workload.arrivals.rate=3", "cluster.prefill_instances=2",
+         "memory.kv_budget_gb=12.8"],
+    )  # fmt: skip
     c = compare(s, "transfer_per_request")
     disagg, coupled = c.rows[0], c.rows[1]
     assert coupled["system"] == "colocated priority"

@@ -620,6 +620,9 @@ def test_colocated_matches_reference(case):
 
 SCENARIOS = [
     ("tool_call", ()),
+    # a budget factor at another rate and accelerator: measured on the file's (memory in GB)
+    ("tool_call", ("workload.arrivals.rate=28", "cluster.decode.accelerator=a100-80gb")),
+    ("tool_call", ("memory.gpu_memory_utilization=0.3", "memory.admission=paged")),
     (  # layer-wise streaming on 2 NICs per instance, recompute chunks of 256 tokens
         "tool_call",
         (

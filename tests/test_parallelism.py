@@ -212,11 +212,15 @@ def test_zero_cost_fabric_is_bit_identical_to_ideal_tensor_parallelism(name):
     communication was modelled, exactly (== on every float); their recompute_on_decode rows
     were regenerated when recompute became chunks in decode iterations."""
     want = json.loads((GOLDEN / f"{name}_ideal_fabric.json").read_text())
-    got = _summary(name, ["cluster.prefill.fabric=ideal", "cluster.decode.fabric=ideal"])
+    # those runs sized memory on the ideal fabric; a budget factor now measures it on the
+    # file's fabric (docs/model.md, "Memory in GB"), so the golden's size is stated in GB
+    gb = next(iter(want.values()))["kv_budget_gb"]
+    pinned = [f"memory.kv_budget_gb={gb!r}"]
+    got = _summary(name, ["cluster.prefill.fabric=ideal", "cluster.decode.fabric=ideal", *pinned])
     assert set(want) <= set(got)
     got = {p: m for p, m in got.items() if p in want}  # policies added since have no old run
     assert json.loads(json.dumps(got)) == want
-    moved = _summary(name, [])  # default NVLink: every latency grows
+    moved = _summary(name, pinned)  # default NVLink: every latency grows
     for policy, m in moved.items():
         if policy not in want:
             continue

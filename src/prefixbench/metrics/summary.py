@@ -233,7 +233,7 @@ def summarize(prep: Prepared, policy: str, df: pl.DataFrame, res: SimResult) -> 
         "mean_kv_used_gb": st["mean_used_tokens"] * gb,
         "peak_kv_used_gb": st["peak_used_tokens"] * gb,
         "kv_budget_gb": st["budget_tokens"] * gb,
-        "reference_demand_gb": prep.reference_tokens * gb,
+        "reference_demand_gb": prep.reference_gb,
         "prefill_util": st["prefill_util"],
         "decode_util": st["decode_util"],
         "link_util": st["link_util"],

@@ -44,3 +44,27 @@ def fit_fix(need_bytes: float, role: str, accelerator: str, devices: int) -> str
     if not options:
         return f"the need ({need_bytes / 1e9:.1f} GB) exceeds every catalog accelerator"
     return f"a {role} instance needs more than {need_bytes / 1e9:.1f} GB: " + ", or ".join(options)
+
+
+# ---------------------------------------------------------------- the KV pool in GB
+LOGIT_BYTES = 4  # the sampler's logits are fp32 (vLLM profile_run samples max_num_seqs rows)
+
+
+def activation_reserve_bytes(model, tp: int, step_tokens: int, max_batch: int) -> float:
+    """Peak activation memory per device of one decode iteration (docs/model.md, "Memory in
+    GB"): ``step_tokens`` tokens through the widest layer (4 hidden-size buffers and the
+    gate/up MLP output, sharded over ``tp``) in the compute dtype, plus fp32 logits for
+    ``max_batch`` sequences. vLLM measures this with a profile run
+    (vllm-project/vllm vllm/v1/worker/gpu_worker.py, determine_available_memory); this is
+    the same quantity estimated from the shape, so approximate."""
+    width = 4 * model.hidden_size + 2 * model.intermediate_size / tp
+    return step_tokens * width * model.weight_bytes + max_batch * model.vocab_size * LOGIT_BYTES
+
+
+def kv_pool_bytes(
+    utilization: float, memory_bytes: float, weights: float, reserve_per_device: float,
+    devices: int,
+) -> float:  # fmt: skip
+    """KV bytes of one instance at vLLM's ``--gpu-memory-utilization``: the share of its
+    HBM (all ``devices``) less the weights and each device's activation reserve."""
+    return utilization * memory_bytes - weights - reserve_per_device * devices

@@ -332,14 +332,27 @@ def load_scenario(
     if trace is not None:
         data = with_trace(data, trace, trace_format, skip_bad)
         where = f"{where} (with --trace)"
+    # `efficiency: {from: FILE}` reads a fitted block; FILE is relative to the scenario file
+    base = Path(str(ref)).parent if ref is not None and Path(str(ref)).is_file() else Path.cwd()
+    reference = None
     if overrides:
+        kept = [o for o in overrides if keeps_reference(o)]
+        if len(kept) < len(overrides):
+            reference = validate(inline_efficiency(apply_overrides(data, kept), base, where), where)
         data = apply_overrides(data, overrides)
         where = f"{where} (with --set)"
         data = resolve_scenario_hardware(data, Path.cwd(), where, base_is_file=False)
-    # `efficiency: {from: FILE}` reads a fitted block; FILE is relative to the scenario file
-    base = Path(str(ref)).parent if ref is not None and Path(str(ref)).is_file() else Path.cwd()
     data = inline_efficiency(data, base, where)
-    return validate(data, where)
+    scenario = validate(data, where)
+    scenario._reference = reference
+    return scenario
+
+
+def keeps_reference(override: str) -> bool:
+    """Whether a ``--set`` applies to the reference ``memory.budget_factor`` multiplies: the
+    model and the run's length do; the rate, hardware, formats, memory, seed do not."""
+    keys = override_path(override.partition("=")[0].strip().split("."))
+    return keys == ["model"] or keys[0] == "run"
 
 
 # ---------------------------------------------------------------- a fitted efficiency block

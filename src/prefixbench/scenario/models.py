@@ -10,7 +10,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from prefixbench.physics.costmodel import Efficiency
 
@@ -637,8 +637,10 @@ class MemorySpec(_M):
         1.0,
         gt=0,
         le=1000,
-        description="Decode KV budget as a multiple of the reference demand (docs/model.md): "
-        "1.0 relaxed, ~0.35 at the admission cliff (at most 1000).",
+        description="Decode KV budget as a multiple of the reference demand of the scenario "
+        "as its file states it (its rate and hardware, on the model run), so one factor is "
+        "one size in GB whatever --set changes (docs/model.md): 1.0 relaxed, ~0.35 at the "
+        "admission cliff (at most 1000).",
     )
     kv_budget_gb: float | None = Field(
         None,
@@ -646,6 +648,15 @@ class MemorySpec(_M):
         le=1e6,
         description="Absolute decode KV budget per instance, GB (at most 10⁶); overrides "
         "budget_factor.",
+    )
+    gpu_memory_utilization: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="Share of each decode device's memory for weights, activations and KV, "
+        "as vLLM's --gpu-memory-utilization (e.g. 0.9): the KV pool per decode instance is "
+        "this share of its HBM less the weights and an activation reserve (docs/model.md, "
+        "\"Memory in GB\"); overrides budget_factor.",
     )
     host_kv_gb: float | None = Field(
         None,
@@ -698,6 +709,15 @@ class MemorySpec(_M):
         le=1e6,
         description="on_full=wait: reject after waiting this long (s, up to 10⁶).",
     )
+
+    @model_validator(mode="after")
+    def _one_size(self) -> MemorySpec:
+        if self.kv_budget_gb is not None and self.gpu_memory_utilization is not None:
+            raise ValueError(
+                "memory.kv_budget_gb and memory.gpu_memory_utilization both size the KV "
+                "pool; give one of them"
+            )
+        return self
 
 
 class SLOSpec(_M):
@@ -832,6 +852,13 @@ class Scenario(_M):
 
     run: RunSpec = Field(default_factory=RunSpec, description="Run length and warm-up.")
     seed: int = Field(0, ge=0, description="Random seed; same seed, same results.")
+    # the scenario budget_factor is measured against: as its file states it, on this model
+    # (set by the loader; None: the scenario itself). Never moves with --set (docs/model.md).
+    _reference: Scenario | None = PrivateAttr(None)
+
+    def reference(self) -> Scenario:
+        """The scenario whose reference demand ``memory.budget_factor`` multiplies."""
+        return self._reference if self._reference is not None else self
 
     @model_validator(mode="before")
     @classmethod

@@ -6,6 +6,7 @@ runs one policy on it. Both are pure functions of the scenario (and its seed).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -52,6 +53,7 @@ class Prepared:
     working_set_tokens: float  # its hot-prefix part
     mean_decode_batch: float  # Little's-law estimate used for the reference
     notes: list[str]  # things the user should know about this run (shown on stderr)
+    reference_gb: float = 0.0  # the reference demand in GB (on the reference system)
 
 
 def build_requests(s: Scenario) -> tuple[Requests, list[str]]:
@@ -177,30 +179,45 @@ def speculative(d_cost: InstanceCost, model: ModelSpec, c) -> tuple[InstanceCost
     return cost, draft
 
 
-def prepare(s: Scenario) -> Prepared:
-    """Resolve names, generate requests and size the memory budget (policy-independent)."""
-    from prefixbench.physics.sizing import fit_fix
+@dataclass
+class Costs:
+    """A scenario's instances priced: costs, weights and KV bytes (policy-independent)."""
 
+    model: ModelSpec
+    p_cost: InstanceCost
+    d_cost: InstanceCost
+    kv_bpt: int  # KV bytes per token of the model
+    kv_mem: int  # bytes of decode memory per KV token (the draft's KV included)
+    pwbytes: float  # weights resident on a prefill instance
+    dwbytes: float  # weights resident on a decode instance (the draft's included)
+
+
+def resolve_model(s: Scenario) -> tuple[ModelSpec, tuple]:
+    """The scenario's model in its formats, and its CED settings (layers, replay on, window)."""
     fmt = s.model_format.model_dump()
-    ced_layers, ced_on = fmt.pop("ced_encoder_layers"), fmt.pop("ced_replay_on")
-    ced_w = fmt.pop("ced_replay_tokens")
-    model = with_formats(catalog.get_model(s.model), **fmt)
+    ced = (fmt.pop("ced_encoder_layers"), fmt.pop("ced_replay_on"), fmt.pop("ced_replay_tokens"))
+    return with_formats(catalog.get_model(s.model), **fmt), ced
+
+
+def check_routers(c) -> None:
+    for field, name, known in (
+        ("prefill_router", c.prefill_router, PREFILL_ROUTERS),
+        ("decode_router", c.decode_router, DECODE_ROUTERS),
+    ):
+        if name not in known:
+            raise ScenarioError(
+                f"unknown {field.replace('_', ' ')} '{name}'",
+                where=f"cluster.{field}",
+                fix=did_you_mean(name, known),
+            )
+
+
+def instance_costs(s: Scenario) -> Costs:
+    """Price both pools: roofline, CED, power cap, speculative decoding."""
+    model, (ced_layers, ced_on, ced_w) = resolve_model(s)
     c = s.cluster
-    if c.prefill_router not in PREFILL_ROUTERS:
-        raise ScenarioError(
-            f"unknown prefill router '{c.prefill_router}'",
-            where="cluster.prefill_router",
-            fix=did_you_mean(c.prefill_router, PREFILL_ROUTERS),
-        )
-    if c.decode_router not in DECODE_ROUTERS:
-        raise ScenarioError(
-            f"unknown decode router '{c.decode_router}'",
-            where="cluster.decode_router",
-            fix=did_you_mean(c.decode_router, DECODE_ROUTERS),
-        )
     p_dev = catalog.get_accelerator(c.prefill.accelerator)
     d_dev = catalog.get_accelerator(c.decode.accelerator)
-    link = catalog.get_link(c.link.name)
     p_cost = InstanceCost.build(
         model, p_dev, c.prefill.devices, s.efficiency, c.prefill.parallelism()
     )
@@ -208,13 +225,13 @@ def prepare(s: Scenario) -> Prepared:
         model, d_dev, c.decode.devices, s.efficiency, c.decode.parallelism()
     )
     if ced_layers is not None:  # --- asymmetric models
+        from dataclasses import replace
+
         from prefixbench.physics.costmodel import ced_decode_cost
 
         p_cost = ced_prefill(p_cost, model, ced_layers, ced_on, ced_w, c)
         d_cost = ced_decode_cost(d_cost, model, ced_layers)  # its recomputed prefixes
         if ced_on == "decode":  # the decode instance replays before the first iteration
-            from dataclasses import replace
-
             d_cost = replace(d_cost, ced_window=float(ced_w))
     p_cost = with_power(  # --- power: cap folded into the FLOP rates
         p_cost, p_dev, c.prefill.devices, s.efficiency, c.prefill.power_cap_w,
@@ -231,25 +248,34 @@ def prepare(s: Scenario) -> Prepared:
         from prefixbench.physics.costmodel import ced_prefill_weight_bytes
 
         pwbytes = ced_prefill_weight_bytes(model, ced_layers)
-    kv_mem = kv_bpt  # --- speculative: bytes of decode memory per KV token
+    kv_mem, dwbytes = kv_bpt, wbytes  # --- speculative: the draft's KV and weights too
     if c.decode.speculative is not None:
         d_cost, draft = speculative(d_cost, model, c)
         kv_mem = kv_bpt + kv_bytes_per_token(draft)
         dwbytes = wbytes + weight_bytes(draft)
-    else:
-        dwbytes = wbytes
-    for role, cost, grp, dev, wb in (
-        ("prefill", p_cost, c.prefill, p_dev, pwbytes),
-        ("decode", d_cost, c.decode, d_dev, dwbytes),
+    return Costs(model, p_cost, d_cost, kv_bpt, kv_mem, pwbytes, dwbytes)
+
+
+def check_weights_fit(s: Scenario, k: Costs) -> None:
+    from prefixbench.physics.sizing import fit_fix
+
+    c = s.cluster
+    for role, cost, grp, wb in (
+        ("prefill", k.p_cost, c.prefill, k.pwbytes),
+        ("decode", k.d_cost, c.decode, k.dwbytes),
     ):
         if wb >= cost.memory_bytes:
+            dev = catalog.get_accelerator(grp.accelerator)
             raise SimulationError(
-                f"{model.name} weights ({wb / 1e9:.1f} GB) do not fit a {role} instance "
+                f"{k.model.name} weights ({wb / 1e9:.1f} GB) do not fit a {role} instance "
                 f"({grp.devices}x {dev.name}, {cost.memory_bytes / 1e9:.0f} GB)",
                 where=f"cluster.{role}",
                 fix=fit_fix(wb, role, grp.accelerator, grp.devices),
             )
 
+
+def checked_requests(s: Scenario, model: ModelSpec) -> tuple[Requests, list[str]]:
+    """The scenario's requests, refused when none, unrepresentable or too long."""
     from prefixbench.support.memcheck import check_fits
 
     if isinstance(s.workload, SyntheticWorkload):  # before generating anything
@@ -279,26 +305,89 @@ def prepare(s: Scenario) -> Prepared:
             where="workload",
             fix="shorten the length distributions, or pick a longer-context model",
         )
+    return req, notes
 
-    paged = s.memory.admission == "paged" and c.mode != "colocated"
-    ref, active, ws, batch = reference_demand(
-        req, d_cost, c.decode_instances, c.max_decode_batch, c.block_size if paged else 1
+
+@dataclass(frozen=True)
+class Reference:
+    """The reference decode KV demand ``memory.budget_factor`` multiplies, per instance."""
+
+    tokens: float
+    active: float
+    working_set: float
+    batch: float
+    kv_mem: int  # bytes per token on the reference system
+
+    @property
+    def gb(self) -> float:
+        return self.tokens * self.kv_mem / 1e9
+
+
+def same_system(a: Scenario, b: Scenario) -> bool:
+    """Whether two scenarios differ at most in their memory section."""
+    return a.model_dump(exclude={"memory"}) == b.model_dump(exclude={"memory"})
+
+
+def reference_of(s: Scenario, req: Requests, k: Costs, n: int, block: int) -> Reference:
+    """The reference demand of ``s``'s reference scenario (docs/model.md, "Memory in GB"):
+    measured once on it — its rate, hardware, formats and seed — so that a --set changing
+    any of them leaves the GB a budget factor stands for unchanged."""
+    ref = s.reference()
+    sized = s.memory.kv_budget_gb is not None or s.memory.gpu_memory_utilization is not None
+    if sized or same_system(ref, s):  # its own reference (shown, not used): its requests
+        return Reference(
+            *reference_demand(req, k.d_cost, n, s.cluster.max_decode_batch, block), k.kv_mem
+        )
+    return _reference_cached(ref.model_dump_json(), n, block)
+
+
+@functools.lru_cache(maxsize=64)
+def _reference_cached(ref_json: str, n: int, block: int) -> Reference:
+    ref = Scenario.model_validate_json(ref_json)
+    k = instance_costs(ref)
+    req, _ = checked_requests(ref, k.model)
+    return Reference(
+        *reference_demand(req, k.d_cost, n, ref.cluster.max_decode_batch, block), k.kv_mem
     )
-    m = s.memory
-    if m.kv_budget_gb is not None:
-        raw = m.kv_budget_gb * 1e9 / kv_mem
-    else:
-        raw = m.budget_factor * ref
+
+
+def kv_budget(s: Scenario, k: Costs, ref: Reference | None, n_share: int = 0) -> float:
+    """Decode KV budget per instance, tokens (not yet cut to int): memory.kv_budget_gb,
+    memory.gpu_memory_utilization, or memory.budget_factor × the reference demand."""
+    from prefixbench.physics.sizing import activation_reserve_bytes, kv_pool_bytes
+
+    m, c = s.memory, s.cluster
+    if m.kv_budget_gb is not None:  # colocated: the decode pool's total, shared out
+        raw = m.kv_budget_gb * 1e9 / k.kv_mem
+        return raw * c.decode_instances / n_share if n_share else raw
+    if m.gpu_memory_utilization is not None:
+        reserve = activation_reserve_bytes(
+            k.model, c.decode.tp_degree(), c.chunk_token_budget, c.max_decode_batch
+        )
+        pool = kv_pool_bytes(
+            m.gpu_memory_utilization, k.d_cost.memory_bytes, k.dwbytes, reserve, c.decode.devices
+        )
+        return max(pool, 0.0) / k.kv_mem
+    if ref.kv_mem == k.kv_mem:  # the same bytes per token: tokens as measured
+        return m.budget_factor * ref.tokens
+    return m.budget_factor * ref.tokens * ref.kv_mem / k.kv_mem
+
+
+def checked_budget(s: Scenario, k: Costs, raw: float, req: Requests) -> int:
+    """The budget in whole tokens, refused when beyond the decode memory or below a request."""
+    from prefixbench.physics.sizing import fit_fix
+
+    c, kv_mem = s.cluster, k.kv_mem
     huge = not raw < 2**62  # beyond any HBM (or inf): refused below without int overflow
     budget = 2**62 if huge else int(raw)
-    free = d_cost.memory_bytes - dwbytes
+    free = k.d_cost.memory_bytes - k.dwbytes
     if budget * kv_mem > free:
         shown = (raw if huge else budget) * kv_mem / 1e9
         raise SimulationError(
             f"decode KV budget {shown:.2f} GB exceeds the {free / 1e9:.2f} GB a decode "
             f"instance has left after weights",
             where="memory",
-            fix=fit_fix(dwbytes + budget * kv_mem, "decode", c.decode.accelerator, c.decode.devices)
+            fix=fit_fix(k.dwbytes + budget * kv_mem, "decode", c.decode.accelerator, c.decode.devices)
             + "; or lower memory.budget_factor / memory.kv_budget_gb",
         )
     smallest = int((req.prompt_len + req.output_len).min())
@@ -307,14 +396,22 @@ def prepare(s: Scenario) -> Prepared:
             f"decode KV budget ({budget} tokens) is below the smallest request ({smallest} tokens): "
             "nothing could ever be admitted",
             where="memory",
-            fix="raise memory.budget_factor or memory.kv_budget_gb",
+            fix="raise memory.budget_factor, memory.kv_budget_gb or "
+            "memory.gpu_memory_utilization",
         )
-    prefill_cache = int((p_cost.memory_bytes - pwbytes) * c.prefill_cache_fraction / kv_bpt)
-    host_tokens, host_bps, host_lat = host_tier(s, budget, kv_bpt)
-    base = EngineConfig(
+    return budget
+
+
+def engine_config(s: Scenario, k: Costs, req: Requests, budget: int) -> EngineConfig:
+    """The engine's configuration of the prepared scenario (policy filled in per run)."""
+    c, m = s.cluster, s.memory
+    link = catalog.get_link(c.link.name)
+    prefill_cache = int((k.p_cost.memory_bytes - k.pwbytes) * c.prefill_cache_fraction / k.kv_bpt)
+    host_tokens, host_bps, host_lat = host_tier(s, budget, k.kv_bpt)
+    return EngineConfig(
         policy="transfer_per_request",
-        prefill_cost=p_cost,
-        decode_cost=d_cost,
+        prefill_cost=k.p_cost,
+        decode_cost=k.d_cost,
         n_prefill=c.prefill_instances,
         n_decode=c.decode_instances,
         link_bytes_per_s=(c.link.bandwidth_gbps or link.bandwidth_gbps) * 1e9,
@@ -326,7 +423,7 @@ def prepare(s: Scenario) -> Prepared:
         nics_prefill=c.link.nics_per_instance or c.prefill.devices,
         nics_decode=c.link.nics_per_instance or c.decode.devices,
         streaming=c.link.streaming,
-        layers=model.layers,
+        layers=k.model.layers,
         recompute_chunk_tokens=c.chunk_token_budget,
         max_batch=c.max_decode_batch,
         prefill_token_budget=c.prefill_token_budget,
@@ -352,13 +449,30 @@ def prepare(s: Scenario) -> Prepared:
         preemption=m.preemption,
         queue_timeout_s=m.queue_timeout_s,
     )
+
+
+def prepare(s: Scenario) -> Prepared:
+    """Resolve names, generate requests and size the memory budget (policy-independent)."""
+    c = s.cluster
+    check_routers(c)
+    k = instance_costs(s)
+    check_weights_fit(s, k)
+    req, notes = checked_requests(s, k.model)
+    paged = s.memory.admission == "paged" and c.mode != "colocated"
+    block = c.block_size if paged else 1
+    ref = reference_of(s, req, k, c.decode_instances, block)
+    budget = checked_budget(s, k, kv_budget(s, k, ref), req)
+    base = engine_config(s, k, req, budget)
     if s.run.warmup_requests >= len(req):
         raise ScenarioError(
             f"run.warmup_requests ({s.run.warmup_requests}) leaves none of the {len(req)} requests to measure",
             where="run.warmup_requests",
             fix="lower it or replay more requests",
         )
-    return Prepared(s, model, req, base, kv_bpt, ref, active, ws, batch, notes)
+    return Prepared(
+        s, k.model, req, base, k.kv_bpt, ref.tokens, ref.active, ref.working_set, ref.batch,
+        notes, ref.gb,
+    )  # fmt: skip
 
 
 HICACHE_RATIO = 2.0  # SGLang HiCache --hicache-ratio: host pool = 2x the device KV pool
@@ -390,12 +504,20 @@ def host_tier(s: Scenario, budget_tokens: int, kv_bpt: float) -> tuple[int, floa
 
 def colocated_budget(prep: Prepared, n: int) -> int:
     """KV budget per colocated instance: the same rule as a decode instance's, for a load
-    spread over ``n`` instances (an absolute budget is shared out: D·budget / n)."""
-    m, b = prep.scenario.memory, prep.base
+    spread over ``n`` instances (an absolute budget is shared out: D·budget / n; a share
+    of HBM is the same pool as a decode instance's, on the same hardware)."""
+    s, b = prep.scenario, prep.base
+    m = s.memory
     if m.kv_budget_gb is not None:
         return b.budget_tokens * b.n_decode // n
-    ref = reference_demand(prep.requests, b.decode_cost, n, b.max_batch)[0]
-    return int(m.budget_factor * ref)
+    if m.gpu_memory_utilization is not None:
+        return b.budget_tokens
+    ref = s.reference()
+    if same_system(ref, s):
+        tokens = reference_demand(prep.requests, b.decode_cost, n, b.max_batch)[0]
+        return int(m.budget_factor * tokens)
+    r = _reference_cached(ref.model_dump_json(), n, 1)
+    return int(m.budget_factor * r.tokens * r.kv_mem / prep.kv_bpt)
 
 
 def colocated_config(prep: Prepared) -> ColocatedConfig:
