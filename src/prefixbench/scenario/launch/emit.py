@@ -86,6 +86,8 @@ def _memory_share(s, role: str) -> float | None:
         if "prefill_cache_fraction" not in s.cluster.model_fields_set or frac == 0:
             return None
         return (frac * (total - weights) + weights) / total
+    if s.memory.gpu_memory_utilization is not None:
+        return s.memory.gpu_memory_utilization
     pool = s.memory.kv_budget_gb
     return None if pool is None else (pool + weights) / total
 
@@ -178,16 +180,37 @@ def _host_size(s, stack: str, kv_budget_gb: float | None, flags: dict) -> None:
     words = flags.get("decode", [])
     if stack != "sglang" or "--hicache-ratio" not in words or s.memory.host_kv_gb is None:
         return
-    if s.memory.kv_budget_gb or kv_budget_gb:
+    if pool_gb(s) or kv_budget_gb:
         return
     i = words.index("--hicache-ratio")
     ranks = (s.cluster.decode.tp_degree()) * s.cluster.decode.pp
     words[i : i + 2] = ["--hicache-size", f"{s.memory.host_kv_gb / ranks:.4g}"]
 
 
+def pool_gb(s) -> float | None:
+    """The decode KV pool per instance in GB when the scenario sizes it in memory terms
+    (memory.kv_budget_gb, or memory.gpu_memory_utilization as the runner sizes it)."""
+    from prefixbench import catalog
+    from prefixbench.catalog.formats import with_formats
+    from prefixbench.physics.costmodel import weight_bytes
+    from prefixbench.physics.sizing import activation_reserve_bytes, kv_pool_bytes
+
+    m, c = s.memory, s.cluster
+    if m.kv_budget_gb is not None or m.gpu_memory_utilization is None:
+        return m.kv_budget_gb
+    spec = with_formats(catalog.get_model(s.model), s.model_format.kv_dtype, s.model_format.weights)
+    hbm = catalog.get_accelerator(c.decode.accelerator).memory_gb * 1e9 * c.decode.devices
+    reserve = activation_reserve_bytes(spec, c.decode.tp_degree(), c.chunk_token_budget,
+                                       c.max_decode_batch)  # fmt: skip
+    pool = kv_pool_bytes(
+        m.gpu_memory_utilization, hbm, weight_bytes(spec), reserve, c.decode.devices
+    )
+    return pool / 1e9
+
+
 def _host_value(s, stack: str, kv_budget_gb: float | None) -> float | None:
     """vLLM: the host pool in GB (bytes once filled); SGLang: its ratio to the HBM pool."""
-    pool = s.memory.kv_budget_gb or kv_budget_gb
+    pool = pool_gb(s) or kv_budget_gb
     host = s.memory.host_kv_gb
     if stack == "vllm":
         return host if host is not None else (2 * pool if pool else None)

@@ -6,12 +6,12 @@ weights plus the KV pool (vLLM: vllm/v1/worker/gpu_worker.py ``determine_availab
 SGLang: python/sglang/srt/model_executor/model_runner.py ``profile_max_num_token``). So the
 KV pool of an instance is
 
-    KV pool = f × (HBM per device × devices) − weight bytes of the model
+    KV pool = f × (HBM per device × devices) − weight bytes − activation reserve
 
-which is an upper bound: both stacks also set aside the activation peak they profile (and
-vLLM its CUDA graphs), which the simulation does not size. On a decode (or colocated)
-server the pool is ``memory.kv_budget_gb``; on a prefill server the pool's share of the
-memory left after weights is ``cluster.prefill_cache_fraction``.
+On a decode (or colocated) server ``f`` is ``memory.gpu_memory_utilization``, which the
+runner sizes this way with an estimated activation reserve (physics/sizing.py; docs/model.md,
+"Memory in GB"). On a prefill server the pool's share of the memory left after weights is
+``cluster.prefill_cache_fraction``, an upper bound (no activation reserve is taken there).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from __future__ import annotations
 from prefixbench.errors import ScenarioError
 
 from .deploy import DRAFT_METHODS, MTP_METHODS, Build
-from .rows import APPROX, NO_EFFECT
+from .rows import APPROX, MAPPED, NO_EFFECT
 from .serve import Serve
 
 
@@ -62,6 +62,26 @@ def hbm_gb(b: Build, s: Serve) -> float:
     return catalog.get_accelerator(acc).memory_gb * b.get(f"cluster.{group}.devices", 1)
 
 
+def decode_pool_gb(b: Build, s: Serve, f: float) -> tuple[float, float]:
+    """The decode KV pool at share ``f`` as the runner sizes memory.gpu_memory_utilization
+    (physics/sizing.py: HBM share − weights − the activation reserve per device), and that
+    reserve, both GB."""
+    from prefixbench import catalog
+    from prefixbench.catalog.formats import with_formats
+    from prefixbench.physics.sizing import activation_reserve_bytes, kv_pool_bytes
+    from prefixbench.scenario.models import ClusterSpec
+
+    fields = ClusterSpec.model_fields
+    fmt = b.get("model_format", {}) or {}
+    spec = with_formats(catalog.get_model(b.get("model")), fmt.get("kv_dtype"), fmt.get("weights"))
+    step = b.get("cluster.chunk_token_budget", fields["chunk_token_budget"].default)
+    batch = b.get("cluster.max_decode_batch", fields["max_decode_batch"].default)
+    reserve = activation_reserve_bytes(spec, s.get("tp", 1), step, batch)
+    devices = b.get("cluster.decode.devices", 1)
+    pool = kv_pool_bytes(f, hbm_gb(b, s) * 1e9, weight_gb(b) * 1e9, reserve, devices)
+    return pool / 1e9, reserve / 1e9
+
+
 def apply_memory(b: Build, s: Serve) -> float | None:
     """The memory share → the KV pool (module docstring); the decode pool's GB, or None."""
     if "mem" not in s.values:
@@ -70,23 +90,26 @@ def apply_memory(b: Build, s: Serve) -> float | None:
     if not 0 < f <= 1:
         raise ScenarioError(f"{s.flag('mem')}: must be in (0, 1]", where=f"--{s.role}")
     total, weights = hbm_gb(b, s), weight_gb(b)
-    pool = f * total - weights
-    if pool <= 0:
+    if f * total - weights <= 0:
         raise ScenarioError(
             f"{s.flag('mem')}: {f:g} × {total:g} GB leaves no room after {weights:.1f} GB of "
             "weights",
             where=f"--{s.role}",
             fix="raise it, add devices (--tensor-parallel-size), or pick bigger --hardware",
         )
-    note = (f"{f:g} × {total:g} GB − {weights:.2f} GB weights = {pool:.2f} GB; an upper "
-            "bound (the stack's activation reserve is not sized)")  # fmt: skip
     if s.role == "prefill":
-        share = pool / (total - weights)
-        b.set("cluster.prefill_cache_fraction", round(share, 6))
-        b.row(s, s.flag("mem"), "cluster.prefill_cache_fraction", APPROX, note)
+        pool = f * total - weights
+        b.set("cluster.prefill_cache_fraction", round(pool / (total - weights), 6))
+        b.row(s, s.flag("mem"), "cluster.prefill_cache_fraction", APPROX,
+              f"{f:g} × {total:g} GB − {weights:.2f} GB weights = {pool:.2f} GB of prefix "
+              "cache; an upper bound (the activation reserve is not sized on prefill)")  # fmt: skip
         return None
-    b.set("memory.kv_budget_gb", round(pool, 6))
-    b.row(s, s.flag("mem"), "memory.kv_budget_gb", APPROX, note)
+    pool, reserve = decode_pool_gb(b, s, f)
+    b.set("memory.gpu_memory_utilization", f)
+    b.row(s, s.flag("mem"), "memory.gpu_memory_utilization", MAPPED,
+          f"KV pool ≈ {f:g} × {total:g} GB − {weights:.2f} GB weights − "
+          f"{reserve * b.get('cluster.decode.devices', 1):.2f} GB activations = {pool:.2f} GB "
+          '(docs/model.md, "Memory in GB")')  # fmt: skip
     return pool
 
 
