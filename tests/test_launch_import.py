@@ -97,6 +97,13 @@ def test_vllm_prefix_caching_picks_the_policy():
     assert field(off, "cluster.prefill_cache_fraction") == 0.0
 
 
+def test_a_single_colocated_server_is_refused_not_doubled():
+    with pytest.raises(ScenarioError, match="colocated deployment of 1 instance"):
+        import_deployment(serve=f"vllm serve {M}", bench=BENCH)
+    r = import_deployment(serve=f"{SGL} {M} --dp 3", bench=BENCH)
+    assert (field(r, "cluster.prefill_instances"), field(r, "cluster.decode_instances")) == (1, 2)
+
+
 def test_vllm_chunked_prefill():
     r = vllm(prefill="--enable-chunked-prefill")
     assert row_for(r, "--enable-chunked-prefill").status == NOT_MODELLED

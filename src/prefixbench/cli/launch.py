@@ -84,6 +84,17 @@ EmitOpt = Annotated[
 ]
 
 
+SaveResultOpt = Annotated[
+    bool,
+    typer.Option(
+        "--save-result", help="Write one `vllm bench serve --save-result` JSON per policy."
+    ),
+]
+ResultDirOpt = Annotated[
+    Path, typer.Option("--result-dir", help="Folder for the --save-result files.")
+]
+
+
 def _print_lines(lines: list[str]) -> None:
     for line in lines:
         out.print(line, markup=False, highlight=False, soft_wrap=True)

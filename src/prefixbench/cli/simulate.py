@@ -21,7 +21,7 @@ from .app import (
     guarded,
     out,
 )
-from .launch import EmitOpt, print_run_answer, save_run_results
+from .launch import EmitOpt, ResultDirOpt, SaveResultOpt, print_run_answer, save_run_results
 
 # ------------------------------------------------------------------ run
 
@@ -82,13 +82,8 @@ def run(
         typer.Option("--timeline", help="Write a Chrome/Perfetto trace (open in ui.perfetto.dev)."),
     ] = None,
     emit: EmitOpt = None,
-    save_result: Annotated[
-        bool,
-        typer.Option("--save-result", help="Write one `vllm bench serve --save-result` JSON per policy."),
-    ] = False,
-    result_dir: Annotated[
-        Path, typer.Option("--result-dir", help="Folder for the --save-result files.")
-    ] = Path("."),
+    save_result: SaveResultOpt = False,
+    result_dir: ResultDirOpt = Path("."),
 ) -> None:
     """Simulate one scenario under every policy (or one) and compare them."""
     from prefixbench.io.export import parse_percentiles, run_result, write_requests

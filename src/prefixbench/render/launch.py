@@ -24,23 +24,68 @@ def import_table(rows, title: str) -> Table:
     return t
 
 
+WIDTH = 80
+
+
+def shell_lines(words: list[str], indent: str = "", width: int = WIDTH) -> list[str]:
+    """A command as shell lines of at most ``width`` columns, joined by `` \\``
+    continuations; a quoted JSON word longer than a line breaks after its commas (a newline
+    inside single quotes is JSON whitespace), so the text still pastes into a shell."""
+    lines, cur = [], indent
+    for word in (shlex.quote(w) for w in words):
+        if cur.strip() and len(cur) + 1 + len(word) + 2 > width:
+            lines.append(cur + " \\")
+            cur = indent + "    "
+        piece = word if len(cur) + len(word) <= width else _broken_json(word, cur, width)
+        cur = (cur + " " + piece) if cur.strip() else cur + piece
+        if "\n" in cur:
+            *done, cur = cur.split("\n")
+            lines += done
+    return lines + [cur]
+
+
+def _broken_json(word: str, cur: str, width: int) -> str:
+    """A long quoted word with a newline after each comma where the line would overflow."""
+    parts = word.split(",")
+    out, line = parts[0], len(cur) + 1 + len(parts[0])
+    for part in parts[1:]:
+        if line + 1 + len(part) > width:
+            out, line = out + ",\n" + part, len(part)
+        else:
+            out, line = out + "," + part, line + 1 + len(part)
+    return out
+
+
+def _note(text: str, indent: str) -> list[str]:
+    import textwrap
+
+    return textwrap.wrap(text, WIDTH, initial_indent=indent, subsequent_indent=indent + "  ")
+
+
 def answer_lines(policy: str, answers, title: str | None = None) -> list[str]:
-    """``answers`` (emit.Answer, one per stack) as plain lines: the flags to paste."""
-    lines = [title or f"{policy} as launch flags:"]
+    """``answers`` (emit.Answer, one per stack) as lines of at most 80 columns: one note for
+    the stacks without an equivalent, else each role's command."""
+    lines = _note(title or f"{policy} as launch flags:", "")
+    none = [a for a in answers if a.flags is None]
+    if none:
+        stacks = ", ".join(a.stack for a in none)
+        lines += _note(f"{stacks}: no equivalent of {policy}: {none[0].note}", "  ")
     for a in answers:
-        for line in a.lines():
-            lines.append(f"  {a.stack} {line}" if not line.startswith(a.stack) else f"  {line}")
+        if a.flags == {}:
+            lines += _note(a.lines()[0], "  ")
+        for role, words in (a.flags or {}).items():
+            lines += shell_lines([f"{a.stack}-{role}:", *words], "  ")
     return lines
 
 
 def emit_lines(answers) -> list[str]:
-    """``--emit``: only the flags, one command per line, each role and any note as a shell
-    comment so the output pastes into a script."""
+    """``--emit``: only the commands, each under a ``#`` comment naming policy and role
+    (notes are comments too), so the output pastes into a script."""
     lines: list[str] = []
     for a in answers:
         if not a.flags:
-            lines += [f"# {line}" for line in a.lines()]
+            lines += [f"# {line}" for line in _note(a.lines()[0], "")]
             continue
         for role, words in a.flags.items():
-            lines += [f"# {a.policy}: {role}", shlex.join(words)]
+            lines += [f"# {a.policy}: {role}", *shell_lines(words)]
     return lines

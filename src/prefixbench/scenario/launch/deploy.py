@@ -71,8 +71,8 @@ def apply_parallelism(b: Build, s: Serve) -> None:
     for key, field in (("tp", f"{g}.tp, {g}.devices"), ("pp", f"{g}.pp, {g}.devices")):
         if key in s.values:
             b.row(s, s.flag(key), field)
-    if "dp" in s.values:
-        _instances(b, s, s.get("dp"))
+    if "dp" in s.values or s.role == "serve":  # a colocated import sets its instance count
+        _instances(b, s, s.get("dp", 1))
 
 
 def _instances(b: Build, s: Serve, dp: int) -> None:
@@ -90,7 +90,8 @@ def _instances(b: Build, s: Serve, dp: int) -> None:
         )
     b.set("cluster.prefill_instances", dp // 2)
     b.set("cluster.decode_instances", dp - dp // 2)
-    b.row(s, s.flag("dp"), "cluster.prefill_instances + decode_instances")
+    b.row(s, s.flag("dp"), "cluster.prefill_instances + decode_instances", MAPPED,
+          f"{dp} colocated instances, each running prefill and decode")  # fmt: skip
 
 
 def apply_formats(b: Build, serves: list[Serve]) -> None:
