@@ -960,16 +960,22 @@ def test_costmodel_functions_match_reference_roofline(model_name, eff):
     the closed-form sum of a fixed batch's iterations and its inverse."""
     from prefixbench.catalog.fabrics import get_fabric
     from prefixbench.catalog.specs import LinkSpec
+    from prefixbench.engine.series import iterations_within as _inverse
+    from prefixbench.engine.series import series_time as _closed_form
     from prefixbench.physics.costmodel import (
         Parallelism,
         decode_iteration_time,
         decode_series_coeffs,
-        iterations_within,
         prefill_time,
         recompute_time,
-        series_time,
         transfer_time,
     )
+
+    def series_time(coeffs, k):
+        return _closed_form(*(float(c) for c in coeffs), int(k))
+
+    def iterations_within(coeffs, elapsed, k_max):
+        return int(_inverse(*(float(c) for c in coeffs), float(elapsed), int(k_max)))
 
     model = model_spec(model_name)
     # (tp, pp, ep, product fabric, its GB/s and µs as the reference reads them, §2.8)

@@ -98,3 +98,13 @@ def test_cost_aware_maps_to_dynamo_conditional_disaggregation():
     a = policy_flags("cost_aware", "dynamo")
     assert "max_local_prefill_length" in a.lines()[0]
     assert policy_flags("transfer_per_request", "dynamo").flags is None
+
+
+def test_every_policy_has_launch_flags_or_a_note():
+    from prefixbench.registry import policy_names
+    from prefixbench.registry.launch_flags import STACK_FLAGS
+
+    assert set(STACK_FLAGS) == set(policy_names())
+    for name, entry in STACK_FLAGS.items():
+        for stack in ("vllm", "sglang"):
+            assert entry[stack] is not None or entry["note"], name

@@ -2,7 +2,7 @@
 
 ``run``'s winner is the rule ``recommend`` uses (``balanced``, docs/study.md) over the
 run's stable policies; an unstable policy never wins. The flags come from
-scenario/launch/emit.py (data in stackflags.py).
+scenario/launch/emit.py (data in registry/launch_flags.py).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def run_winner(rows: list[dict]) -> str | None:
 
 def best_with_flags(ranked: list[str], stack: str) -> str | None:
     """The best-ranked policy that ``stack`` can launch (the winner may have no flags)."""
-    from prefixbench.scenario.launch.stackflags import STACK_FLAGS
+    from prefixbench.registry.launch_flags import STACK_FLAGS
 
     return next((p for p in ranked if STACK_FLAGS[p].get(stack) is not None), None)
 

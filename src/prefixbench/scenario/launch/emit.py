@@ -1,6 +1,6 @@
 """A scenario (and a policy) written back as launch commands: the answer in the stack's terms.
 
-``policy_flags`` gives the flags that realize a policy (``stackflags.STACK_FLAGS``);
+``policy_flags`` gives the flags that realize a policy (``registry/launch_flags.py``);
 ``serve_commands`` whole ``vllm serve`` / SGLang commands for a scenario's prefill and
 decode servers, the inverse of the import (docs/import.md: the memory share is the
 inverse of the import's formula, f = (KV pool + weights) / HBM).
@@ -12,7 +12,7 @@ import json
 import shlex
 from dataclasses import dataclass
 
-from .stackflags import STACK_FLAGS
+from prefixbench.registry.launch_flags import STACK_FLAGS
 
 STACKS = ("vllm", "sglang")
 SGLANG_KV = {"fp8": "fp8_e4m3", "bf16": "bf16", "fp16": "fp16"}

@@ -1,10 +1,11 @@
-"""Each policy as the launch flags that realize it, per stack and role (data).
+"""Each hand-off policy as the launch flags that realize it, per stack and role (data).
 
-Keyed by policy name; each entry gives, for vLLM and SGLang, the prefill and decode
+Keyed by policy name (``policies.py``; tests/test_launch_roundtrip.py checks every policy
+has an entry); each entry gives, for vLLM and SGLang, the prefill and decode
 server's flags (``None``: the stack has no equivalent, and ``note`` says what is nearest),
 and for NVIDIA Dynamo the setting where its conditional disaggregation applies. ``{host}``
 stands for the host KV pool (vLLM: bytes; SGLang: the ratio to the HBM pool), filled by
-``emit.policy_flags``. Sources are in docs/import.md, "Answers as flags".
+``scenario/launch/emit.py``. Sources are in docs/import.md, "Answers as flags".
 """
 
 from __future__ import annotations
