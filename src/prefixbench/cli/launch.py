@@ -126,18 +126,22 @@ def print_run_answer(s, rows: list[dict], emit: Stack | None) -> None:
 
 
 def print_policy_answer(rows: list[dict], emit: Stack | None) -> None:
-    """`recommend`: each workload's recommended policy as its launch flags."""
+    """`recommend`: each workload's recommended policy as its launch flags, and its
+    runner-up's where the recommended policy has none on a stack."""
     from prefixbench.render.launch import answer_lines, emit_lines
-    from prefixbench.study.answer import policy_answers
+    from prefixbench.study.answer import best_with_flags, policy_answers
 
     stacks = (emit.value,) if emit else ("vllm", "sglang")
     for policy in dict.fromkeys(r["recommended"] for r in rows if r["recommended"]):
-        answers = policy_answers(policy, stacks)
-        if emit:
-            _print_lines(emit_lines(answers))
-            continue
-        where = ", ".join(r["workload"] for r in rows if r["recommended"] == policy)
-        _print_lines(answer_lines(policy, answers, f"{policy} ({where}) as launch flags:"))
+        where = [r for r in rows if r["recommended"] == policy]
+        picks = [(policy, f"{policy} ({', '.join(r['workload'] for r in where)}) as launch flags:")]
+        for r in where:
+            alt = best_with_flags([policy, r.get("runner_up") or policy], stacks[0])
+            if alt and alt != policy:
+                picks.append((alt, f"runner-up with launch flags for {r['workload']}: {alt}"))
+        for name, title in dict.fromkeys(picks):
+            answers = policy_answers(name, stacks)
+            _print_lines(emit_lines(answers) if emit else answer_lines(name, answers, title))
 
 
 def save_run_results(s, tables, result_dir: Path, percentiles) -> list[Path]:

@@ -56,10 +56,10 @@ def _broken_json(word: str, cur: str, width: int) -> str:
     return out
 
 
-def _note(text: str, indent: str) -> list[str]:
+def _note(text: str, indent: str, width: int = WIDTH) -> list[str]:
     import textwrap
 
-    return textwrap.wrap(text, WIDTH, initial_indent=indent, subsequent_indent=indent + "  ")
+    return textwrap.wrap(text, width, initial_indent=indent, subsequent_indent=indent + "  ")
 
 
 def answer_lines(policy: str, answers, title: str | None = None) -> list[str]:
@@ -75,6 +75,8 @@ def answer_lines(policy: str, answers, title: str | None = None) -> list[str]:
             lines += _note(a.lines()[0], "  ")
         for role, words in (a.flags or {}).items():
             lines += shell_lines([f"{a.stack}-{role}:", *words], "  ")
+        if a.flags and a.note:
+            lines += _note(a.note, "    ")
     return lines
 
 
@@ -84,8 +86,10 @@ def emit_lines(answers) -> list[str]:
     lines: list[str] = []
     for a in answers:
         if not a.flags:
-            lines += [f"# {line}" for line in _note(a.lines()[0], "")]
+            lines += [f"# {line}" for line in _note(a.lines()[0], "", WIDTH - 2)]
             continue
         for role, words in a.flags.items():
             lines += [f"# {a.policy}: {role}", *shell_lines(words)]
+        if a.note:
+            lines += [f"# {line}" for line in _note(a.note, "", WIDTH - 2)]
     return lines

@@ -49,7 +49,11 @@ def policy_flags(policy: str, stack: str, host: float | None = None) -> Answer:
     if flags is None:
         return Answer(policy, stack, None, entry["note"])
     filled = {role: [_fill(w, stack, host) for w in words] for role, words in flags.items()}
-    return Answer(policy, stack, filled, entry["note"])
+    note = entry["note"]
+    if host is None and stack == "vllm" and any("{host}" in w for ws in flags.values() for w in ws):
+        note = "BYTES: the host KV pool per decode instance in bytes (prefixbench's default "
+        note += "is twice the decode KV pool, as SGLang's --hicache-ratio 2)"
+    return Answer(policy, stack, filled, note)
 
 
 def _fill(word: str, stack: str, host: float | None) -> str:
