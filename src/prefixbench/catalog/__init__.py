@@ -1,7 +1,8 @@
 """Built-in presets: models, accelerators and links, kept as cited data.
 
-Registries are plain dicts keyed by the names users type. ``get_model`` also accepts the
-path of a Hugging Face ``config.json`` on disk (never downloaded); ``get_accelerator`` and
+Registries are plain dicts keyed by the names users type. ``get_model`` also accepts a
+Hugging Face id (``hub.py``: the catalog's own ids, then the local hub cache) and the path of
+a Hugging Face ``config.json`` on disk; ``get_accelerator`` and
 ``get_link`` the path of a hardware YAML file (``userfile``).
 """
 
@@ -43,7 +44,12 @@ def _lookup(kind: str, name: str, registry: dict):
 
 
 def get_model(name: str) -> ModelSpec:
-    """A catalog model by name, or a model read from a ``config.json`` path."""
+    """A catalog model by name, a Hugging Face id (``catalog/hub.py``), or a model read from
+    a ``config.json`` path."""
+    from .hub import looks_like_hf_id, resolve_hf_id
+
+    if looks_like_hf_id(name):
+        return resolve_hf_id(name)
     if name.endswith(".json") or "/" in name or _is_file(name):
         from .hfconfig import load_hf_config
 

@@ -5,7 +5,7 @@ Errors from the library print one line to stderr and exit non-zero; `--debug` sh
 traceback instead. Importing the command modules registers their commands on ``app``.
 """
 
-from . import catalog, cost, map, simulate, study  # noqa: F401 - registers the commands
+from . import catalog, cost, launch, map, simulate, study  # noqa: F401 - registers the commands
 from .app import app, main
 
 __all__ = ["app", "main"]

@@ -20,6 +20,7 @@ from .app import (
     out,
     policy_list,
 )
+from .launch import EmitOpt, ResultDirOpt, SaveResultOpt, print_run_answer, save_run_results
 
 # ------------------------------------------------------------------ run
 
@@ -77,6 +78,9 @@ def run(
         Path | None,
         typer.Option("--timeline", help="Write a Chrome/Perfetto trace (open in ui.perfetto.dev)."),
     ] = None,
+    emit: EmitOpt = None,
+    save_result: SaveResultOpt = False,
+    result_dir: ResultDirOpt = Path("."),
 ) -> None:
     """Simulate one scenario under every policy (or those given) and compare them."""
     from prefixbench.io.export import parse_percentiles, run_result, write_requests
@@ -93,7 +97,12 @@ def run(
     paths = write_run(tables, out_dir)
     if requests_out is not None:
         paths.append(write_requests(tables.requests, requests_out))
+    if save_result:
+        paths += save_run_results(s, tables, result_dir, pcts)
     rows = tables.summary.to_dicts()
+    if emit is not None:  # only the flags: the winner's launch commands
+        print_run_answer(s, rows, emit)
+        return
     _run_notes(s, tables.prepared, preset_for_trace, rows)
     if as_json:
         result = run_result(
@@ -157,6 +166,7 @@ def _print_run(s, prep, rows: list[dict]) -> None:
     _print_system(prepared_lines(prep))
     title = f"{s.name}: {len(prep.requests):,} requests (seed {s.seed})"
     out.print(run_table(rows, title))
+    print_run_answer(s, rows, None)
     energy = [(r["policy"], r.get("energy_per_token_j")) for r in rows]
     if any(e is not None for _, e in energy):  # --- power (compare has the table)
         out.print(

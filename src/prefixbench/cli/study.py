@@ -22,6 +22,7 @@ from .app import (
     guarded,
     out,
 )
+from .launch import EmitOpt, print_policy_answer
 
 # ------------------------------------------------------------------ study pipeline
 
@@ -418,6 +419,7 @@ def recommend(
         int | None, typer.Option("--jobs", "-j", help="Worker processes when runs are needed.")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    emit: EmitOpt = None,
 ) -> None:
     """Recommend a policy per workload for a model and memory, with its latencies, SLOs and margin."""
     from ..study.recommend import run_recommend
@@ -447,7 +449,11 @@ def recommend(
     if as_json:
         echo_json(rows)
         return
+    if emit is not None:
+        print_policy_answer(rows, emit)
+        return
     _print_recommend(sel, path, sets, admission, f"{objective.value} objective")
+    print_policy_answer(rows, None)
     err.print(f"wrote {path}", highlight=False)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import stat
+from pathlib import Path
 
 from prefixbench.errors import PrefixbenchError
 
@@ -101,3 +102,27 @@ def is_file(path: str | os.PathLike[str]) -> bool:
         return stat.S_ISREG(os.stat(path).st_mode)
     except (OSError, ValueError):
         return False
+
+
+def write_atomic(path: str | os.PathLike[str], text: str, error_cls: type) -> Path:
+    """``text`` written to ``path`` through a temporary file in its folder and a rename, so a
+    reader never sees half a file; a failure raises ``error_cls`` with the path."""
+    import tempfile
+
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)
+        os.replace(tmp, path)
+    except OSError as e:
+        if "tmp" in locals():
+            Path(tmp).unlink(missing_ok=True)
+        raise error_cls(
+            f"cannot write {path}: {e.strerror or e}", where=str(path), fix="check the folder"
+        ) from None
+    return path
