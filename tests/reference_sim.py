@@ -188,6 +188,7 @@ class Req:
     prompt: int
     output: int
     chain: list[tuple[int, int]]  # (block hash, tokens), root first
+    answer: list[tuple[int, int]] = field(default_factory=list)  # its output's full blocks
     # results
     t_prefill_start: float = NAN
     t_prefill_end: float = NAN
@@ -333,6 +334,7 @@ class RefConfig:
     block_size: int = 16
     preemption: str = "recompute"
     queue_timeout_s: float | None = None
+    cache_generated: bool = False  # a finished request's answer blocks become replicas
     # colocated mode
     instances: int = 1
     scheduler: str = "prefill_priority"
@@ -371,6 +373,7 @@ DATA_FIELDS = (
     "block_size",
     "preemption",
     "queue_timeout_s",
+    "cache_generated",
 )
 
 
@@ -521,6 +524,7 @@ def scenario_config(prep) -> RefConfig:
         block_size=c.block_size,
         preemption=m.preemption,
         queue_timeout_s=m.queue_timeout_s,
+        cache_generated=m.cache_generated,
         instances=n,
         scheduler=c.colocated_scheduler,
         step_token_budget=c.prefill_token_budget
@@ -539,6 +543,10 @@ def _chains(req) -> list[Req]:
         out.append(
             Req(i, float(req.arrival[i]), int(req.prompt_len[i]), int(req.output_len[i]), chain)
         )
+    if req.ans_ptr is not None:  # the workload's answer blocks (docs/model.md §1.10.1)
+        ap, ah, at = req.ans_ptr.tolist(), req.ans_hash.tolist(), req.ans_tokens.tolist()
+        for i, r in enumerate(out):
+            r.answer = [(ah[j], at[j]) for j in range(ap[i], ap[i + 1])]
     return out
 
 
@@ -703,7 +711,7 @@ class ReferenceSim:
         if self.cfg.policy in ("replicate_all_lru", "replicate_tiered"):
             return True
         if self.cfg.policy == "cost_aware":
-            return dec.uses[h][0] >= 1.5
+            return dec.uses.get(h, [0.0])[0] >= 1.5
         if self.cfg.policy == "replicate_hotset":
             return h in self.hot
         return False
@@ -1397,9 +1405,28 @@ class ReferenceSim:
         r.outcome = COMPLETED
         r.t_done = t
         dec.running.remove(r)
-        self.release(r, dec)
         r.private = 0
+        self.keep_answer(r, dec)
+        self.release(r, dec)
         self.check_books(r.decode_instance)
+
+    def keep_answer(self, r: Req, dec: DecodeInstance) -> None:
+        """Its answer's full blocks become idle replicas: those in neither tier that the
+        policy keeps, root first while they fit what is free; stamped before the chain's
+        release (tail first), so they are trimmed before it."""
+        if not (self.cfg.cache_generated and self.uses_replicas()):
+            return
+        room = self.cfg.budget_tokens - self.used(r.decode_instance)
+        take = []
+        for h, tok in r.answer:
+            if h in dec.replicas or h in dec.host or not self.keeps(h, dec):
+                continue
+            if tok > room:
+                break
+            room -= tok
+            take.append((h, tok))
+        for h, tok in reversed(take):
+            dec.replicas[h] = Replica(tok, 0, True, self.tick())
 
     def release(self, r: Req, dec: DecodeInstance) -> None:
         """Drop ``r``'s references on its replica blocks."""

@@ -103,6 +103,10 @@ class EngineConfig:
     block_size: int = 16
     preemption: str = "recompute"
     queue_timeout_s: float | None = None
+    # a finished sequence's full answer blocks join its decode instance's replicas under
+    # the replicating policies (SGLang cache_finished_req; docs/model.md §1.10.1); the
+    # answers are the workload's (Requests.ans_*). False: prompt chains only
+    cache_generated: bool = False
 
 
 @dataclass

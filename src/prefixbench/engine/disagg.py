@@ -47,6 +47,7 @@ from .blocks import (
     rs_release_chain,
     rs_trim,
 )
+from .generated import keep_answer
 from .hostpath import host_path_move
 from .hosttier import ht_account, ht_match, ht_take, promote_or_send
 from .jit import jit, sig
@@ -564,7 +565,7 @@ def landed(IS, F, R, B8, EHT, EHI, bid, rid, t):
 
 
 @jit
-def finish(IS, F, R, B32, B8, bid, rid, d, t):
+def finish(IS, F, R, B32, B8, bid, bt, rid, d, t):
     """A sequence emitted its last token: free its KV and release its replica blocks."""
     n, io = IS[L.IP_N], IS[L.H_O]
     b = L.DI0 + d * L.NDI
@@ -574,6 +575,7 @@ def finish(IS, F, R, B32, B8, bid, rid, d, t):
     IS[b + L.D_B] -= 1
     IS[b + L.D_CTX] -= np.int64(R[rr + L.R_PROMPT]) + R[rr + L.R_OUTPUT]
     IS[b + L.D_PRIV] -= R[rr + L.R_PRIV]
+    keep_answer(IS, F, B32, B8, bid, bt, rid, d)  # generated.py: before the chain's release
     rs_release_chain(IS, R, B32, B8, bid, d, rid)
     IS[b + L.D_LOAD] -= 1
     IS[L.GI_INSYS] -= 1
@@ -646,7 +648,7 @@ def decode_boundary(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, d, version, 
     top = IS[L.H_DH] + 2 * IS[L.H_CAPB] * d
     while IS[b + L.D_HSZ] > 0 and IS[top] == it:
         rid = batch_pop(IS, d)
-        finish(IS, F, R, B32, B8, bid, rid, d, t)
+        finish(IS, F, R, B32, B8, bid, bt, rid, d, t)
         freed = True
     if freed:
         mem_changed(IS, F, TLF, TLI, d, t)

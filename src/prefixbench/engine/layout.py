@@ -318,13 +318,16 @@ def allocate(
     output: np.ndarray,
     arrival: np.ndarray,
     blk_ptr: np.ndarray,
+    ans_ptr: np.ndarray,
     n_refs: int,
     n_ids: int,
     ip: np.ndarray,
     fp: np.ndarray,
     hot_ids: np.ndarray,
 ):
-    """Allocate and initialise the flat state for ``len(prompt)`` requests."""
+    """Allocate and initialise the flat state for ``len(prompt)`` requests. ``ans_ptr``
+    (n + 1 offsets into the block ids, after the chains) bounds each request's answer
+    blocks; it sits right after ``blk_ptr`` (``ans_base``)."""
     n, nb = prompt.shape[0], n_refs
     P, D, C = int(ip[IP_NP]), int(ip[IP_ND]), int(ip[IP_NC])
     U = n_ids
@@ -333,7 +336,7 @@ def allocate(
     o_dh = o_pi + P * NPI
     o_jn = o_dh + 2 * capb * D
     o_ptr = o_jn + capb
-    o_out = o_ptr + n + 1
+    o_out = o_ptr + 2 * (n + 1)  # chains' then answers' offsets
     IS = np.zeros(o_out + NIC * n, dtype=np.int64)
     IS[:NIP] = ip
     IS[IP_N], IS[IP_U] = n, U
@@ -344,7 +347,8 @@ def allocate(
     dI[:, [D_HLRUH, D_HLRUT]] = -1
     dI[:, [D_PQH, D_PQT, D_FQH, D_FQT]] = -1
     IS[o_pi:o_dh].reshape(P, NPI)[:, [P_QH, P_QT, P_BH, P_LRUH, P_LRUT]] = -1
-    IS[o_ptr:o_out] = blk_ptr
+    IS[o_ptr : o_ptr + n + 1] = blk_ptr
+    IS[o_ptr + n + 1 : o_out] = ans_ptr
 
     R = np.zeros(n * NR, dtype=np.int32)
     R[R_PROMPT::NR] = prompt

@@ -680,6 +680,14 @@ class MemorySpec(_M):
         description="paged: a preempted request re-prefills its context on resume (recompute) "
         "or moves its KV to host memory and back (swap, over cluster.decode.host_path).",
     )
+    cache_generated: bool = Field(
+        True,
+        description="Decode-side caching of generated tokens: a finished request's full answer "
+        "blocks join its decode instance's replicas (replicating policies), so the next turn "
+        "of a session or trace conversation hits its previous answer (SGLang "
+        "cache_finished_req, vLLM block hashing; docs/model.md §1.10.1). false: prompt "
+        "chains only (the behaviour before).",
+    )
     queue_timeout_s: float | None = Field(
         None,
         ge=0,
