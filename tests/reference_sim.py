@@ -223,6 +223,7 @@ class Req:
     landed: bool = False
     private: int = 0
     pinned: list[int] = field(default_factory=list)  # replica blocks this request holds a ref on
+    held_hit: int = 0  # leading chain blocks it holds as its HBM hit (admission or resume)
     generated: int = 0
     last_token: float = NAN
     max_token_gap: float = 0.0
@@ -261,6 +262,7 @@ class Replica:
     refs: int
     ready: bool
     idle_since: int = 0  # logical clock of the moment refs dropped to 0 (LRU order)
+    backed: bool = False  # tiered, write-through: its host copy is written
 
 
 TIME_COLUMNS = (
@@ -335,6 +337,7 @@ class RefConfig:
     preemption: str = "recompute"
     queue_timeout_s: float | None = None
     cache_generated: bool = False  # a finished request's answer blocks become replicas
+    host_write_policy: str = "write_back"  # tiered: when an HBM block's host copy is written
     # colocated mode
     instances: int = 1
     scheduler: str = "prefill_priority"
@@ -374,6 +377,7 @@ DATA_FIELDS = (
     "preemption",
     "queue_timeout_s",
     "cache_generated",
+    "host_write_policy",
 )
 
 
@@ -525,6 +529,7 @@ def scenario_config(prep) -> RefConfig:
         preemption=m.preemption,
         queue_timeout_s=m.queue_timeout_s,
         cache_generated=m.cache_generated,
+        host_write_policy=m.host_write_policy,
         instances=n,
         scheduler=c.colocated_scheduler,
         step_token_budget=c.prefill_token_budget
@@ -935,13 +940,19 @@ class ReferenceSim:
             dec.host.pop(h, None)
         for h in hit_blocks:
             dec.replicas[h].refs += 1
+        if tier and cfg.host_write_policy == "write_through_selective":
+            for h in hit_blocks:  # a block's first reuse writes its host copy
+                self.write_through(dec, h, t)
+        path_before = dec.host_free
         while free < need:
             idle = [h for h, rep in dec.replicas.items() if rep.refs == 0]
             victim = min(idle, key=lambda h: dec.replicas[h].idle_since)
-            tok = dec.replicas.pop(victim).tokens
-            free += tok
+            rep = dec.replicas.pop(victim)
+            free += rep.tokens
             if tier:
-                self.demote(dec, victim, tok, t)
+                self.demote(dec, victim, rep.tokens, t, not rep.backed)
+        # write-back: the HBM the trim freed takes this KV once the demotions are copied
+        gate = dec.host_free + cfg.host_path_latency_s if dec.host_free != path_before else None
         if tier:  # a chain block past a gap, trimmed and
             for h, _ in r.chain[len(hit_blocks) :]:  # demoted, goes back to HBM now
                 dec.host.pop(h, None)
@@ -959,6 +970,7 @@ class ReferenceSim:
                 pinned.append(h)
                 persisted += tok
         r.pinned = pinned
+        r.held_hit = len(hit_blocks)
         r.private = need - persisted
         r.replica_hit_tokens = hit
         r.persisted_tokens = persisted
@@ -1001,6 +1013,9 @@ class ReferenceSim:
                 promo_land = self.host_move(dec, t, host_tok * kv)
                 r.promo_land = promo_land
                 r.host_hit_blocks, r.host_hit_tokens = len(host_run), host_tok
+        if gate is not None and (promo_land is None or gate > promo_land):
+            promo_land = gate
+            r.promo_land = gate
         if self.uses_replicas():
             r.hbm_hit_blocks = len(hit_blocks)
             r.link_blocks = len(r.chain) - len(hit_blocks) - r.host_hit_blocks
@@ -1194,15 +1209,24 @@ class ReferenceSim:
         dec.host_free = start + nbytes / self.cfg.host_path_bytes_per_s
         return dec.host_free + self.cfg.host_path_latency_s
 
-    def demote(self, dec: DecodeInstance, h: int, tok: int, t: float) -> None:
-        """A trimmed HBM block goes to the host pool (freshest); LRU host blocks make room."""
+    def demote(self, dec: DecodeInstance, h: int, tok: int, t: float, copy: bool) -> None:
+        """A trimmed HBM block goes to the host pool (freshest); LRU host blocks make room.
+        Its copy takes the host path unless it was written through before."""
         cap = self.cfg.host_kv_tokens
         if tok > cap:
             return
         dec.host[h] = [tok, self.tick()]
         while sum(v[0] for v in dec.host.values()) > cap:
             del dec.host[min(dec.host, key=lambda k: dec.host[k][1])]
-        self.host_move(dec, t, tok * self.cfg.decode.kv)
+        if copy:
+            self.host_move(dec, t, tok * self.cfg.decode.kv)
+
+    def write_through(self, dec: DecodeInstance, h: int, t: float) -> None:
+        """An HBM block's host copy, written once (write_through, _selective)."""
+        rep = dec.replicas[h]
+        if not rep.backed:
+            rep.backed = True
+            self.host_move(dec, t, rep.tokens * self.cfg.decode.kv)
     def count_uses(self, r: Req, dec: DecodeInstance, t: float) -> None:
         if math.isnan(dec.first_admit):
             dec.first_admit = t
@@ -1329,6 +1353,8 @@ class ReferenceSim:
                 if r.generated == r.output:
                     self.complete(r, dec, t)
                     freed = True
+        if freed:  # kept answer blocks can hold more than the private KV they replace
+            self.peak_used = max(self.peak_used, self.used(d))
         # (after a stall nothing finishes: its recomputed requests are already in dec.ready)
         if freed and self.resume_preempted(d, t):
             self.admit_waiting(d, t)
@@ -1407,6 +1433,14 @@ class ReferenceSim:
         dec.running.remove(r)
         r.private = 0
         self.keep_answer(r, dec)
+        if self.cfg.host_write_policy == "write_through" and self.cfg.policy in (
+            "replicate_tiered",
+            "cost_aware",
+        ):  # its blocks past its HBM hit, then its answer, root first
+            answer = r.answer if self.cfg.cache_generated else []
+            for h, _ in r.chain[r.held_hit :] + answer:
+                if h in dec.replicas and dec.replicas[h].ready:
+                    self.write_through(dec, h, t)
         self.release(r, dec)
         self.check_books(r.decode_instance)
 
@@ -1472,9 +1506,9 @@ class ReferenceSim:
             if not idle:
                 return
             victim = min(idle, key=lambda h: dec.replicas[h].idle_since)
-            tok = dec.replicas.pop(victim).tokens
+            rep = dec.replicas.pop(victim)
             if self.cfg.policy in ("replicate_tiered", "cost_aware"):
-                self.demote(dec, victim, tok, t)
+                self.demote(dec, victim, rep.tokens, t, not rep.backed)
 
     def take_blocks(self, d: int, t: float) -> None:
         """An iteration starts: each running sequence takes the blocks its context now
@@ -1500,6 +1534,7 @@ class ReferenceSim:
         r.preemptions += 1
         r.preempted_at = t
         self.release(r, dec)  # its replica blocks stay resident, idle unless shared
+        r.held_hit = 0
         r.persisted_held = 0
         if self.cfg.preemption == "swap":  # its whole context, copied out over the host path
             tokens = self.blocks(r.prompt + max(r.generated - 1, 0))
@@ -1539,6 +1574,7 @@ class ReferenceSim:
             for h in hit_blocks:
                 dec.replicas[h].refs += 1
             r.pinned = hit_blocks
+            r.held_hit = len(hit_blocks)
             r.own0 = r.prompt - hit
             self.trim(d, need, t)
             dec.resume.pop(0)

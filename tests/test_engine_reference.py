@@ -281,6 +281,9 @@ def disagg_cases(draw, policies=POLICIES, tight: bool = False, speculative: bool
         decode_router=draw(st.sampled_from(["least_load", "round_robin", "prefix_affinity"])),
         track_gaps=draw(st.booleans()),
         cache_generated=draw(st.booleans()),
+        host_write_policy=draw(
+            st.sampled_from(["write_back", "write_through", "write_through_selective"])
+        ),
         # host tier (replicate_tiered): pools from none to unbounded, paths from slower than
         # the slowest link to NVLink-C2C, so promotions and fallbacks both happen
         host_kv_tokens=draw(

@@ -16,6 +16,7 @@ from . import refresh as rf
 from . import warmup as wu
 from .blocks import dense_block_ids, prewarm
 from .config import (
+    HOST_WRITE_POLICIES,
     TIME_COLUMNS,
     ColocatedConfig,
     EngineConfig,
@@ -344,6 +345,7 @@ def simulate(
     F[L.FP_TSTEADY] = t_steady
     IS[L.IP_PAGED], IS[L.IP_BS] = paged, cfg.block_size
     IS[L.IP_SWAP] = cfg.preemption == "swap"
+    IS[L.IP_HWP] = HOST_WRITE_POLICIES.index(cfg.host_write_policy)
     if cfg.policy == "replicate_hotset" and hot_h.shape[0] > 0:
         prewarm(IS, r.B32, r.B8, _c64(r.hot_ids), hot_t)
         IS[L.GI_PEAK_REP] = IS[L.GI_PEAK_USED] = IS[L.DI0 + L.D_USED]

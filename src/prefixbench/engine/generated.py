@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from . import costaware as ca
 from . import layout as L
-from .hosttier import ht_base
+from .hosttier import ht_base, ht_write_run
 from .jit import jit
 from .queues import lru_append
 
@@ -75,3 +75,17 @@ def keep_answer(IS, F, B32, B8, bid, bt, rid, d):
             IS[b + L.D_IDLE] += bt[j]
             kept += bt[j]
     return kept
+
+
+@jit
+def write_through_finished(IS, F, R, B32, B8, bid, rid, d, t):
+    """write_through (``IP_HWP`` 1): a finished request's blocks enter the host tier as
+    SGLang's decode radix inserts them at finish: its chain past its HBM hit, then its
+    answer, root first, each resident and ready block without a host copy."""
+    policy = IS[L.IP_POLICY]
+    if IS[L.IP_HWP] != 1 or not (policy == L.POL_TIERED or policy == L.POL_COST_AWARE):
+        return
+    ptr, ap = IS[L.H_PTR], ans_base(IS)
+    i0 = IS[ptr + rid] + R[rid * L.NR + L.R_NHIT]
+    ht_write_run(IS, F, B32, B8, bid, d, i0, IS[ptr + rid + 1], t)
+    ht_write_run(IS, F, B32, B8, bid, d, IS[ap + rid], IS[ap + rid + 1], t)

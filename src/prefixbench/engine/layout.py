@@ -128,7 +128,10 @@ IP_STREAM, IP_LAYERS, IP_RCHUNK, GI_DEFER = 38, 39, 40, 41
 # mode (0 recompute, 1 swap), the F section of per-request preemption times, the admission
 # sequence counter (preemption picks the most recently admitted running sequence)
 IP_PAGED, IP_BS, IP_SWAP, H_PGF, GI_ASEQ = 42, 43, 44, 45, 46
-DI0 = 47
+# --- tiered: the host tier's write policy (hosttier.py): 0 write_back, 1 write_through,
+# 2 write_through_selective (SGLang --hicache-write-policy)
+IP_HWP = 47
+DI0 = 48
 # decode instance fields (queue head/tail pairs adjacent)
 (
     D_B,  # sequences in the batch
@@ -307,6 +310,7 @@ T_PROMO = 13
 RS_TOK, RS_REF, RS_PREV, RS_NEXT = range(4)
 PC_TOK, PC_PREV, PC_NEXT, PC_IN = range(4)
 ST_IN, ST_READY, ST_INACT = 1, 2, 4  # replica state bits of decode d at B8[U·d + h]
+ST_BACKED = 8  # tiered: its host copy was written (write-through): a trim needs no copy
 ST_ACTIVE_MASK = 0xFF ^ ST_INACT  # clears ST_INACT in a uint8 (~ST_INACT is negative)
 # --- tiered: host tier of decode d at 4·U·(D + P) + 4·U·d + 4·h: tokens, LRU
 # prev, LRU next, present

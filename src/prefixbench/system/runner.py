@@ -357,6 +357,7 @@ def prepare(s: Scenario) -> Prepared:
         preemption=m.preemption,
         queue_timeout_s=m.queue_timeout_s,
         cache_generated=m.cache_generated,
+        host_write_policy=m.host_write_policy,
     )
     if s.run.warmup_requests >= len(req):
         raise ScenarioError(
