@@ -129,9 +129,10 @@ IP_STREAM, IP_LAYERS, IP_RCHUNK, GI_DEFER = 38, 39, 40, 41
 # sequence counter (preemption picks the most recently admitted running sequence)
 IP_PAGED, IP_BS, IP_SWAP, H_PGF, GI_ASEQ = 42, 43, 44, 45, 46
 # --- tiered: the host tier's write policy (hosttier.py): 0 write_back, 1 write_through,
-# 2 write_through_selective (SGLang --hicache-write-policy)
-IP_HWP = 47
-DI0 = 48
+# 2 write_through_selective (SGLang --hicache-write-policy); slot 47 is left free for the
+# conditional policy's field on its branch
+IP_HWP = 48
+DI0 = 49
 # decode instance fields (queue head/tail pairs adjacent)
 (
     D_B,  # sequences in the batch
