@@ -27,10 +27,21 @@ def instance_cost(model: str, acc: str, devices: int, eff: tuple[float, ...]) ->
     return _COSTS[key]
 
 
-def make_requests(arrival, prompt, output, chains) -> Requests:
-    """Requests from per-request lists; ``chains[i]`` is a list of (hash, tokens), root first."""
+def make_requests(arrival, prompt, output, chains, answers=None) -> Requests:
+    """Requests from per-request lists; ``chains[i]`` is a list of (hash, tokens), root first;
+    ``answers[i]`` (optional) the full blocks its output fills, likewise."""
     ptr = np.concatenate(([0], np.cumsum([len(c) for c in chains]))).astype(np.int64)
     flat = [b for c in chains for b in c]
+    ans = {}
+    if answers is not None:
+        aflat = [b for a in answers for b in a]
+        ans = {
+            "ans_ptr": np.concatenate(([0], np.cumsum([len(a) for a in answers]))).astype(
+                np.int64
+            ),
+            "ans_hash": np.asarray([h for h, _ in aflat], dtype=np.int64),
+            "ans_tokens": np.asarray([t for _, t in aflat], dtype=np.int64),
+        }
     req = Requests(
         arrival=np.asarray(arrival, dtype=np.float64),
         prompt_len=np.asarray(prompt, dtype=np.int64),
@@ -39,6 +50,7 @@ def make_requests(arrival, prompt, output, chains) -> Requests:
         blk_hash=np.asarray([h for h, _ in flat], dtype=np.int64),
         blk_tokens=np.asarray([t for _, t in flat], dtype=np.int64),
         prefix_id=np.asarray([c[-1][0] if c else -1 for c in chains], dtype=np.int64),
+        **ans,
     )
     req.validate()
     return req

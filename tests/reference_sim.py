@@ -188,6 +188,7 @@ class Req:
     prompt: int
     output: int
     chain: list[tuple[int, int]]  # (block hash, tokens), root first
+    answer: list[tuple[int, int]] = field(default_factory=list)  # its output's full blocks
     # results
     t_prefill_start: float = NAN
     t_prefill_end: float = NAN
@@ -222,6 +223,7 @@ class Req:
     landed: bool = False
     private: int = 0
     pinned: list[int] = field(default_factory=list)  # replica blocks this request holds a ref on
+    held_hit: int = 0  # leading chain blocks it holds as its HBM hit (admission or resume)
     generated: int = 0
     last_token: float = NAN
     max_token_gap: float = 0.0
@@ -260,6 +262,7 @@ class Replica:
     refs: int
     ready: bool
     idle_since: int = 0  # logical clock of the moment refs dropped to 0 (LRU order)
+    backed: bool = False  # tiered, write-through: its host copy is written
 
 
 TIME_COLUMNS = (
@@ -333,6 +336,8 @@ class RefConfig:
     block_size: int = 16
     preemption: str = "recompute"
     queue_timeout_s: float | None = None
+    cache_generated: bool = False  # a finished request's answer blocks become replicas
+    host_write_policy: str = "write_back"  # tiered: when an HBM block's host copy is written
     # colocated mode
     instances: int = 1
     scheduler: str = "prefill_priority"
@@ -371,6 +376,8 @@ DATA_FIELDS = (
     "block_size",
     "preemption",
     "queue_timeout_s",
+    "cache_generated",
+    "host_write_policy",
 )
 
 
@@ -569,6 +576,8 @@ def scenario_config(prep) -> RefConfig:
         block_size=c.block_size,
         preemption=m.preemption,
         queue_timeout_s=m.queue_timeout_s,
+        cache_generated=m.cache_generated,
+        host_write_policy=m.host_write_policy,
         instances=n,
         scheduler=c.colocated_scheduler,
         step_token_budget=c.prefill_token_budget
@@ -587,6 +596,10 @@ def _chains(req) -> list[Req]:
         out.append(
             Req(i, float(req.arrival[i]), int(req.prompt_len[i]), int(req.output_len[i]), chain)
         )
+    if req.ans_ptr is not None:  # the workload's answer blocks (docs/model.md §1.10.1)
+        ap, ah, at = req.ans_ptr.tolist(), req.ans_hash.tolist(), req.ans_tokens.tolist()
+        for i, r in enumerate(out):
+            r.answer = [(ah[j], at[j]) for j in range(ap[i], ap[i + 1])]
     return out
 
 
@@ -751,7 +764,7 @@ class ReferenceSim:
         if self.cfg.policy in ("replicate_all_lru", "replicate_tiered"):
             return True
         if self.cfg.policy == "cost_aware":
-            return dec.uses[h][0] >= 1.5
+            return dec.uses.get(h, [0.0])[0] >= 1.5
         if self.cfg.policy == "replicate_hotset":
             return h in self.hot
         return False
@@ -975,13 +988,19 @@ class ReferenceSim:
             dec.host.pop(h, None)
         for h in hit_blocks:
             dec.replicas[h].refs += 1
+        if tier and cfg.host_write_policy == "write_through_selective":
+            for h in hit_blocks:  # a block's first reuse writes its host copy
+                self.write_through(dec, h, t)
+        path_before = dec.host_free
         while free < need:
             idle = [h for h, rep in dec.replicas.items() if rep.refs == 0]
             victim = min(idle, key=lambda h: dec.replicas[h].idle_since)
-            tok = dec.replicas.pop(victim).tokens
-            free += tok
+            rep = dec.replicas.pop(victim)
+            free += rep.tokens
             if tier:
-                self.demote(dec, victim, tok, t)
+                self.demote(dec, victim, rep.tokens, t, not rep.backed)
+        # write-back: the HBM the trim freed takes this KV once the demotions are copied
+        gate = dec.host_free + cfg.host_path_latency_s if dec.host_free != path_before else None
         if tier:  # a chain block past a gap, trimmed and
             for h, _ in r.chain[len(hit_blocks) :]:  # demoted, goes back to HBM now
                 dec.host.pop(h, None)
@@ -999,6 +1018,7 @@ class ReferenceSim:
                 pinned.append(h)
                 persisted += tok
         r.pinned = pinned
+        r.held_hit = len(hit_blocks)
         r.private = need - persisted
         r.replica_hit_tokens = hit
         r.persisted_tokens = persisted
@@ -1041,6 +1061,9 @@ class ReferenceSim:
                 promo_land = self.host_move(dec, t, host_tok * kv)
                 r.promo_land = promo_land
                 r.host_hit_blocks, r.host_hit_tokens = len(host_run), host_tok
+        if gate is not None and (promo_land is None or gate > promo_land):
+            promo_land = gate
+            r.promo_land = gate
         if self.uses_replicas():
             r.hbm_hit_blocks = len(hit_blocks)
             r.link_blocks = len(r.chain) - len(hit_blocks) - r.host_hit_blocks
@@ -1237,15 +1260,24 @@ class ReferenceSim:
         dec.host_free = start + nbytes / self.cfg.host_path_bytes_per_s
         return dec.host_free + self.cfg.host_path_latency_s
 
-    def demote(self, dec: DecodeInstance, h: int, tok: int, t: float) -> None:
-        """A trimmed HBM block goes to the host pool (freshest); LRU host blocks make room."""
+    def demote(self, dec: DecodeInstance, h: int, tok: int, t: float, copy: bool) -> None:
+        """A trimmed HBM block goes to the host pool (freshest); LRU host blocks make room.
+        Its copy takes the host path unless it was written through before."""
         cap = self.cfg.host_kv_tokens
         if tok > cap:
             return
         dec.host[h] = [tok, self.tick()]
         while sum(v[0] for v in dec.host.values()) > cap:
             del dec.host[min(dec.host, key=lambda k: dec.host[k][1])]
-        self.host_move(dec, t, tok * self.cfg.decode.kv)
+        if copy:
+            self.host_move(dec, t, tok * self.cfg.decode.kv)
+
+    def write_through(self, dec: DecodeInstance, h: int, t: float) -> None:
+        """An HBM block's host copy, written once (write_through, _selective)."""
+        rep = dec.replicas[h]
+        if not rep.backed:
+            rep.backed = True
+            self.host_move(dec, t, rep.tokens * self.cfg.decode.kv)
 
     def count_uses(self, r: Req, dec: DecodeInstance, t: float) -> None:
         if math.isnan(dec.first_admit):
@@ -1373,6 +1405,8 @@ class ReferenceSim:
                 if r.generated == r.output:
                     self.complete(r, dec, t)
                     freed = True
+        if freed:  # kept answer blocks can hold more than the private KV they replace
+            self.peak_used = max(self.peak_used, self.used(d))
         # (after a stall nothing finishes: its recomputed requests are already in dec.ready)
         if freed and self.resume_preempted(d, t):
             self.admit_waiting(d, t)
@@ -1449,9 +1483,36 @@ class ReferenceSim:
         r.outcome = COMPLETED
         r.t_done = t
         dec.running.remove(r)
-        self.release(r, dec)
         r.private = 0
+        self.keep_answer(r, dec)
+        if self.cfg.host_write_policy == "write_through" and self.cfg.policy in (
+            "replicate_tiered",
+            "cost_aware",
+        ):  # its blocks past its HBM hit, then its answer, root first
+            answer = r.answer if self.cfg.cache_generated else []
+            for h, _ in r.chain[r.held_hit :] + answer:
+                if h in dec.replicas and dec.replicas[h].ready:
+                    self.write_through(dec, h, t)
+        self.release(r, dec)
         self.check_books(r.decode_instance)
+
+    def keep_answer(self, r: Req, dec: DecodeInstance) -> None:
+        """Its answer's full blocks become idle replicas: those in neither tier that the
+        policy keeps, root first while they fit what is free; stamped before the chain's
+        release (tail first), so they are trimmed before it."""
+        if not (self.cfg.cache_generated and self.uses_replicas()):
+            return
+        room = self.cfg.budget_tokens - self.used(r.decode_instance)
+        take = []
+        for h, tok in r.answer:
+            if h in dec.replicas or h in dec.host or not self.keeps(h, dec):
+                continue
+            if tok > room:
+                break
+            room -= tok
+            take.append((h, tok))
+        for h, tok in reversed(take):
+            dec.replicas[h] = Replica(tok, 0, True, self.tick())
 
     def release(self, r: Req, dec: DecodeInstance) -> None:
         """Drop ``r``'s references on its replica blocks."""
@@ -1497,9 +1558,9 @@ class ReferenceSim:
             if not idle:
                 return
             victim = min(idle, key=lambda h: dec.replicas[h].idle_since)
-            tok = dec.replicas.pop(victim).tokens
+            rep = dec.replicas.pop(victim)
             if self.cfg.policy in ("replicate_tiered", "cost_aware"):
-                self.demote(dec, victim, tok, t)
+                self.demote(dec, victim, rep.tokens, t, not rep.backed)
 
     def take_blocks(self, d: int, t: float) -> None:
         """An iteration starts: each running sequence takes the blocks its context now
@@ -1525,6 +1586,7 @@ class ReferenceSim:
         r.preemptions += 1
         r.preempted_at = t
         self.release(r, dec)  # its replica blocks stay resident, idle unless shared
+        r.held_hit = 0
         r.persisted_held = 0
         if self.cfg.preemption == "swap":  # its whole context, copied out over the host path
             tokens = self.blocks(r.prompt + max(r.generated - 1, 0))
@@ -1564,6 +1626,7 @@ class ReferenceSim:
             for h in hit_blocks:
                 dec.replicas[h].refs += 1
             r.pinned = hit_blocks
+            r.held_hit = len(hit_blocks)
             r.own0 = r.prompt - hit
             self.trim(d, need, t)
             dec.resume.pop(0)

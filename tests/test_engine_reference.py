@@ -184,13 +184,30 @@ def workloads(draw, min_output: int = 1, shares=(0.0, 0.3, 0.7, 0.9, 1.0)):
     chains, prompt, output = [], [], []
     max_suffix = draw(st.sampled_from([1, 64, 512, 2048]))
     max_out = max(draw(st.sampled_from([1, 8, 40, 150])), min_output)
+    answers = []
     for _ in range(n):
         chain = paths[rng.choice(n_blocks, p=zipf / zipf.sum())] if rng.random() < share else []
         suffix = int(rng.integers(0, max_suffix + 1))
         chains.append(chain)
         prompt.append(max(sum(t for _, t in chain) + suffix, 1))
         output.append(int(rng.integers(min_output, max_out + 1)))
-    return make_requests(arrival, prompt, output, chains), tokens
+        answers.append(_answer(rng, parent, tokens, chain, 1000 + 3 * len(answers)))
+    return make_requests(arrival, prompt, output, chains, answers), tokens
+
+
+def _answer(rng, parent, tokens, chain, fresh) -> list[tuple[int, int]]:
+    """0-2 answer blocks (docs/model.md §1.10.1): children in the prefix tree of the chain's
+    tail (so a later request through them hits them), or fresh blocks no chain has."""
+    out, cur = [], chain[-1][0] - 100 if chain else None
+    for m in range(int(rng.integers(0, 3))):
+        kids = [k for k, p in enumerate(parent) if p == cur] if cur is not False else []
+        if kids and rng.random() < 0.7:
+            cur = kids[int(rng.integers(0, len(kids)))]
+            out.append((cur + 100, tokens[cur]))
+        else:
+            out.append((fresh + m, 16))
+            cur = False  # nothing extends a fresh block
+    return out
 
 
 @st.composite
@@ -263,6 +280,10 @@ def disagg_cases(draw, policies=POLICIES, tight: bool = False, speculative: bool
         prefill_router=draw(st.sampled_from(["least_tokens", "round_robin"])),
         decode_router=draw(st.sampled_from(["least_load", "round_robin", "prefix_affinity"])),
         track_gaps=draw(st.booleans()),
+        cache_generated=draw(st.booleans()),
+        host_write_policy=draw(
+            st.sampled_from(["write_back", "write_through", "write_through_selective"])
+        ),
         # host tier (replicate_tiered): pools from none to unbounded, paths from slower than
         # the slowest link to NVLink-C2C, so promotions and fallbacks both happen
         host_kv_tokens=draw(

@@ -236,3 +236,58 @@ def test_cost_aware_sends_when_the_host_path_is_slower_than_the_link():
     cols = _cost_aware_spill(host_path_bytes_per_s=0.1e9).columns
     assert cols["host_hit_blocks"][3] == 0 and cols["transfer_tokens"][3] == 200
     assert cols["recompute_tokens"][3] == 0
+
+
+def _write_case(policy: str, budget: int):
+    """r0 (t=0): chain A (64 tokens) + 6, 2 output tokens, keeps A. r1 (t=10): chain B + 6.
+    With a budget of 100 r1's 72 tokens do not fit beside idle A (36 free): its admission
+    trims A into the host pool. The host path is 1 GB/s (latency 1 us), so A's copy,
+    64 x 12,288 = 786,432 bytes, takes 786.432 us; r1's 70 tokens take 860,160 / 3.125e9
+    = 275.25 us on the link."""
+    req = make_requests([0.0, 10.0], [70, 70], [2, 2], [[A], [B]])
+    cfg = _cfg(
+        "replicate_tiered",
+        budget_tokens=budget,
+        host_kv_tokens=10**6,
+        host_path_bytes_per_s=1e9,
+        host_path_latency_s=1e-6,
+        host_write_policy=policy,
+    )
+    return simulate(req, cfg)
+
+
+def test_write_back_reuses_the_trimmed_hbm_only_once_its_copy_is_done():
+    """write_back (and write_through_selective, A never being reused): A's copy starts at
+    r1's admission, and r1's KV is in when that copy lands, 787.432 us later, not when its
+    own transfer does (275.25 us)."""
+    for policy in ("write_back", "write_through_selective"):
+        res = _write_case(policy, 100)
+        c = res.columns
+        assert c["t_transfer_end"][1] - c["t_admit"][1] == pytest.approx(
+            64 * KV / 1e9 + 1e-6, rel=1e-9
+        )
+        assert res.stats["host_path_bytes"] == 64 * KV
+
+
+def test_write_through_copies_at_finish_so_the_trim_waits_for_nothing():
+    """write_through: A's copy is written when r0 finishes (long before t=10), so r1's trim
+    queues no copy and its KV is in after its own transfer, 275.25 us. The path moves each
+    kept block once, at its request's finish: A, then B."""
+    res = _write_case("write_through", 100)
+    c = res.columns
+    assert c["t_transfer_end"][1] - c["t_admit"][1] == pytest.approx(70 * KV / LINK, rel=1e-9)
+    assert res.stats["host_path_bytes"] == 2 * 64 * KV
+
+
+def test_write_through_selective_writes_on_the_first_reuse():
+    """With room for both (budget 1,000) and r1's chain A again: selective writes A when r1
+    hits it; write_back never touches the path."""
+    req = make_requests([0.0, 10.0], [70, 70], [2, 2], [[A], [A]])
+    for policy, moved in (("write_through_selective", 64 * KV), ("write_back", 0)):
+        cfg = _cfg(
+            "replicate_tiered", budget_tokens=1000, host_kv_tokens=10**6,
+            host_path_bytes_per_s=1e9, host_write_policy=policy,
+        )  # fmt: skip
+        res = simulate(req, cfg)
+        assert res.columns["hbm_hit_blocks"].tolist() == [0, 1]
+        assert res.stats["host_path_bytes"] == moved

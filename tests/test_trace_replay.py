@@ -22,8 +22,10 @@ CONV = SHARED / "conversation_trace.jsonl"
 needs_shared = pytest.mark.skipif(not CONV.is_file(), reason="../shared/traces not present")
 
 
-def _unbounded_lru(path: Path):
-    s = load_scenario("trace_replay", ["run.warmup_requests=0"], trace=str(path))
+def _unbounded_lru(path: Path, answers: bool = False):
+    """Prompt chains only by default: the trace's own ratio counts prompt reuse."""
+    over = ["run.warmup_requests=0", f"memory.cache_generated={str(answers).lower()}"]
+    s = load_scenario("trace_replay", over, trace=str(path))
     prep = prepare(s)
     cfg = dataclasses.replace(
         prep.base, policy="replicate_all_lru", budget_tokens=10**13, max_batch=10**6
@@ -51,6 +53,19 @@ def test_slice_hit_ratio_matches_too():
     # in-flight KV can only lower the simulated ratio
     assert sim <= oracle + 1e-12
     assert sim == pytest.approx(oracle, abs=0.02)
+
+
+def test_cached_answers_add_hits_within_their_own_ceiling():
+    """With answers cached (docs/model.md §1.10.1) the unbounded hit ratio exceeds the
+    prompt-only one, and stays within the answer-aware infinite-cache ratio."""
+    from prefixbench.workload.reuse import reusable_tokens
+
+    path = DATA / "conversation_trace_head300.jsonl"
+    prep, res = _unbounded_lru(path, answers=True)
+    sim = res.columns["replica_hit_tokens"].sum() / prep.requests.prompt_len.sum()
+    ceiling = reusable_tokens(prep.requests, True).sum() / prep.requests.prompt_len.sum()
+    prompt_only = infinite_cache_hit_ratio(str(path))
+    assert prompt_only < sim <= ceiling + 1e-12
 
 
 def test_azure_overlay_shares_prefixes():

@@ -333,7 +333,8 @@ def test_unbounded_lru_reproduces_the_generators_infinite_cache_hit_ratio():
     from prefixbench.scenario.loader import load_scenario
     from prefixbench.system.runner import prepare
 
-    s = load_scenario("multi_turn_chat", ["run.requests=1500", "run.warmup_requests=0"])
+    over = ["run.requests=1500", "run.warmup_requests=0", "memory.cache_generated=false"]
+    s = load_scenario("multi_turn_chat", over)  # the generator's ratio: prompt chains only
     prep = prepare(s)
     cfg = dataclasses.replace(
         prep.base, policy="replicate_all_lru", budget_tokens=10**13, max_batch=10**6
@@ -354,6 +355,7 @@ def test_relaxed_budget_lru_approaches_the_infinite_cache_ratio():
     from prefixbench.study.runs import run_scenario
 
     sets = ["run.requests=1500", "run.warmup_requests=150", "memory.budget_factor=4.0"]
+    sets.append("memory.cache_generated=false")  # the generator's ratio: prompt chains only
     s = load_scenario("multi_turn_chat", sets)
     row = run_scenario(s, ["replicate_all_lru"], keep_requests=False).summary.to_dicts()[0]
     from prefixbench.system.runner import build_requests

@@ -16,6 +16,7 @@ from . import refresh as rf
 from . import warmup as wu
 from .blocks import dense_block_ids, prewarm
 from .config import (
+    HOST_WRITE_POLICIES,
     TIME_COLUMNS,
     ColocatedConfig,
     EngineConfig,
@@ -39,13 +40,27 @@ def _c64(a: np.ndarray) -> np.ndarray:
     return np.require(a, dtype=np.int64, requirements=["C", "W"])
 
 
+def _with_answers(req: Requests, answers: bool):
+    """Block hashes and tokens of the chains, then of the answers (docs/model.md §1.10.1)
+    when ``answers`` and the workload has them; the answers' offsets into those arrays."""
+    nb = int(req.blk_ptr[-1])
+    if not answers or req.ans_ptr is None or int(req.ans_ptr[-1]) == 0:
+        return _c64(req.blk_hash), _c64(req.blk_tokens), np.full(len(req) + 1, nb, np.int64)
+    hashes = np.concatenate((_c64(req.blk_hash), _c64(req.ans_hash)))
+    tokens = np.concatenate((_c64(req.blk_tokens), _c64(req.ans_tokens)))
+    return hashes, tokens, _c64(req.ans_ptr) + nb
+
+
 class _Run:
     """The state of one run: flat arrays plus the growable heap and timeline log."""
 
-    def __init__(self, req: Requests, ip: np.ndarray, fp: np.ndarray, hot: np.ndarray) -> None:
+    def __init__(
+        self, req: Requests, ip: np.ndarray, fp: np.ndarray, hot: np.ndarray, answers=False
+    ) -> None:
         self.n = n = len(req)
-        bid, self.hot_ids, n_ids = dense_block_ids(_c64(req.blk_hash), hot)
-        self.bid, self.bt = _c64(bid), _c64(req.blk_tokens)
+        hashes, tokens, ans_ptr = _with_answers(req, answers)
+        bid, self.hot_ids, n_ids = dense_block_ids(hashes, hot)
+        self.bid, self.bt = _c64(bid), tokens
         longest = int(req.prompt_len.max(initial=0)) + int(req.output_len.max(initial=0))
         if max(n, n_ids, longest) >= 2**31 - 1:
             raise SimulationError(
@@ -55,7 +70,7 @@ class _Run:
                 fix="replay fewer or shorter requests",
             )
         self.IS, self.F, self.R, self.B32, self.B8 = L.allocate(
-            req.prompt_len, req.output_len, req.arrival, req.blk_ptr,
+            req.prompt_len, req.output_len, req.arrival, req.blk_ptr, ans_ptr,
             self.bid.shape[0], n_ids, ip, fp, self.hot_ids,
         )  # fmt: skip
         self.EHT, self.EHI = np.empty(1024), np.empty(3 * 1024, dtype=np.int64)
@@ -307,7 +322,7 @@ def simulate(
     )
     hot_h = np.array([h for h, _ in cfg.hot_blocks], dtype=np.int64)
     hot_t = np.array([t for _, t in cfg.hot_blocks], dtype=np.int64)
-    r = _Run(req, ip, fp, hot_h)
+    r = _Run(req, ip, fp, hot_h, cfg.cache_generated)
     u = int(r.IS[L.IP_U])
     refresh = cfg.hot_refresh_s if cfg.policy == "replicate_hotset" and cfg.hot_blocks else 0.0
     npw = L.NPW * (cfg.n_prefill + cfg.n_decode)  # the power records stay last (power.py)
@@ -330,6 +345,7 @@ def simulate(
     F[L.FP_TSTEADY] = t_steady
     IS[L.IP_PAGED], IS[L.IP_BS] = paged, cfg.block_size
     IS[L.IP_SWAP] = cfg.preemption == "swap"
+    IS[L.IP_HWP] = HOST_WRITE_POLICIES.index(cfg.host_write_policy)
     if cfg.policy == "replicate_hotset" and hot_h.shape[0] > 0:
         prewarm(IS, r.B32, r.B8, _c64(r.hot_ids), hot_t)
         IS[L.GI_PEAK_REP] = IS[L.GI_PEAK_USED] = IS[L.DI0 + L.D_USED]

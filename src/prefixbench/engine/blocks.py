@@ -164,10 +164,24 @@ def rs_trim(IS, F, B32, B8, d, need, now):
         t = B32[base + 4 * h + RS_TOK]
         freed += t
         IS[b + D_IDLE] -= t
+        backed = B8[d * IS[IP_U] + h] & L.ST_BACKED
         rs_drop(IS, B32, B8, d, h)
         if tiered:
-            ht_demote(IS, F, B32, d, h, t, now)
+            ht_demote(IS, F, B32, d, h, t, now, backed == 0)
     return freed
+
+
+@jit
+def trim_for(IS, F, B32, B8, d, need, t):
+    """An admission trims ``need`` tokens at ``t`` (blocks.rs_trim): when the last copy its
+    demotions queued lands (write-back: the HBM they held is reused only then), or -inf
+    when it queued none."""
+    f = L.DF0 + d * L.NDF
+    before = F[f + L.DF_HP_FREE]
+    rs_trim(IS, F, B32, B8, d, need, t)
+    if F[f + L.DF_HP_FREE] != before:
+        return F[f + L.DF_HP_FREE] + F[f + L.DF_HP_LAT]
+    return -L.INF
 
 
 @entry

@@ -27,6 +27,7 @@ SCHEDULERS = {
 ON_FULL = ("reject", "wait")
 ADMISSIONS = ("reserve", "paged")
 PREEMPTIONS = ("recompute", "swap")
+HOST_WRITE_POLICIES = ("write_back", "write_through", "write_through_selective")
 LINK_TOPOLOGIES = ("shared_nics", "private_paths")
 STREAMING = ("after_prefill", "layerwise")
 PREWARM = ("free", "link")
@@ -103,6 +104,14 @@ class EngineConfig:
     block_size: int = 16
     preemption: str = "recompute"
     queue_timeout_s: float | None = None
+    # a finished sequence's full answer blocks join its decode instance's replicas under
+    # the replicating policies (SGLang cache_finished_req; docs/model.md §1.10.1); the
+    # answers are the workload's (Requests.ans_*). False: prompt chains only
+    cache_generated: bool = False
+    # tiered: when an HBM block's host copy is written (SGLang --hicache-write-policy;
+    # docs/model.md §1.13): write_back at its trim, write_through when its request finishes,
+    # write_through_selective on its first reuse
+    host_write_policy: str = "write_back"
 
 
 @dataclass
@@ -204,6 +213,12 @@ def check_engine_config(cfg: EngineConfig) -> None:
         )
     if cfg.admission not in ADMISSIONS:
         _refuse(f"unknown admission '{cfg.admission}'", "memory.admission", "use paged or reserve")
+    if cfg.host_write_policy not in HOST_WRITE_POLICIES:
+        _refuse(
+            f"unknown host write policy '{cfg.host_write_policy}'",
+            "memory.host_write_policy",
+            "use " + ", ".join(HOST_WRITE_POLICIES),
+        )
     if cfg.preemption not in PREEMPTIONS:
         _refuse(
             f"unknown preemption '{cfg.preemption}'", "memory.preemption", "use recompute or swap"

@@ -46,9 +46,11 @@ from .blocks import (
     rs_match,
     rs_release_chain,
     rs_trim,
+    trim_for,
 )
+from .generated import keep_answer, write_through_finished
 from .hostpath import host_path_move
-from .hosttier import ht_account, ht_match, ht_take, promote_or_send
+from .hosttier import ht_account, ht_match, ht_take, ht_write_run, promote_or_send
 from .jit import jit, sig
 from .nics import free_at, hold
 from .power import power_work, prefill_record
@@ -431,8 +433,11 @@ def admit(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t):
     if tier:  # out of the pool first: the trim demotes into it
         host_tok = ht_take(IS, B32, d, bid, i0 + nhit, i0 + nhit + nhost, i1)
     rs_acquire(IS, B32, B8, bid, d, i0, i0 + nhit)
+    gate = -L.INF  # tiered: its KV is in no earlier than the copies its trim queued
+    if tier and IS[L.IP_HWP] == 2:  # write_through_selective: a block's first reuse
+        ht_write_run(IS, F, B32, B8, bid, d, i0, i0 + nhit, t)
     if free < need:
-        rs_trim(IS, F, B32, B8, d, need - free, t)
+        gate = trim_for(IS, F, B32, B8, d, need - free, t)
         if tier:  # a chain block past a gap, trimmed and
             ht_take(IS, B32, d, bid, i0 + nhit, i0 + nhit, i1)  # demoted: back to HBM now
     ptoks = 0
@@ -476,6 +481,9 @@ def admit(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t):
         IS[io + L.O_HOSTT * n + rid] = host_tok
     else:
         nhost = 0
+    if gate > promo_land:  # the HBM it lands in is free once its demotions are copied
+        promo_land = gate
+        F[ft + L.T_PROMO * n + rid] = gate
     if uses_replicas:
         IS[io + L.O_HBMB * n + rid] = nhit
     IS[io + L.O_LINKB * n + rid] = link_blocks(IS, bt, rid, i0, i1, nhit) - nhost
@@ -564,7 +572,7 @@ def landed(IS, F, R, B8, EHT, EHI, bid, rid, t):
 
 
 @jit
-def finish(IS, F, R, B32, B8, bid, rid, d, t):
+def finish(IS, F, R, B32, B8, bid, bt, rid, d, t):
     """A sequence emitted its last token: free its KV and release its replica blocks."""
     n, io = IS[L.IP_N], IS[L.H_O]
     b = L.DI0 + d * L.NDI
@@ -574,6 +582,8 @@ def finish(IS, F, R, B32, B8, bid, rid, d, t):
     IS[b + L.D_B] -= 1
     IS[b + L.D_CTX] -= np.int64(R[rr + L.R_PROMPT]) + R[rr + L.R_OUTPUT]
     IS[b + L.D_PRIV] -= R[rr + L.R_PRIV]
+    keep_answer(IS, F, B32, B8, bid, bt, rid, d)  # generated.py: before the chain's release
+    write_through_finished(IS, F, R, B32, B8, bid, rid, d, t)
     rs_release_chain(IS, R, B32, B8, bid, d, rid)
     IS[b + L.D_LOAD] -= 1
     IS[L.GI_INSYS] -= 1
@@ -646,7 +656,7 @@ def decode_boundary(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, d, version, 
     top = IS[L.H_DH] + 2 * IS[L.H_CAPB] * d
     while IS[b + L.D_HSZ] > 0 and IS[top] == it:
         rid = batch_pop(IS, d)
-        finish(IS, F, R, B32, B8, bid, rid, d, t)
+        finish(IS, F, R, B32, B8, bid, bt, rid, d, t)
         freed = True
     if freed:
         mem_changed(IS, F, TLF, TLI, d, t)

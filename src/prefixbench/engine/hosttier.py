@@ -63,10 +63,30 @@ def ht_take(IS, B32, d, bid, i0, i1, i2):
 
 
 @jit
-def ht_demote(IS, F, B32, d, h, tokens, t):
+def ht_write(IS, F, B8, d, h, tokens, t):
+    """Write-through (``IP_HWP`` 1 or 2): HBM block ``h``'s host copy is queued on the path
+    at ``t`` unless it has one; a trim then needs no copy (``ST_BACKED``)."""
+    st = d * IS[L.IP_U] + h
+    if B8[st] & L.ST_BACKED == 0:
+        B8[st] |= L.ST_BACKED
+        host_path_move(IS, F, d, t, tokens * F[L.FP_DC + L.C_KV])
+
+
+@jit
+def ht_write_run(IS, F, B32, B8, bid, d, i0, i1, t):
+    """Write-through of the resident, ready blocks of ``bid[i0:i1]``, root first."""
+    U = IS[L.IP_U]
+    for j in range(i0, i1):
+        h = bid[j]
+        if B8[d * U + h] & L.ST_READY:
+            ht_write(IS, F, B8, d, h, B32[4 * U * d + 4 * h + L.RS_TOK], t)
+
+
+@jit
+def ht_demote(IS, F, B32, d, h, tokens, t, copy):
     """Block ``h`` trimmed from HBM at ``t``: into the host tier as its freshest block (LRU
-    host blocks dropped over capacity), its copy queued on the host path. A block larger
-    than the whole pool is dropped."""
+    host blocks dropped over capacity), its copy queued on the host path unless it was
+    written through (``copy`` False). A block larger than the whole pool is dropped."""
     b = L.DI0 + d * L.NDI
     cap = IS[b + L.D_HCAP]
     if tokens > cap:
@@ -78,7 +98,8 @@ def ht_demote(IS, F, B32, d, h, tokens, t):
     IS[b + L.D_HUSED] += tokens
     while IS[b + L.D_HUSED] > cap:
         ht_remove(IS, B32, d, IS[b + L.D_HLRUH])
-    host_path_move(IS, F, d, t, tokens * F[L.FP_DC + L.C_KV])
+    if copy:
+        host_path_move(IS, F, d, t, tokens * F[L.FP_DC + L.C_KV])
 
 
 @jit

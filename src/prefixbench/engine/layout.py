@@ -137,7 +137,11 @@ IP_STREAM, IP_LAYERS, IP_RCHUNK, GI_DEFER = 38, 39, 40, 41
 # mode (0 recompute, 1 swap), the F section of per-request preemption times, the admission
 # sequence counter (preemption picks the most recently admitted running sequence)
 IP_PAGED, IP_BS, IP_SWAP, H_PGF, GI_ASEQ = 42, 43, 44, 45, 46
-DI0 = 47
+# --- tiered: the host tier's write policy (hosttier.py): 0 write_back, 1 write_through,
+# 2 write_through_selective (SGLang --hicache-write-policy); slot 47 is left free for the
+# conditional policy's field on its branch
+IP_HWP = 48
+DI0 = 49
 # decode instance fields (queue head/tail pairs adjacent)
 (
     D_B,  # sequences in the batch
@@ -316,6 +320,7 @@ T_PROMO = 13
 RS_TOK, RS_REF, RS_PREV, RS_NEXT = range(4)
 PC_TOK, PC_PREV, PC_NEXT, PC_IN = range(4)
 ST_IN, ST_READY, ST_INACT = 1, 2, 4  # replica state bits of decode d at B8[U·d + h]
+ST_BACKED = 8  # tiered: its host copy was written (write-through): a trim needs no copy
 ST_ACTIVE_MASK = 0xFF ^ ST_INACT  # clears ST_INACT in a uint8 (~ST_INACT is negative)
 # --- tiered: host tier of decode d at 4·U·(D + P) + 4·U·d + 4·h: tokens, LRU
 # prev, LRU next, present
@@ -327,13 +332,16 @@ def allocate(
     output: np.ndarray,
     arrival: np.ndarray,
     blk_ptr: np.ndarray,
+    ans_ptr: np.ndarray,
     n_refs: int,
     n_ids: int,
     ip: np.ndarray,
     fp: np.ndarray,
     hot_ids: np.ndarray,
 ):
-    """Allocate and initialise the flat state for ``len(prompt)`` requests."""
+    """Allocate and initialise the flat state for ``len(prompt)`` requests. ``ans_ptr``
+    (n + 1 offsets into the block ids, after the chains) bounds each request's answer
+    blocks; it sits right after ``blk_ptr`` (``ans_base``)."""
     n, nb = prompt.shape[0], n_refs
     P, D, C = int(ip[IP_NP]), int(ip[IP_ND]), int(ip[IP_NC])
     U = n_ids
@@ -342,7 +350,7 @@ def allocate(
     o_dh = o_pi + P * NPI
     o_jn = o_dh + 2 * capb * D
     o_ptr = o_jn + capb
-    o_out = o_ptr + n + 1
+    o_out = o_ptr + 2 * (n + 1)  # chains' then answers' offsets
     IS = np.zeros(o_out + NIC * n, dtype=np.int64)
     IS[:NIP] = ip
     IS[IP_N], IS[IP_U] = n, U
@@ -353,7 +361,8 @@ def allocate(
     dI[:, [D_HLRUH, D_HLRUT]] = -1
     dI[:, [D_PQH, D_PQT, D_FQH, D_FQT]] = -1
     IS[o_pi:o_dh].reshape(P, NPI)[:, [P_QH, P_QT, P_BH, P_LRUH, P_LRUT]] = -1
-    IS[o_ptr:o_out] = blk_ptr
+    IS[o_ptr : o_ptr + n + 1] = blk_ptr
+    IS[o_ptr + n + 1 : o_out] = ans_ptr
 
     R = np.zeros(n * NR, dtype=np.int32)
     R[R_PROMPT::NR] = prompt

@@ -23,12 +23,13 @@ import polars as pl
 
 from prefixbench.physics.costmodel import decode_iteration_time, prefill_times, recompute_time
 
-STAGES = ("prefill", "link", "decode_slots", "decode_memory")
+STAGES = ("prefill", "link", "decode_slots", "decode_memory", "host_path")
 LABELS = {
     "prefill": "prefill pool",
     "link": "KV link",
     "decode_slots": "decode batch slots",
     "decode_memory": "decode KV memory",
+    "host_path": "host path",
 }
 RHO_LIMIT = 1.0  # a queueing stage at or above this cannot keep up (see docs/model.md)
 TREND_BLOCKS = 12  # batch means over the measured window (4 per third)
@@ -260,7 +261,22 @@ def offered_load(prep, df, stats: dict) -> tuple[float, dict, bool]:
         hold = done["t_done"] - done["t_decode_start"] + xfer + rcd
         budget = float(stats.get("budget_tokens", b.budget_tokens)) * b.n_decode
         rho["decode_memory"] = lam * float((need * hold).mean()) / budget
+    rho["host_path"] = host_path_load(b, stats, span)
     return lam, rho, _memory_sheds(s, paged)
+
+
+def host_path_load(b, stats: dict, span: float) -> float | None:
+    """ρ of the decode instances' host<->GPU paths (docs/model.md §5.4): the seconds of path
+    time the run's moves need (demotions, promotions, write-through copies, swaps after
+    warm-up) over the steady arrivals' span, per instance, like the link's offered load.
+    FCFS with nothing shed, so ρ ≥ 1 means the copies fall further behind the longer the
+    run; None when no move used the path."""
+    nbytes = float(stats.get("host_path_bytes", 0.0) or 0.0)
+    rate = float(getattr(b, "host_path_bytes_per_s", 0.0) or 0.0)
+    window = span
+    if nbytes <= 0 or rate <= 0 or window <= 0:
+        return None
+    return nbytes / rate / window / max(int(getattr(b, "n_decode", 1)), 1)
 
 
 def _memory_sheds(s, paged: bool) -> bool:

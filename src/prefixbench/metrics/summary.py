@@ -88,7 +88,9 @@ def _reusable_rate(prep: Prepared, admitted: pl.DataFrame) -> float:
     if not prompt:
         return float("nan")
     ids = admitted["request_id"].to_numpy()
-    return float(reusable_tokens(prep.requests)[ids].sum() / prompt)
+    s = prep.scenario  # a decode cache that keeps answers can serve them too (§1.10.1)
+    answers = s.memory.cache_generated and s.cluster.mode != "colocated"
+    return float(reusable_tokens(prep.requests, answers)[ids].sum() / prompt)
 
 
 def _tiers(admitted: pl.DataFrame) -> dict:

@@ -711,6 +711,21 @@ class MemorySpec(_M):
         description="paged: a preempted request re-prefills its context on resume (recompute) "
         "or moves its KV to host memory and back (swap, over cluster.decode.host_path).",
     )
+    host_write_policy: Literal["write_back", "write_through", "write_through_selective"] = Field(
+        "write_back",
+        description="replicate_tiered, cost_aware: when an HBM block's host copy is written, as "
+        "SGLang's --hicache-write-policy: write_back when it is trimmed (the admission that "
+        "trimmed it waits for the copy), write_through when its request finishes, "
+        "write_through_selective on its first reuse (docs/model.md §1.13).",
+    )
+    cache_generated: bool = Field(
+        True,
+        description="Decode-side caching of generated tokens: a finished request's full answer "
+        "blocks join its decode instance's replicas (replicating policies), so the next turn "
+        "of a session or trace conversation hits its previous answer (SGLang "
+        "cache_finished_req, vLLM block hashing; docs/model.md §1.10.1). false: prompt "
+        "chains only (the behaviour before).",
+    )
     queue_timeout_s: float | None = Field(
         None,
         ge=0,

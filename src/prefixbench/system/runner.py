@@ -74,9 +74,14 @@ def build_requests(s: Scenario) -> tuple[Requests, list[str]]:
         from prefixbench.workload.replay import trace_requests
 
         m = catalog.get_model(s.model)
-        return trace_requests(
+        req, notes = trace_requests(
             w, s.run.requests, s.cluster.block_size, s.seed, m.max_context, m.name
         )
+        if w.overlay is None:  # per-block chains: answers read off the follow-up turns
+            from prefixbench.workload.answers import trace_answers
+
+            req = trace_answers(req)
+        return req, notes
     raise ScenarioError(f"unknown workload kind {w!r}")
 
 
@@ -466,6 +471,8 @@ def engine_config(s: Scenario, k: Costs, req: Requests, budget: int) -> EngineCo
         block_size=c.block_size,
         preemption=m.preemption,
         queue_timeout_s=m.queue_timeout_s,
+        cache_generated=m.cache_generated,
+        host_write_policy=m.host_write_policy,
     )
 
 

@@ -13,15 +13,25 @@ import numpy as np
 from .requests import Requests
 
 
-def reusable_tokens(req: Requests) -> np.ndarray:
-    """Per request, tokens of its leading chain blocks already carried by an earlier request."""
+def reusable_tokens(req: Requests, answers: bool = False) -> np.ndarray:
+    """Per request, tokens of its leading chain blocks already carried by an earlier request
+    (``answers``: in its chain or in its answer blocks, docs/model.md §1.10.1; an upper
+    bound, as an answer exists only once its request has finished)."""
     n = len(req)
     nb = np.diff(req.blk_ptr)
     if len(req.blk_hash) == 0:
         return np.zeros(n, dtype=np.int64)
     owner = np.repeat(np.arange(n, dtype=np.int64), nb)
-    _, first, inverse = np.unique(req.blk_hash, return_index=True, return_inverse=True)
-    seen = owner[first[inverse]] < owner  # its hash first appeared in an earlier request
+    hashes, owners = req.blk_hash, owner
+    if answers and req.ans_ptr is not None and int(req.ans_ptr[-1]):
+        a_owner = np.repeat(np.arange(n, dtype=np.int64), np.diff(req.ans_ptr))
+        hashes = np.concatenate((req.blk_hash, req.ans_hash))
+        owners = np.concatenate((owner, a_owner))
+    _, inverse = np.unique(hashes, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    earliest = np.full(int(inverse.max()) + 1, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(earliest, inverse, owners)
+    seen = earliest[inverse[: len(owner)]] < owner  # first carried by an earlier request
     # leading run per request: the position of its first unseen block (or its chain's end)
     pos = np.arange(len(owner), dtype=np.int64)
     stop = np.where(seen, np.iinfo(np.int64).max, pos)

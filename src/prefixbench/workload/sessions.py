@@ -132,6 +132,20 @@ def _chains(
     return ptr, (seg_id[seg] << _OFFSET_BITS) | end
 
 
+def _answers(sid, prompt, out, seg_len, seg_id, seg_session, block_size):
+    """Each turn's answer blocks: the full blocks of ``prompt + output − 1`` tokens (the KV a
+    finished sequence holds; its last token has none) past the prompt's whole blocks, hashed
+    like prompt blocks, so the next turn's chain names the same blocks."""
+    ptr, full = _chains(sid, prompt + out - 1, seg_len, seg_id, seg_session, block_size)
+    nb = prompt // block_size
+    counts = np.diff(ptr) - nb
+    owner = np.repeat(np.arange(len(prompt), dtype=np.int64), counts)
+    pos = np.arange(int(counts.sum()), dtype=np.int64)
+    pos = pos - np.concatenate(([0], np.cumsum(counts)[:-1]))[owner]
+    ans_ptr = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+    return ans_ptr, full[ptr[:-1][owner] + nb[owner] + pos]
+
+
 def _enough_sessions(w: SessionWorkload, n: int) -> int:
     return int(np.ceil(n / max(mean(w.turns), 1.0) * 1.25)) + 16
 
@@ -163,6 +177,9 @@ def generate_sessions(w: SessionWorkload, n: int, block_size: int, seed: int) ->
 
     pick = np.argsort(arrival, kind="stable")[:n]  # ties: session, then turn order
     blk_ptr, blk_hash = _chains(sid[pick], prompt[pick], seg_len, seg_id, seg_session, block_size)
+    ans_ptr, ans_hash = _answers(
+        sid[pick], prompt[pick], out[pick], seg_len, seg_id, seg_session, block_size
+    )
     req = Requests(
         arrival=arrival[pick],
         prompt_len=prompt[pick].astype(np.int64),
@@ -172,6 +189,9 @@ def generate_sessions(w: SessionWorkload, n: int, block_size: int, seed: int) ->
         blk_tokens=np.full(len(blk_hash), block_size, dtype=np.int64),
         # per-prefix statistics group by the outermost level (the system prompt)
         prefix_id=items[sid[pick], 0] if nl else np.full(len(pick), -1, dtype=np.int64),
+        ans_ptr=ans_ptr,
+        ans_hash=ans_hash.astype(np.int64),
+        ans_tokens=np.full(len(ans_hash), block_size, dtype=np.int64),
     )
     s = sid[pick]
     return Sessions(req, s, k[pick], shared[s], items[s], start[s])
