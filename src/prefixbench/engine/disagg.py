@@ -45,7 +45,6 @@ from .blocks import (
     rs_idle_tokens,
     rs_match,
     rs_release_chain,
-    rs_trim,
     trim_for,
 )
 from .generated import keep_answer, write_through_finished
