@@ -1016,7 +1016,8 @@ def test_costmodel_functions_match_reference_roofline(model_name, eff):
         par = ref_split = None
         if sp is not None:
             par = Parallelism(tp=sp[0], pp=sp[1], ep=sp[2], fabric=get_fabric(sp[3]))
-            ref_split = Split(*sp[:3], sp[4], sp[5])
+            fab = get_fabric(sp[3])  # a measured all-reduce where the catalog has one (§2.8)
+            ref_split = Split(*sp[:3], sp[4], sp[5], fab.allreduce_alpha_us, fab.allreduce_gbps)
         cost = InstanceCost.build(model, acc, devices, efficiency(eff), par)
         r = roofline(model, acc, devices, efficiency(eff), ref_split)
         for new, cached in ((1, 0), (512, 0), (2048, 0), (8192, 0), (32768, 0), (256, 2048)):
