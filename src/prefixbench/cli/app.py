@@ -139,6 +139,7 @@ class PolicyName(str, Enum):
     replicate_all_lru = "replicate_all_lru"
     replicate_tiered = "replicate_tiered"
     cost_aware = "cost_aware"
+    conditional_disagg = "conditional_disagg"
 
 
 class PolicyChoice(str, Enum):
@@ -149,6 +150,7 @@ class PolicyChoice(str, Enum):
     replicate_all_lru = "replicate_all_lru"
     replicate_tiered = "replicate_tiered"
     cost_aware = "cost_aware"
+    conditional_disagg = "conditional_disagg"
 
 
 class _Study(str, Enum):

@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 from .layout import (
     POL_ALL_LRU,
+    POL_COND,
     POL_COST_AWARE,
     POL_HOTSET,
     POL_RECOMPUTE,
@@ -51,5 +52,11 @@ POLICIES: dict[str, Entry] = {
         POL_COST_AWARE,
         "per request, the cheaper of transfer and recompute now (queues, batch stall); "
         "keeps blocks used before (decayed count)",
+    ),
+    "conditional_disagg": Entry(
+        POL_COND,
+        "Dynamo's conditional disaggregation: a prompt whose uncached part is short, or "
+        "mostly resident on its decode instance, prefills there (chunks in the decode "
+        "iterations); others prefill remotely, as all-LRU",
     ),
 }

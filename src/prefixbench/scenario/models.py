@@ -71,6 +71,7 @@ class Policy(str, Enum):
     replicate_all_lru = "replicate_all_lru"
     replicate_tiered = "replicate_tiered"
     cost_aware = "cost_aware"
+    conditional_disagg = "conditional_disagg"
 
 
 POLICIES: tuple[str, ...] = tuple(p.value for p in Policy)
@@ -599,10 +600,35 @@ class ClusterSpec(_M):
         0.9, ge=0, le=1, description="Share of prefill HBM left after weights used as prefix cache."
     )
     prefill_router: str = Field(
-        "least_tokens", description="Prefill routing: least_tokens, round_robin."
+        "least_tokens", description="Prefill routing: least_tokens, round_robin, kv_aware."
     )
     decode_router: str = Field(
-        "least_load", description="Decode routing: least_load, round_robin, prefix_affinity."
+        "least_load",
+        description="Decode routing: least_load, round_robin, prefix_affinity, kv_aware.",
+    )
+    kv_overlap_weight: float = Field(
+        1.0,
+        ge=0,
+        le=1e6,
+        description="The kv_aware routers' weight of a request's uncached blocks against an "
+        "instance's queued (prefill) or active (decode) blocks; 0 balances load only "
+        "(Dynamo's --kv-overlap-score-weight, default 1).",
+    )
+    max_local_prefill_tokens: int = Field(
+        1000,
+        ge=0,
+        le=MAX_TOKENS,
+        description="conditional_disagg: prompts whose uncached part is at most this many "
+        "tokens prefill on their decode instance (Dynamo's max_local_prefill_length, "
+        "default 1000).",
+    )
+    local_prefill_hit_ratio: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="conditional_disagg: prompts whose decode-resident share exceeds this "
+        "prefill on their decode instance (Dynamo's max_remote_prefill_cache_hit_ratio, "
+        "default 0.5).",
     )
 
     @model_validator(mode="after")
