@@ -26,6 +26,7 @@ import numpy as np
 
 from . import ced
 from . import conditional as cd
+from . import kvroute as kv
 from . import costaware as ca
 from . import layout as L
 from . import paging as pg
@@ -120,11 +121,13 @@ def least_loaded(IS, first, stride, count):
 
 
 @jit
-def route_prefill(IS):
-    """least_tokens (fewest queued and running prompt tokens; ties: lowest index) or
-    round_robin."""
+def route_prefill(IS, F, R, B32, bid, bt, rid):
+    """least_tokens (fewest queued and running prompt tokens; ties: lowest index),
+    round_robin or kv_aware (kvroute.py)."""
     npf = IS[L.IP_NP]
     pi = IS[L.H_PI]
+    if IS[L.IP_PROUTE] == 2:
+        return kv.best_prefill(IS, F, R, B32, bid, bt, rid)
     if IS[L.IP_PROUTE] == 1:
         p = IS[L.GI_RR_P] % npf
         IS[L.GI_RR_P] += 1
@@ -140,12 +143,12 @@ def arrive(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, t):
     IS[L.GI_INSYS] += 1
     if IS[L.IP_POLICY] == L.POL_COND:  # --- conditional: the decode instance decides first
         sync_paged(IS, F, R, B32, B8, TLF, TLI, t)
-        d = route_decode(IS, B8, bid, rid)
+        d = route_decode(IS, F, R, B8, bid, bt, rid)
         IS[IS[L.H_O] + L.O_DI * n + rid] = d
         if cd.prefills_locally(IS, F, R, B8, bid, bt, rid, d):
             prefill_on_decode(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t)
             return
-    p = route_prefill(IS)
+    p = route_prefill(IS, F, R, B32, bid, bt, rid)
     IS[IS[L.H_O] + L.O_PI * n + rid] = p
     pb = IS[L.H_PI] + p * L.NPI
     q_append(IS, R, pb + L.P_QH, L.R_PQN, rid)
@@ -274,7 +277,7 @@ def hand_off_step(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, first, t):
         if IS[L.IP_POLICY] == L.POL_COND:  # --- conditional: chosen at arrival
             d = IS[io + L.O_DI * n + rid]
         else:
-            d = route_decode(IS, B8, bid, rid)
+            d = route_decode(IS, F, R, B8, bid, bt, rid)
         hand_off_one(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t)
         rid = R[rid * L.NR + L.R_PBN]
 
@@ -300,12 +303,14 @@ def hand_off_one(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t):
 
 
 @jit
-def route_decode(IS, B8, bid, rid):
+def route_decode(IS, F, R, B8, bid, bt, rid):
     """least_load (fewest admitted-and-unfinished requests; ties: lowest index),
     prefix_affinity (longest resident leading run of the request's blocks; ties: least
-    load) or round_robin."""
+    load), round_robin or kv_aware (kvroute.py)."""
     nd = IS[L.IP_ND]
     code = IS[L.IP_DROUTE]
+    if code == 3:
+        return kv.best_decode(IS, F, R, B8, bid, bt, rid)
     if code == 2:
         i = IS[L.GI_RR_D] % nd
         IS[L.GI_RR_D] += 1
@@ -491,6 +496,7 @@ def _book(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t, nhit, hit_t
     if IS[L.IP_POLICY] >= L.POL_HOTSET:
         ptoks = persist_new_blocks(IS, F, R, B32, B8, bid, bt, rid, d, i0 + nhit, i1)
     private = need - ptoks
+    IS[b + L.D_ACT] += prompt + R[rr + L.R_OUTPUT]  # --- kv routing
     IS[b + L.D_PRIV] += private
     R[rr + L.R_PRIV] = private
     R[rr + L.R_NHIT] = nhit
@@ -671,6 +677,7 @@ def finish(IS, F, R, B32, B8, bid, rid, d, t):
     IS[b + L.D_B] -= 1
     IS[b + L.D_CTX] -= np.int64(R[rr + L.R_PROMPT]) + R[rr + L.R_OUTPUT]
     IS[b + L.D_PRIV] -= R[rr + L.R_PRIV]
+    IS[b + L.D_ACT] -= np.int64(R[rr + L.R_PROMPT]) + R[rr + L.R_OUTPUT]  # --- kv routing
     rs_release_chain(IS, R, B32, B8, bid, d, rid)
     IS[b + L.D_LOAD] -= 1
     IS[L.GI_INSYS] -= 1

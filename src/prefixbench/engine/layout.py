@@ -162,7 +162,9 @@ D_HUSED, D_HCAP, D_HLRUH, D_HLRUT, D_HPEAK, D_LHUSED = range(21, 27)
 # --- paged: preempted sequences waiting to resume (ahead of the admission
 # queue); resumed sequences whose re-prefill is due (paging.run_reprefills, linked by R_RQN)
 D_PQH, D_PQT, D_FQH, D_FQT = range(27, 31)
-NDI = 31
+# --- kv routing: prompt + output tokens of the admitted, unfinished requests (kvroute.py)
+D_ACT = 31
+NDI = 32
 P_LOAD, P_QH, P_QT, P_BH, P_USED, P_LRUH, P_LRUT, P_QN = range(8)
 NPI = 8
 # integer result columns

@@ -14,6 +14,11 @@ PREFILL_ROUTERS: dict[str, Entry] = {
         "the prefill instance with the fewest queued and running prompt tokens (ties: lowest index)",
     ),
     "round_robin": Entry(1, "prefill instances in turn"),
+    "kv_aware": Entry(
+        2,
+        "Dynamo's KV router: the lowest weight x uncached prompt tokens (after the "
+        "instance's prefix-cache overlap) + queued prompt tokens (ties: lowest index)",
+    ),
 }
 DECODE_ROUTERS: dict[str, Entry] = {
     "least_load": Entry(
@@ -26,4 +31,9 @@ DECODE_ROUTERS: dict[str, Entry] = {
         "request's blocks; ties (including no replica anywhere) go to the least loaded",
     ),
     "round_robin": Entry(2, "decode instances in turn"),
+    "kv_aware": Entry(
+        3,
+        "Dynamo's KV router: the lowest weight x prompt tokens not resident there + KV "
+        "tokens its admitted requests hold (ties: lowest index)",
+    ),
 }
