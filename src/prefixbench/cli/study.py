@@ -87,8 +87,8 @@ def sweep(
         Study,
         typer.Option(
             "--study",
-            help="reference: the prefix study (576 runs: seed 000's 384 + replicate_tiered "
-            "and cost_aware); disagg: seed 001's 540 coupled-vs-disaggregated configurations.",
+            help="reference: the prefix study (672 runs: seed 000's 384 + replicate_tiered, "
+            "cost_aware and conditional_disagg); disagg: seed 001's 540 coupled-vs-disaggregated configurations.",
         ),
     ] = None,
     backend: Annotated[
@@ -117,7 +117,7 @@ def sweep(
         ),
     ] = None,
 ) -> None:
-    """Run a grid (default: the reference study, 576 runs, all six policies), resumably, on a process pool or Ray."""
+    """Run a grid (default: the reference study, 672 runs, all seven policies), resumably, on a process pool or Ray."""
     from ..study.backends import make_backend
     from ..study.grid import QUICK, build_spec, load_sweep_file
     from ..study.sweep import run_sweep

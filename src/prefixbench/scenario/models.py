@@ -75,8 +75,8 @@ class Policy(str, Enum):
 
 
 POLICIES: tuple[str, ...] = tuple(p.value for p in Policy)
-# the seed's four (BRIEF §1: its 384 runs); the default study compares every policy (576
-# runs: the seed's 384 plus replicate_tiered and cost_aware on the same points)
+# the seed's four (BRIEF §1: its 384 runs); the default study compares every policy (672
+# runs: the seed's 384 plus replicate_tiered, cost_aware and conditional_disagg)
 REFERENCE_POLICIES: tuple[str, ...] = POLICIES[:4]
 
 

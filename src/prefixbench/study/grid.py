@@ -20,7 +20,7 @@ from ..errors import ScenarioError
 
 
 class SweepSpec(BaseModel):
-    """A sweep grid (YAML file or flags). The default is the reference study: the seed's 384 points' grid with all six policies (576 runs)."""
+    """A sweep grid (YAML file or flags). The default is the reference study: the seed's 384 points' grid with all seven policies (672 runs)."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
@@ -38,7 +38,7 @@ class SweepSpec(BaseModel):
     policies: list[str] = Field(
         list(POLICIES),
         min_length=1,
-        description="Policies to compare (default: all six; the seed's four are "
+        description="Policies to compare (default: all seven; the seed's four are "
         + ", ".join(REFERENCE_POLICIES)
         + ").",
     )
