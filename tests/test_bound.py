@@ -162,7 +162,7 @@ def test_no_policy_beats_the_bound(preset, sets):
 def test_the_bound_is_tight_on_sessions():
     """Multi-turn sessions: each turn's chain extends the previous turn's, so most of a
     chain was computed before; the old bound (every chain block resident, computed or not)
-    was 0.1 ms against a 3.7 ms hindsight schedule at 10,000 requests. Charging each
+    was 0.10 ms against a 3.60 ms hindsight schedule at 3,000 requests. Charging each
     block's first use puts it within 10% of hindsight (measured: equal at 400 requests,
     3.50 vs 3.60 ms at 3,000)."""
     s = load_scenario("multi_turn_chat", ["run.requests=400", "run.warmup_requests=50"])
