@@ -26,8 +26,8 @@ import numpy as np
 
 from . import ced
 from . import conditional as cd
-from . import kvroute as kv
 from . import costaware as ca
+from . import kvroute as kv
 from . import layout as L
 from . import paging as pg
 from . import refresh as rf
@@ -74,7 +74,7 @@ from .series import (
 )
 from .streaming import stream_batch, stream_one
 from .timeline import record
-from .window import clipped, in_window
+from .window import clipped, in_energy_window, in_window
 
 # ---------------------------------------------------------------- accounting
 
@@ -214,6 +214,7 @@ def start_prefill(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, p, t):
         F[IS[L.H_FPB] + p] += clipped(F, t, t + dur)
         pw = IS[L.H_FCH] + IS[L.IP_NP] * IS[L.IP_ND] * IS[L.IP_NC] + 2 * p
         add_work(F, pw, flops, weights_read(F, c0, new_sum) + kv_io)
+    if in_energy_window(F, t):
         power_work(  # --- power
             F, prefill_record(IS, F, p), c0, F[c0 + L.C_FRP], flops,
             weights_read(F, c0, new_sum) + kv_io, dur,
