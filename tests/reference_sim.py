@@ -718,10 +718,13 @@ class ReferenceSim:
         )
 
     def keeps(self, h: int, dec: DecodeInstance) -> bool:
-        if self.cfg.policy in ("replicate_all_lru", "replicate_tiered", "conditional_disagg"):
+        if self.cfg.policy in (
+            "replicate_all_lru",
+            "replicate_tiered",
+            "conditional_disagg",
+            "cost_aware",  # keeping costs no memory admission could use
+        ):
             return True
-        if self.cfg.policy == "cost_aware":
-            return dec.uses[h][0] >= 1.5
         if self.cfg.policy == "replicate_hotset":
             return h in self.hot
         return False
@@ -1008,9 +1011,7 @@ class ReferenceSim:
                 dec.host.pop(h, None)
         persisted = 0
         pinned = list(hit_blocks)
-        if cfg.policy == "cost_aware":
-            self.count_uses(r, dec, t)
-        elif self.refreshing:
+        if self.refreshing:
             for h, tok in r.chain:
                 self.uses[h] = self.uses.get(h, 0) + 1
                 self.block_tokens[h] = tok
@@ -1268,19 +1269,6 @@ class ReferenceSim:
         while sum(v[0] for v in dec.host.values()) > cap:
             del dec.host[min(dec.host, key=lambda k: dec.host[k][1])]
         self.host_move(dec, t, tok * self.cfg.decode.kv)
-    def count_uses(self, r: Req, dec: DecodeInstance, t: float) -> None:
-        if math.isnan(dec.first_admit):
-            dec.first_admit = t
-        dec.admitted_tokens += r.prompt
-        half = math.inf
-        if t > dec.first_admit:
-            half = self.cfg.budget_tokens / (dec.admitted_tokens / (t - dec.first_admit))
-        for h, _ in r.chain:
-            c, last = dec.uses.get(h, [0.0, 0.0])
-            if t > last:
-                c *= 0.0 if half <= 0 else 0.5 ** ((t - last) / half)
-            dec.uses[h] = [c + 1.0, t]
-
     def land_time(self, r: Req, d: int, t: float, tokens: int) -> float:
         """When ``tokens`` of KV sent now would land (the queues as they are, nothing sent)."""
         cfg = self.cfg

@@ -972,6 +972,8 @@ def test_costmodel_functions_match_reference_roofline(model_name, eff):
     the closed-form sum of a fixed batch's iterations and its inverse."""
     from prefixbench.catalog.fabrics import get_fabric
     from prefixbench.catalog.specs import LinkSpec
+    from prefixbench.engine.series import iterations_within as _inverse
+    from prefixbench.engine.series import series_time as _closed_form
     from prefixbench.physics.costmodel import (
         Parallelism,
         decode_iteration_time,
@@ -980,8 +982,6 @@ def test_costmodel_functions_match_reference_roofline(model_name, eff):
         recompute_time,
         transfer_time,
     )
-    from prefixbench.engine.series import iterations_within as _inverse
-    from prefixbench.engine.series import series_time as _closed_form
 
     def series_time(coeffs, k):
         return _closed_form(*(float(c) for c in coeffs), int(k))

@@ -358,19 +358,11 @@ def persist_new_blocks(IS, F, R, B32, B8, bid, bt, rid, d, i0, i1):
     U = IS[L.IP_U]
     st = d * U
     pflag, hot = IS[L.H_PFLAG], IS[L.H_HOT]
-    all_lru = (
-        IS[L.IP_POLICY] == L.POL_ALL_LRU
-        or IS[L.IP_POLICY] == L.POL_TIERED
-        or IS[L.IP_POLICY] == L.POL_COND
-    )
-    cost_aware = IS[L.IP_POLICY] == L.POL_COST_AWARE
+    all_lru = IS[L.IP_POLICY] != L.POL_HOTSET  # cost_aware too (costaware.py, residency)
     ptoks = 0
     for j in range(i0, i1):
         h = bid[j]
-        if cost_aware:
-            keep = ca.keeps(IS, F, d, h)
-        else:
-            keep = all_lru or B8[hot + h] != 0
+        keep = all_lru or B8[hot + h] != 0
         if B8[st + h] & L.ST_IN == 0 and keep:
             rs_add_pending(IS, B32, B8, d, h, bt[j])
             B8[pflag + j] = 1
@@ -490,9 +482,7 @@ def _book(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t, nhit, hit_t
     i0, i1 = IS[ptr + rid], IS[ptr + rid + 1]
     prompt = np.int64(R[rr + L.R_PROMPT])
     ptoks = 0
-    if IS[L.IP_POLICY] == L.POL_COST_AWARE:
-        ca.touch(IS, F, bid, i0, i1, d, t, prompt)
-    elif IS[L.IP_POLICY] == L.POL_HOTSET:
+    if IS[L.IP_POLICY] == L.POL_HOTSET:
         rf.count(IS, F, bid, bt, i0, i1)
     if IS[L.IP_POLICY] >= L.POL_HOTSET:
         ptoks = persist_new_blocks(IS, F, R, B32, B8, bid, bt, rid, d, i0 + nhit, i1)
