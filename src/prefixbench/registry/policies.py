@@ -77,7 +77,7 @@ POLICIES: tuple[Policy, ...] = (
         "decides each hand-off from its own queues: send the missing blocks, promote them "
         "from host memory, or recompute the cached prefix",
         "per request, the cheaper of transfer and recompute now (queues, batch stall); "
-        "keeps blocks used before (decayed count)",
+        "keeps every block (keeping costs no memory admission could use)",
         "#0072B2",  # blue
         "cost-aware",
         5,
