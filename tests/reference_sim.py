@@ -181,6 +181,9 @@ NO_REASON, NO_MEMORY, TIMED_OUT, TOO_LARGE = 0, 1, 2, 3
 NAN = math.nan
 
 
+# policies whose decode-side job computes after the request's resident (replica) hit
+RESIDENT_AFTER = ("cost_aware", "conditional_disagg")
+
 @dataclass
 class Req:
     rid: int
@@ -246,6 +249,9 @@ class Req:
     preempted_at: float = NAN  # while preempted
     # --- ced: its replay job (replay on decode) is queued or done
     replayed: bool = False
+    # conditional_disagg: the decode instance chosen at arrival; prefilled there
+    cond_decode: int = -1
+    local: bool = False
 
     def emit(self, t: float) -> None:
         """One output token at ``t``."""
@@ -325,6 +331,11 @@ class RefConfig:
     wait_timeout_s: float = 2.0
     prefill_router: str = "least_tokens"
     decode_router: str = "least_load"
+    kv_overlap_weight: float = 1.0  # kv_aware routers: w in w·(prompt − hit) + load
+    # conditional_disagg: local when prompt − decode hit ≤ max_local_prefill_tokens or
+    # decode hit > local_prefill_hit_ratio · prompt
+    max_local_prefill_tokens: int = 1000
+    local_prefill_hit_ratio: float = 0.5
     # replicate_tiered: host pool per decode instance (tokens), host path rate and latency
     host_kv_tokens: int = 0
     host_path_bytes_per_s: float = 63.0e9
@@ -366,6 +377,9 @@ DATA_FIELDS = (
     "wait_timeout_s",
     "prefill_router",
     "decode_router",
+    "kv_overlap_weight",
+    "max_local_prefill_tokens",
+    "local_prefill_hit_ratio",
     "host_kv_tokens",
     "host_path_bytes_per_s",
     "host_path_latency_s",
@@ -569,6 +583,9 @@ def scenario_config(prep) -> RefConfig:
         wait_timeout_s=m.wait_timeout_s,
         prefill_router=c.prefill_router,
         decode_router=c.decode_router,
+        kv_overlap_weight=c.kv_overlap_weight,
+        max_local_prefill_tokens=c.max_local_prefill_tokens,
+        local_prefill_hit_ratio=c.local_prefill_hit_ratio,
         prewarm=c.link.prewarm,
         hot_refresh_s=m.hotset_refresh_s or 0.0,
         hot_cap_tokens=int(min(m.hotset_share * budget, 2**62)),
@@ -758,13 +775,17 @@ class ReferenceSim:
             "replicate_all_lru",
             "replicate_tiered",
             "cost_aware",
+            "conditional_disagg",
         )
 
     def keeps(self, h: int, dec: DecodeInstance) -> bool:
-        if self.cfg.policy in ("replicate_all_lru", "replicate_tiered"):
+        if self.cfg.policy in (
+            "replicate_all_lru",
+            "replicate_tiered",
+            "conditional_disagg",
+            "cost_aware",  # keeping costs no memory admission could use
+        ):
             return True
-        if self.cfg.policy == "cost_aware":
-            return dec.uses.get(h, [0.0])[0] >= 1.5
         if self.cfg.policy == "replicate_hotset":
             return h in self.hot
         return False
@@ -810,9 +831,33 @@ class ReferenceSim:
 
     def on_arrival(self, r: Req, t: float) -> None:
         cfg = self.cfg
+        if cfg.policy == "conditional_disagg":
+            # Dynamo: the decode worker is chosen first and decides where the prefill runs
+            r.cond_decode = d = self.route_decode(r)
+            hit = self.ready_run_tokens(r, d)
+            if (
+                r.prompt - hit <= cfg.max_local_prefill_tokens
+                or hit > cfg.local_prefill_hit_ratio * r.prompt
+            ):
+                r.local = True
+                r.prefill_instance = -1
+                r.prefill_done = True
+                r.t_prefill_start = r.t_prefill_end = t
+                r.decode_instance = d
+                self.hand_off(r, d, t)
+                return
         if cfg.prefill_router == "round_robin":
             p = self.rr_prefill % cfg.n_prefill
             self.rr_prefill += 1
+        elif cfg.prefill_router == "kv_aware":
+            costs = []
+            for i in range(cfg.n_prefill):
+                queued = sum(
+                    x.prompt for x in self.reqs if x.prefill_instance == i and not x.prefill_done
+                )
+                new = r.prompt - self.cache_hit(self.pf[i], r)
+                costs.append(cfg.kv_overlap_weight * new + queued)
+            p = costs.index(min(costs))
         else:
             loads = [
                 sum(x.prompt for x in self.reqs if x.prefill_instance == i and not x.prefill_done)
@@ -824,6 +869,16 @@ class ReferenceSim:
         inst.queue.append(r)
         if inst.batch is None:
             self.start_prefill(p, t)
+
+    def ready_run_tokens(self, r: Req, d: int) -> int:
+        """Tokens of ``r``'s leading blocks resident and ready on decode ``d``."""
+        hit = 0
+        for h, tok in r.chain:
+            rep = self.dc[d].replicas.get(h)
+            if rep is None or not rep.ready:
+                break
+            hit += tok
+        return hit
 
     def cache_hit(self, inst: PrefillInstance, r: Req) -> int:
         hit = 0
@@ -858,7 +913,7 @@ class ReferenceSim:
                 r.step_window = (t, t + step)
             self.deferring = True
             for r in batch:
-                d = self.route_decode(r)
+                d = self.decode_for(r)
                 r.decode_instance = d
                 self.hand_off(r, d, t)
             self.deferring = False
@@ -880,11 +935,17 @@ class ReferenceSim:
                 del inst.cache[oldest]
         if self.cfg.streaming != "layerwise":
             for r in batch:
-                d = self.route_decode(r)
+                d = self.decode_for(r)
                 r.decode_instance = d
                 self.hand_off(r, d, t)
         if inst.queue:
             self.start_prefill(p, t)
+
+    def decode_for(self, r: Req) -> int:
+        """conditional_disagg keeps the decode instance chosen at arrival."""
+        if self.cfg.policy == "conditional_disagg":
+            return r.cond_decode
+        return self.route_decode(r)
 
     def route_decode(self, r: Req) -> int:
         cfg = self.cfg
@@ -908,6 +969,17 @@ class ReferenceSim:
                     ready += 1
                 ranked.append((-ready, loads[i], i))
             return min(ranked)[2]
+        if cfg.decode_router == "kv_aware":
+            costs = []
+            for i in range(cfg.n_decode):
+                active = sum(  # prompt + output of the admitted, unfinished requests there
+                    x.prompt + x.output
+                    for x in self.reqs
+                    if x.decode_instance == i and x.outcome == PENDING and not math.isnan(x.t_admit)
+                )
+                new = r.prompt - self.ready_run_tokens(r, i)
+                costs.append(cfg.kv_overlap_weight * new + active)
+            return costs.index(min(costs))
         assert cfg.decode_router == "least_load", cfg.decode_router
         return loads.index(min(loads))
 
@@ -1006,9 +1078,7 @@ class ReferenceSim:
                 dec.host.pop(h, None)
         persisted = 0
         pinned = list(hit_blocks)
-        if cfg.policy == "cost_aware":
-            self.count_uses(r, dec, t)
-        elif self.refreshing:
+        if self.refreshing:
             for h, tok in r.chain:
                 self.uses[h] = self.uses.get(h, 0) + 1
                 self.block_tokens[h] = tok
@@ -1035,6 +1105,8 @@ class ReferenceSim:
             xfer, rc = r.prompt - r.prefill_hit_tokens, r.prefill_hit_tokens
         elif cfg.policy == "cost_aware":
             xfer, rc, promote = self.cost_aware_choice(r, d, t, hit, host_tok if host_run else 0)
+        elif r.local:  # conditional_disagg's local prefill: the uncached prompt, as chunks
+            xfer, rc = 0, r.prompt - hit
         else:
             xfer, rc = r.prompt - hit, 0
         promo_land = None
@@ -1067,6 +1139,8 @@ class ReferenceSim:
         if self.uses_replicas():
             r.hbm_hit_blocks = len(hit_blocks)
             r.link_blocks = len(r.chain) - len(hit_blocks) - r.host_hit_blocks
+            if r.local:
+                r.link_blocks = 0
         elif cfg.policy == "recompute_on_decode":
             inside, cum = 0, 0
             for _, tok in r.chain:
@@ -1086,7 +1160,7 @@ class ReferenceSim:
             else:
                 self.stream_alone(r, t)
             if rc > 0:
-                self.queue_job(dec, r, rc, hit if cfg.policy == "cost_aware" else 0)
+                self.queue_job(dec, r, rc, hit if cfg.policy in RESIDENT_AFTER else 0)
                 self.wake(d, t)
             return True
         if nbytes > 0 and cfg.link_topology == "shared_nics":
@@ -1113,7 +1187,7 @@ class ReferenceSim:
             land = max(land, promo_land)
         self.schedule(land, TRANSFER, r)
         if rc > 0:
-            self.queue_job(dec, r, rc, hit if cfg.policy == "cost_aware" else 0)
+            self.queue_job(dec, r, rc, hit if cfg.policy in RESIDENT_AFTER else 0)
             self.wake(d, t)
         return True
 
@@ -1278,19 +1352,6 @@ class ReferenceSim:
         if not rep.backed:
             rep.backed = True
             self.host_move(dec, t, rep.tokens * self.cfg.decode.kv)
-
-    def count_uses(self, r: Req, dec: DecodeInstance, t: float) -> None:
-        if math.isnan(dec.first_admit):
-            dec.first_admit = t
-        dec.admitted_tokens += r.prompt
-        half = math.inf
-        if t > dec.first_admit:
-            half = self.cfg.budget_tokens / (dec.admitted_tokens / (t - dec.first_admit))
-        for h, _ in r.chain:
-            c, last = dec.uses.get(h, [0.0, 0.0])
-            if t > last:
-                c *= 0.0 if half <= 0 else 0.5 ** ((t - last) / half)
-            dec.uses[h] = [c + 1.0, t]
 
     def land_time(self, r: Req, d: int, t: float, tokens: int) -> float:
         """When ``tokens`` of KV sent now would land (the queues as they are, nothing sent)."""

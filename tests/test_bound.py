@@ -26,10 +26,11 @@ def _lead(chain, cache, tok):
     return h
 
 
-def exhaustive(chains, tok, cap, cost_of):
-    """The optimum over every cache schedule: any prewarmed set that fits; after request
-    i, any subset of (cache ∪ chain_i) that fits. cost_of(i, h) prices request i."""
-    universe = sorted({b for c in chains for b in c})
+def exhaustive(chains, tok, cap, cost_of, warm=()):
+    """The optimum over every cache schedule: any prewarmed subset of the hot set ``warm``
+    that fits (no other block exists before a request computes it); after request i, any
+    subset of (cache ∪ chain_i) that fits. cost_of(i, h) prices request i."""
+    universe = sorted(warm)
 
     def fits(s):
         return sum(tok[b] for b in s) <= cap
@@ -96,9 +97,29 @@ def test_bound_below_optimum_below_hindsight_with_recompute(seed, bw):
     ptr, blocks, toks = _flat(chains, tok)
     cost = lambda i, h: float(pr.best(prompt[i], ph[i], h))  # noqa: E731
     opt = exhaustive(chains, tok, cap, cost)
-    lb = sum(cost(i, int(h)) for i, h in enumerate(max_resident(ptr, toks, cap)))
-    hs = sum(cost(i, int(h)) for i, h in enumerate(belady_resident(ptr, blocks, toks, cap)))
+    warm = sorted(int(b) for b in rng.choice(6, int(rng.integers(0, 3)), replace=False))
+    opt = exhaustive(chains, tok, cap, cost, warm)
+    lb_h = max_resident(ptr, blocks, toks, cap, warm)
+    lb = sum(cost(i, int(h)) for i, h in enumerate(lb_h))
+    bel = belady_resident(ptr, blocks, toks, cap, warm)
+    hs = sum(cost(i, int(h)) for i, h in enumerate(bel))
     assert lb <= opt * (1 + 1e-12) and opt <= hs * (1 + 1e-12)
+    # a block's first use pays for it: the first request never starts resident (no warm)
+    if not warm:
+        assert lb_h[0] == 0
+
+
+def test_first_use_pays_for_a_block_by_hand():
+    """Chains [A], [A, B], [B]: A is computed by request 0, B by request 1. The old bound
+    (any chain resident) gave 64, 128, 64 resident tokens; now 0, 64 (A only: B is first
+    used here), 64; with an answer block B of request 0 (generated-token caching), request
+    1 may hold both; with A in the prewarmed hot set, request 0 may hold A."""
+    ptr, blocks, toks = np.array([0, 1, 3, 4]), np.array([10, 10, 11, 11]), np.full(4, 64)
+    assert max_resident(ptr, blocks, toks, 1e9).tolist() == [0, 64, 64]
+    answers = (np.array([0, 1, 1, 1]), np.array([11]))
+    assert max_resident(ptr, blocks, toks, 1e9, answers=answers).tolist() == [0, 128, 64]
+    assert max_resident(ptr, blocks, toks, 1e9, warm=[10]).tolist() == [64, 64, 64]
+    assert max_resident(ptr, blocks, toks, 100, answers=answers).tolist() == [0, 64, 64]
 
 
 def test_recompute_price_by_hand():
@@ -122,6 +143,8 @@ def test_recompute_price_by_hand():
         # conversations under a tight HBM budget: replicate_tiered serves a share of its
         # blocks from host DRAM, which the bound must hold too
         ("multi_turn_chat", ["memory.budget_factor=0.35"]),
+        ("multi_turn_chat", ["memory.budget_factor=1.0"]),
+        ("enterprise_hotset", ["memory.budget_factor=0.35", "run.warmup_requests=0"]),
     ],
 )
 def test_no_policy_beats_the_bound(preset, sets):
@@ -134,3 +157,15 @@ def test_no_policy_beats_the_bound(preset, sets):
             assert r["bound_share"] <= 1.0 + 1e-9, r["policy"]
     base = rows.filter(rows["policy"] == "transfer_per_request").row(0, named=True)
     assert base["handoff_ms"] == pytest.approx(base["handoff_base_ms"], rel=1e-12)
+
+
+def test_the_bound_is_tight_on_sessions():
+    """Multi-turn sessions: each turn's chain extends the previous turn's, so most of a
+    chain was computed before; the old bound (every chain block resident, computed or not)
+    was 0.10 ms against a 3.60 ms hindsight schedule at 3,000 requests. Charging each
+    block's first use puts it within 10% of hindsight (measured: equal at 400 requests,
+    3.50 vs 3.60 ms at 3,000)."""
+    s = load_scenario("multi_turn_chat", ["run.requests=400", "run.warmup_requests=50"])
+    r = run_scenario(s, ["transfer_per_request"], keep_requests=False).summary.row(0, named=True)
+    assert r["handoff_bound_ms"] <= r["handoff_hindsight_ms"] * (1 + 1e-12)
+    assert r["handoff_bound_ms"] >= 0.9 * r["handoff_hindsight_ms"]

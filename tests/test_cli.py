@@ -75,6 +75,7 @@ def test_run_json_and_files(tmp_path):
         "replicate_all_lru",
         "replicate_tiered",
         "cost_aware",
+        "conditional_disagg",
     ]
     assert (tmp_path / "requests.parquet").is_file() and (tmp_path / "summary.parquet").is_file()
 

@@ -49,7 +49,7 @@ def test_every_command_json_parses_strictly(study, tmp_path):
     assert "models" in invoke_json("catalog")
     assert invoke_json("catalog", "show", "qwen2-0.5b")["kv_bytes_per_token"] == 12288
     run = invoke_json("run", "tool_call", *SMALL, "--out", str(tmp_path / "run"))
-    assert run["scenario"]["name"] == "tool_call" and len(run["results"]) == 6  # every registered policy
+    assert run["scenario"]["name"] == "tool_call" and len(run["results"]) == 7  # every registered policy
     cmp_ = invoke_json("compare", "tool_call", *SMALL)
     assert {"systems", "ttft_breakdown", "verdict", "scenario"} <= set(cmp_)
     cap = invoke_json("capacity", "tool_call", *SMALL, "--target", "0.5")

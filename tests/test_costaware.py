@@ -46,45 +46,35 @@ def test_never_worse_than_the_better_fixed_rule_one_request_at_a_time(bw, blocks
 
 
 def test_the_choice_follows_the_link():
-    """Second use of a prefix (cached on prefill, not yet on decode): a slow link makes
-    recompute cheaper, a fast one transfer; the third use hits the kept replica."""
+    """Second use of a prefix on the other decode instance (cached on prefill, not on that
+    decode): a slow link makes recompute cheaper, a fast one transfer; the third use, back
+    on the first instance, hits the replica its first use kept."""
     req = _spaced(3, 8)
     req = make_requests(req.arrival, req.prompt_len, req.output_len, [_chain(0, 8)] * 3)
-    slow, _ = _compare(req, policy="cost_aware", link_bytes_per_s=0.02e9)
-    fast, _ = _compare(req, policy="cost_aware", link_bytes_per_s=50e9)
+    two = {"policy": "cost_aware", "n_decode": 2, "decode_router": "round_robin"}
+    slow, _ = _compare(req, link_bytes_per_s=0.02e9, **two)
+    fast, _ = _compare(req, link_bytes_per_s=50e9, **two)
     prefix = 8 * BLOCK
+    assert slow["decode_instance"].tolist() == [0, 1, 0]
     # first use: nothing cached anywhere, so everything is transferred
     assert slow["recompute_tokens"][0] == fast["recompute_tokens"][0] == 0
     assert slow["transfer_tokens"][0] == prefix + 40
     # second use: the prefill computed only the suffix (its hit stops one token short)
     assert slow["recompute_tokens"][1] == prefix and slow["transfer_tokens"][1] == 40
     assert fast["recompute_tokens"][1] == 0 and fast["transfer_tokens"][1] == prefix + 40
-    # kept at the second use (seen twice within a half-life), hit at the third
-    assert slow["persisted_tokens"].tolist() == [0, prefix, 0]
+    # every block is kept where it lands (recomputed ones too); the third use hits
+    assert slow["persisted_tokens"].tolist() == [prefix, prefix, 0]
     assert slow["replica_hit_tokens"][2] == prefix and slow["transfer_tokens"][2] == 40
 
 
-def test_a_prefix_used_once_is_not_kept():
+def test_every_block_is_kept_as_all_lru_keeps_it():
+    """Keeping costs no memory admission could use (costaware.py, residency): a prefix used
+    once is kept, as replicate_all_lru keeps it."""
     chains = [_chain(i, 4) for i in range(5)]
     req = make_requests([i * 1.0 for i in range(5)], [4 * BLOCK + 10] * 5, [4] * 5, chains)
     cols, _ = _compare(req, policy="cost_aware")
-    assert cols["persisted_tokens"].tolist() == [0] * 5
     lru, _ = _compare(req, policy="replicate_all_lru")
-    assert lru["persisted_tokens"].tolist() == [4 * BLOCK] * 5
-
-
-def test_a_reuse_later_than_one_half_life_is_not_kept():
-    """Half-life T = budget / (prompt tokens admitted per second so far). Budget 20,000
-    tokens; r0 (prefix A) admitted at about 0, r1 (no prefix, 1,034 tokens) at about 1 s,
-    r2 (A) at t2: T = 20,000 / (3,102 / t2) = 6.45·t2 s, and 2^(−t2/T) = 2^(−0.155) = 0.898:
-    1.898 ≥ 1.5, kept. With the budget at 2,000 tokens T = 0.645·t2 and 2^(−1.55) = 0.34:
-    1.34 < 1.5, not kept."""
-    a = _chain(0, 4)
-    req = make_requests([0.0, 1.0, 2.0], [1034] * 3, [2] * 3, [a, [], a])
-    kept, _ = _compare(req, policy="cost_aware", budget_tokens=20_000)
-    gone, _ = _compare(req, policy="cost_aware", budget_tokens=2_000)
-    assert kept["persisted_tokens"].tolist() == [0, 0, 1024]
-    assert gone["persisted_tokens"].tolist() == [0, 0, 0]
+    assert cols["persisted_tokens"].tolist() == lru["persisted_tokens"].tolist() == [4 * BLOCK] * 5
 
 
 def test_under_load_it_mixes_both_choices_and_prices_the_stall():
@@ -99,3 +89,39 @@ def test_under_load_it_mixes_both_choices_and_prices_the_stall():
     rc = cols["recompute_tokens"] > 0
     xfer_prefix = cols["transfer_tokens"] > 30 + 6 * BLOCK - cols["replica_hit_tokens"] - 1
     assert rc.any() and (xfer_prefix & (cols["prefill_hit_tokens"] > 0)).any()
+
+
+FIXED = (
+    "transfer_per_request",
+    "recompute_on_decode",
+    "replicate_hotset",
+    "replicate_all_lru",
+    "replicate_tiered",
+)
+
+
+@pytest.mark.parametrize(
+    "model,workload",
+    [
+        ("qwen2-0.5b", "long_context_support"),  # the doorkeeper lost by 15% here
+        ("qwen2-1.5b", "tool_call"),  # and by 8% here
+        ("qwen2-0.5b", "enterprise_hotset"),
+    ],
+)
+def test_within_three_percent_of_the_best_fixed_rule_at_budget_035(model, workload):
+    """The reference grid's tightest budget, three seeds: cost_aware's mean TTFT is never more
+    than 3% above the best fixed rule's (measured on the whole grid at 10,000 requests: equal
+    to replicate_tiered's in all 8 cells, where the decayed-count doorkeeper lost by up to
+    20%). Short runs here: 1,500 requests, 150 of warm-up."""
+    from prefixbench.scenario.loader import load_scenario
+    from prefixbench.study.runs import run_scenario
+
+    ttft: dict[str, list[float]] = {}
+    for seed in (0, 1, 2):
+        sets = [f"model={model}", "memory.budget_factor=0.35", "memory.admission=reserve",
+                "run.requests=1500", "run.warmup_requests=150", f"seed={seed}"]  # fmt: skip
+        rows = run_scenario(load_scenario(workload, sets), [*FIXED, "cost_aware"]).summary
+        for r in rows.iter_rows(named=True):
+            ttft.setdefault(r["policy"], []).append(r["ttft_mean_ms"])
+    best = min(np.mean(ttft[p]) for p in FIXED)
+    assert np.mean(ttft["cost_aware"]) <= 1.03 * best

@@ -70,6 +70,7 @@ POLICIES = (
     "replicate_all_lru",
     "replicate_tiered",
     "cost_aware",
+    "conditional_disagg",
 )
 RTOL, ATOL = 1e-9, 1e-12
 
@@ -277,8 +278,14 @@ def disagg_cases(draw, policies=POLICIES, tight: bool = False, speculative: bool
         hot_cap_tokens=int(share_cap),
         on_full=draw(st.sampled_from(["reject", "wait"])),
         wait_timeout_s=draw(st.sampled_from([0.005, 0.1, 1.0])),
-        prefill_router=draw(st.sampled_from(["least_tokens", "round_robin"])),
-        decode_router=draw(st.sampled_from(["least_load", "round_robin", "prefix_affinity"])),
+        prefill_router=draw(st.sampled_from(["least_tokens", "round_robin", "kv_aware"])),
+        decode_router=draw(
+            st.sampled_from(["least_load", "round_robin", "prefix_affinity", "kv_aware"])
+        ),
+        kv_overlap_weight=draw(st.sampled_from([0.0, 1.0, 2.5])),
+        # conditional_disagg: every request local, none, or split by either arm of the rule
+        max_local_prefill_tokens=draw(st.sampled_from([0, 64, 1000, 10**6])),
+        local_prefill_hit_ratio=draw(st.sampled_from([0.0, 0.5, 1.0])),
         track_gaps=draw(st.booleans()),
         cache_generated=draw(st.booleans()),
         host_write_policy=draw(
@@ -450,6 +457,14 @@ def _check_disagg(case) -> None:
 @_settings(600)
 @given(disagg_cases())
 def test_disaggregated_matches_reference(case):
+    _check_disagg(case)
+
+
+@_settings(300)
+@given(disagg_cases(policies=("conditional_disagg",)))
+def test_conditional_disagg_matches_reference(case):
+    """conditional_disagg (docs/model.md "Conditional disaggregation"): local prefills as
+    chunks in the decode iterations, remote ones as all-LRU, every timestamp agrees."""
     _check_disagg(case)
 
 

@@ -202,9 +202,9 @@ def test_a_promotion_queues_behind_the_demotion_its_admission_caused():
 
 
 def _cost_aware_spill(**kw):
-    """cost_aware keeps A, B, C once r1 reuses them within a half-life (budget 400 tokens /
-    (200 tokens / 0.5 s) = 1 s: count 1 + 2^-0.5 = 1.71 >= 1.5), r2 trims them into the host
-    tier, and r3 wants them again: HBM miss, host hit, prefill-cache hit."""
+    """cost_aware keeps A, B, C from r0 (it keeps every block), r1 hits them in HBM, r2
+    trims them into the host tier, and r3 wants them again: HBM miss, host hit,
+    prefill-cache hit."""
     req = make_requests(
         [0.0, 0.5, 1.0, 3.0],
         [200, 200, 390, 200],
@@ -222,7 +222,7 @@ def test_cost_aware_promotes_from_the_host_tier_when_that_is_cheapest():
     promotes, and its KV is ready when the promotion lands."""
     res = _cost_aware_spill()
     cols = res.columns
-    assert cols["hbm_hit_blocks"][1] == 0 and cols["persisted_tokens"][1] == 192
+    assert cols["persisted_tokens"][0] == 192 and cols["hbm_hit_blocks"][1] == 3
     assert cols["host_hit_blocks"][3] == 3 and cols["host_hit_tokens"][3] == 192
     assert cols["transfer_tokens"][3] == 8 and cols["recompute_tokens"][3] == 0
     ready = cols["t_transfer_end"][3] - cols["t_admit"][3]

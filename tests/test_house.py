@@ -42,7 +42,7 @@ def test_the_walker_finds_a_long_function(tmp_path):
     strict=False,
     reason="functions still over 80 lines, each owned by another change in flight: "
     "cli/study.py:sweep, system/runner.py:prepare, metrics/summary.py:summarize, "
-    "cli/simulate.py:run and capacity, cli/map.py:map_cmd, engine/disagg.py:admit, "
+    "cli/simulate.py:run and capacity, cli/map.py:map_cmd, "
     "engine/api.py:simulate "
     "(the run prints the current list)",
 )

@@ -48,6 +48,7 @@ def test_policy_codes_are_the_engines():
         "replicate_all_lru": L.POL_ALL_LRU,
         "replicate_tiered": L.POL_TIERED,
         "cost_aware": L.POL_COST_AWARE,
+        "conditional_disagg": L.POL_COND,
     }
     assert {p.name: p.code for p in POLICIES} == want
     engine_codes = {v for k, v in vars(L).items() if k.startswith("POL_") and isinstance(v, int)}
@@ -135,12 +136,18 @@ def test_every_router_reaches_engine_scenario_and_docs():
 
 def test_router_codes_are_the_engines():
     """disagg.route_prefill / route_decode branch on these codes (read from the source):
-    round_robin is 1 for prefill; prefix_affinity 1 and round_robin 2 for decode."""
-    assert {r.name: r.code for r in PREFILL_ROUTERS} == {"least_tokens": 0, "round_robin": 1}
+    round_robin is 1 and kv_aware 2 for prefill; prefix_affinity 1, round_robin 2 and
+    kv_aware 3 for decode."""
+    assert {r.name: r.code for r in PREFILL_ROUTERS} == {
+        "least_tokens": 0,
+        "round_robin": 1,
+        "kv_aware": 2,
+    }
     assert {r.name: r.code for r in DECODE_ROUTERS} == {
         "least_load": 0,
         "prefix_affinity": 1,
         "round_robin": 2,
+        "kv_aware": 3,
     }
 
 

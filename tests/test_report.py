@@ -160,7 +160,7 @@ def test_recommendation_counts_and_file(report, results, agg):
 
 def test_scope_and_how_to_read(report, agg):
     text = report[1]
-    assert "- Simulation runs: 48" in text  # 2 workloads x 2 budgets x 6 policies x 2 seeds
+    assert "- Simulation runs: 56" in text  # 2 workloads x 2 budgets x 7 policies x 2 seeds
     assert f"(model × workload × budget × policy): {agg.height}" in text
     assert "- Seeds (2): 0, 1" in text
     assert "roofline" in text and "docs/model.md" in text and "simulated" in text

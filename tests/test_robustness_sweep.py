@@ -45,7 +45,7 @@ GRID = [
     "2",
 ]
 CMD = [sys.executable, "-m", "prefixbench", "sweep", *GRID]
-POINTS, RUNS = 12, 72  # 6 policies per point
+POINTS, RUNS = 12, 84  # 7 policies per point
 COMBINED = ("runs", "agg", "prefixes")
 ENV = {**os.environ, "COLUMNS": "120", "NO_COLOR": "1", "TERM": "dumb"}
 KILL_SEED = int(os.environ.get("PREFIXBENCH_KILL_SEED", random.SystemRandom().randrange(10**6)))

@@ -209,7 +209,7 @@ def test_recommend_refuses_to_rank_the_overloaded_example(tmp_path):
         ],
     )
     assert sweep.exit_code == 0, sweep.stderr
-    assert "warning: 6 of 6 results (a policy on a scenario, over its seeds) are unstable (decode batch slots: 6)" in sweep.stderr
+    assert "warning: 7 of 7 results (a policy on a scenario, over its seeds) are unstable (decode batch slots: 7)" in sweep.stderr
     agg = read_artifact(tmp_path / "agg.parquet", "agg")
     assert agg["stable"].to_list() == [False] * len(POLICIES)
     assert agg["unstable_seeds"].to_list() == [1] * len(POLICIES)
@@ -240,7 +240,7 @@ def test_recommend_refuses_to_rank_the_overloaded_example(tmp_path):
 
     run_crossover(tmp_path)
     text = write_report(tmp_path).read_text()
-    assert "6 of 6 results (a policy on a scenario, over its seeds) are unstable" in text and "`none (unstable)`" in text
+    assert "7 of 7 results (a policy on a scenario, over its seeds) are unstable" in text and "`none (unstable)`" in text
 
 
 def test_admission_cliff_under_reject_is_a_loss_not_an_unstable_queue():

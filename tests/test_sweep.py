@@ -24,7 +24,8 @@ TINY = {
 
 def test_default_grid_is_the_reference_study():
     spec = SweepSpec()
-    assert len(spec.points()) * len(spec.policies) == 576  # the seed's 384 + replicate_tiered + cost_aware
+    # the seed's 384 + replicate_tiered, cost_aware and conditional_disagg
+    assert len(spec.points()) * len(spec.policies) == 672
     assert len({p.point_id for p in spec.points()}) == 96
 
 

@@ -102,7 +102,7 @@ def test_cli_run_trace_compares_policies(tmp_path):
         ],
     )
     assert r.exit_code == 0, r.stderr
-    assert len(json.loads(r.stdout)["results"]) == 6  # every registered policy
+    assert len(json.loads(r.stdout)["results"]) == 7  # every registered policy
 
 
 def test_cli_bad_trace_is_one_line(tmp_path):
@@ -142,5 +142,5 @@ def test_cli_sweep_trace(tmp_path):
     import polars as pl
 
     runs = pl.read_parquet(tmp_path / "runs.parquet")
-    # 2 budgets x 6 policies
-    assert runs.height == 12 and set(runs["scenario"]) == {"conversation_trace_head300"}
+    # 2 budgets x 7 policies
+    assert runs.height == 14 and set(runs["scenario"]) == {"conversation_trace_head300"}

@@ -46,8 +46,8 @@ _SweepStudy = Annotated[
     Study,
     typer.Option(
         "--study",
-        help="reference: the prefix study (96 grid points, 576 runs: four workloads, two "
-        "models, four budgets, three seeds, six policies); disagg: 540 coupled-vs-"
+        help="reference: the prefix study (96 grid points, 672 runs: four workloads, two "
+        "models, four budgets, three seeds, seven policies); disagg: 540 coupled-vs-"
         "disaggregated configurations.",
     ),
 ]
@@ -139,7 +139,7 @@ def sweep(
     trace_format: TraceFormatOpt = None,
     links: _SweepLinks = None,
 ) -> None:
-    """Run a grid (default: the reference study, 576 runs, all six policies), resumably, on a process pool or Ray."""
+    """Run a grid (default: the reference study, 672 runs, all seven policies), resumably, on a process pool or Ray."""
     flags = {
         "GRID": grid, "--models": models, "--workloads": workloads, "--budgets": budgets,
         "--policies": policies, "--seeds": seeds, "--set": overrides, "--trace": trace,

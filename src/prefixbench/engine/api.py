@@ -340,6 +340,9 @@ def simulate(
     IS[L.IP_STREAM] = cfg.streaming == "layerwise"
     IS[L.IP_LAYERS] = cfg.layers
     IS[L.IP_RCHUNK] = cfg.recompute_chunk_tokens
+    IS[L.IP_LOCMAX] = cfg.max_local_prefill_tokens  # --- conditional
+    F[L.FP_LOCHIT] = cfg.local_prefill_hit_ratio
+    F[L.FP_KVW] = cfg.kv_overlap_weight  # --- kv routing
     prewarm_s = 0.0
     t_steady = _t_steady(req, t_warm)
     F[L.FP_TSTEADY] = t_steady

@@ -63,7 +63,7 @@ from .layout import (
 from .power import decode_record, power_work
 from .queues import push
 from .series import coeffs, iterations_within, series_time, weights_read
-from .window import clipped, in_window, iterations_in
+from .window import clipped, in_energy_window, in_window, iterations_in
 
 
 @sig("void(int64[::1], float64[::1], float64[::1], int64[::1], int64, float64, int64)")
@@ -195,9 +195,25 @@ def add_work(F, f, flops, bytes_):
 
 @jit
 def segment_work(F, d, nb, ctx, k):
-    """FLOPs and bytes of ``k`` closed-form iterations of decode instance ``d``'s batch of
-    ``nb`` sequences attending to ``ctx`` tokens at the first (iteration j attends to
-    ctx + nb·j): the per-iteration terms of series.coeffs, summed over j."""
+    """Add the FLOPs and bytes of ``k`` iterations (segment_totals) to ``d``'s work."""
+    flops, bytes_ = segment_totals(F, nb, ctx, k)
+    add_work(F, DF0 + d * NDF + DF_FLOPS, flops, bytes_)
+
+
+@jit
+def segment_power(F, d, nb, ctx, k):
+    """Account the dynamic energy of ``k`` iterations (segment_totals) of ``d``."""
+    flops, bytes_ = segment_totals(F, nb, ctx, k)
+    a1, s1, a2, s2, o = coeffs(F, nb, ctx)
+    dur = series_time(a1, s1, a2, s2, o, k)
+    power_work(F, decode_record(F, d), FP_DC, F[FP_DC + C_FRD], flops, bytes_, dur)
+
+
+@jit
+def segment_totals(F, nb, ctx, k):
+    """FLOPs and bytes of ``k`` closed-form iterations of a batch of ``nb`` sequences
+    attending to ``ctx`` tokens at the first (iteration j attends to ctx + nb·j): the
+    per-iteration terms of series.coeffs, summed over j."""
     c0 = FP_DC
     kf = float(k)
     toks = kf * ctx + nb * kf * (kf - 1.0) / 2.0  # context tokens attended, summed over j
@@ -207,10 +223,7 @@ def segment_work(F, d, nb, ctx, k):
     flops = (flops + (kf * nb * F[c0 + C_SDF] + F[c0 + C_SDA] * toks)) / tau
     bytes_ = kf * weights_read(F, c0, nb * int(g)) + F[c0 + C_KV] * toks
     bytes_ = (bytes_ + (kf * F[c0 + C_SDW] + F[c0 + C_SDKV] * toks)) / tau
-    add_work(F, DF0 + d * NDF + DF_FLOPS, flops, bytes_)
-    a1, s1, a2, s2, o = coeffs(F, nb, ctx)  # --- power
-    dur = series_time(a1, s1, a2, s2, o, k)
-    power_work(F, decode_record(F, d), c0, F[c0 + C_FRD], flops, bytes_, dur)
+    return flops, bytes_
 
 
 @sig("void(int64[::1], float64[::1], int64, int64, boolean)")
@@ -289,4 +302,6 @@ def account_segment(IS, F, d, t):
         if k > 0:
             ks = iterations_in(F, nb, IS[b + D_CTX], tseg, t, k)
             segment_work(F, d, nb, IS[b + D_CTX], ks)
+    if nb > 0 and k > 0 and in_energy_window(F, tseg):  # --- power: drain included
+        segment_power(F, d, nb, IS[b + D_CTX], k)
     return k

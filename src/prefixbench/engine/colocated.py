@@ -38,7 +38,7 @@ from .power import decode_record, power_work
 from .queues import batch_pop, batch_push, push, step_append, wq_append, wq_remove
 from .series import comm, prefill_step_time, prompt_flops, roofline, weights_read
 from .timeline import record
-from .window import in_window
+from .window import in_energy_window, in_window
 
 # R fields in colocated mode: R_PRIV = KV reserved, R_NHIT = prompt tokens prefilled so far,
 # R_PBN = next request of the step being built, R_CHUNK = its chunk in that step.
@@ -232,6 +232,7 @@ def prefill_step(IS, F, R, B32, TLF, TLI, bid, bt, i, t):
     dur = prefill_step_time(F, c0, flops, new_sum, kv_io)
     if in_window(F, t):
         add_work(F, L.DF0 + i * L.NDF + L.DF_FLOPS, flops, weights_read(F, c0, new_sum) + kv_io)
+    if in_energy_window(F, t):
         power_work(  # --- power
             F, decode_record(F, i), c0, F[c0 + L.C_FRP], flops,
             weights_read(F, c0, new_sum) + kv_io, dur,
@@ -330,6 +331,7 @@ def price_mixed(F, i, t, nb, chunk_sum, flops, kv_io):
     if in_window(F, t):
         pw = L.DF0 + i * L.NDF + L.DF_FLOPS
         add_work(F, pw, flops, weights_read(F, c0, nb + chunk_sum) + kv_io)
+    if in_energy_window(F, t):
         power_work(  # --- power
             F, decode_record(F, i), c0, F[c0 + L.C_FRD], flops,
             weights_read(F, c0, nb + chunk_sum) + kv_io, dur,

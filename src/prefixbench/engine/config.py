@@ -70,6 +70,11 @@ class EngineConfig:
     wait_timeout_s: float = 2.0
     prefill_router: str = "least_tokens"
     decode_router: str = "least_load"
+    # --- kv routing: the kv_aware routers' overlap weight (engine/routing.py)
+    kv_overlap_weight: float = 1.0
+    # --- conditional: conditional_disagg's local-prefill thresholds (engine/conditional.py)
+    max_local_prefill_tokens: int = 1000
+    local_prefill_hit_ratio: float = 0.5
     warmup_requests: int = 0
     track_gaps: bool = False  # record each request's largest gap between tokens
     # NICs (docs/model.md "NICs"): shared_nics queues every transfer FCFS on its prefill
@@ -250,7 +255,8 @@ def _check_stream(cfg: EngineConfig) -> None:
             "set cluster.link.topology: shared_nics, or streaming: after_prefill",
         )
     # decode iterations carry chunks: recompute jobs, or a CED model's replay jobs (§2.12)
-    what = "a recompute" if cfg.policy in ("recompute_on_decode", "cost_aware") else ""
+    recomputes = ("recompute_on_decode", "cost_aware", "conditional_disagg")
+    what = "a recompute" if cfg.policy in recomputes else ""
     if not what and cfg.decode_cost.ced_window:  # --- ced
         what = "a CED replay"
     if not what:

@@ -25,7 +25,9 @@ import math
 import numpy as np
 
 from . import ced
+from . import conditional as cd
 from . import costaware as ca
+from . import kvroute as kv
 from . import layout as L
 from . import paging as pg
 from . import refresh as rf
@@ -73,7 +75,7 @@ from .series import (
 )
 from .streaming import stream_batch, stream_one
 from .timeline import record
-from .window import clipped, in_window
+from .window import clipped, in_energy_window, in_window
 
 # ---------------------------------------------------------------- accounting
 
@@ -120,11 +122,13 @@ def least_loaded(IS, first, stride, count):
 
 
 @jit
-def route_prefill(IS):
-    """least_tokens (fewest queued and running prompt tokens; ties: lowest index) or
-    round_robin."""
+def route_prefill(IS, F, R, B32, bid, bt, rid):
+    """least_tokens (fewest queued and running prompt tokens; ties: lowest index),
+    round_robin or kv_aware (kvroute.py)."""
     npf = IS[L.IP_NP]
     pi = IS[L.H_PI]
+    if IS[L.IP_PROUTE] == 2:
+        return kv.best_prefill(IS, F, R, B32, bid, bt, rid)
     if IS[L.IP_PROUTE] == 1:
         p = IS[L.GI_RR_P] % npf
         IS[L.GI_RR_P] += 1
@@ -138,7 +142,14 @@ def arrive(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, t):
     if rid + 1 < n:
         push(EHT, EHI, IS, F[IS[L.H_FT] + L.T_ARR * n + rid + 1], L.EV_ARRIVAL, rid + 1, 0)
     IS[L.GI_INSYS] += 1
-    p = route_prefill(IS)
+    if IS[L.IP_POLICY] == L.POL_COND:  # --- conditional: the decode instance decides first
+        sync_paged(IS, F, R, B32, B8, TLF, TLI, t)
+        d = route_decode(IS, F, R, B8, bid, bt, rid)
+        IS[IS[L.H_O] + L.O_DI * n + rid] = d
+        if cd.prefills_locally(IS, F, R, B8, bid, bt, rid, d):
+            prefill_on_decode(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t)
+            return
+    p = route_prefill(IS, F, R, B32, bid, bt, rid)
     IS[IS[L.H_O] + L.O_PI * n + rid] = p
     pb = IS[L.H_PI] + p * L.NPI
     q_append(IS, R, pb + L.P_QH, L.R_PQN, rid)
@@ -146,6 +157,18 @@ def arrive(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, t):
     IS[pb + L.P_LOAD] += R[rid * L.NR + L.R_PROMPT]
     if IS[pb + L.P_BH] == -1:
         start_prefill(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, p, t)
+
+
+@jit
+def prefill_on_decode(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t):
+    """conditional_disagg's local prefill: no prefill instance; admitted on ``d`` now, its
+    uncached prompt runs as a chunked-prefill job there (conditional.py)."""
+    n, io, ft = IS[L.IP_N], IS[L.H_O], IS[L.H_FT]
+    IS[io + L.O_PI * n + rid] = -1
+    F[ft + L.T_PS * n + rid] = t
+    F[ft + L.T_PE * n + rid] = t
+    R[rid * L.NR + L.R_FLAGS] |= L.F_LOCAL
+    hand_off_one(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t)
 
 
 @jit
@@ -192,6 +215,7 @@ def start_prefill(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, p, t):
         F[IS[L.H_FPB] + p] += clipped(F, t, t + dur)
         pw = IS[L.H_FCH] + IS[L.IP_NP] * IS[L.IP_ND] * IS[L.IP_NC] + 2 * p
         add_work(F, pw, flops, weights_read(F, c0, new_sum) + kv_io)
+    if in_energy_window(F, t):
         power_work(  # --- power
             F, prefill_record(IS, F, p), c0, F[c0 + L.C_FRP], flops,
             weights_read(F, c0, new_sum) + kv_io, dur,
@@ -235,41 +259,60 @@ def prefill_done(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, p, t):
 
 
 @jit
+def sync_paged(IS, F, R, B32, B8, TLF, TLI, t):
+    """Paged: every decode instance's books up to ``t`` (lazy trims change what is
+    resident) before a routing or admission reads them."""
+    if IS[L.IP_PAGED]:
+        for d in range(IS[L.IP_ND]):
+            if pg.sync(IS, F, R, B32, B8, d, t):
+                mem_changed(IS, F, TLF, TLI, d, t)
+
+
+@jit
 def hand_off_step(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, first, t):
     """Route each request of a prefill step (linked from ``first``) to a decode instance
     and admit it there, in batch order."""
     n, io = IS[L.IP_N], IS[L.H_O]
-    wait = IS[L.IP_WAIT] != 0
-    if IS[L.IP_PAGED]:  # paged: the books up to now (lazy trims change what is resident)
-        for d in range(IS[L.IP_ND]):
-            if pg.sync(IS, F, R, B32, B8, d, t):
-                mem_changed(IS, F, TLF, TLI, d, t)
+    sync_paged(IS, F, R, B32, B8, TLF, TLI, t)
     rid = first
     while rid != -1:
-        d = route_decode(IS, B8, bid, rid)
-        IS[io + L.O_DI * n + rid] = d
-        IS[L.DI0 + d * L.NDI + L.D_LOAD] += 1
-        queued = IS[L.DI0 + d * L.NDI + L.D_WQH] != -1 or IS[L.DI0 + d * L.NDI + L.D_PQH] != -1
-        if queued and wait:
-            wait_for_room(IS, F, R, EHT, EHI, rid, d, t)  # first come, first admitted
-        elif not admit(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t):
-            if wait:
-                wait_for_room(IS, F, R, EHT, EHI, rid, d, t)
-            else:
-                reject(IS, F, rid, d, t, L.R_NO_MEMORY)
+        if IS[L.IP_POLICY] == L.POL_COND:  # --- conditional: chosen at arrival
+            d = IS[io + L.O_DI * n + rid]
+        else:
+            d = route_decode(IS, F, R, B8, bid, bt, rid)
+        hand_off_one(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t)
         rid = R[rid * L.NR + L.R_PBN]
+
+
+@jit
+def hand_off_one(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t):
+    """Hand ``rid`` to decode instance ``d``: admit it, queue it for room, or reject it."""
+    n, io = IS[L.IP_N], IS[L.H_O]
+    wait = IS[L.IP_WAIT] != 0
+    IS[io + L.O_DI * n + rid] = d
+    IS[L.DI0 + d * L.NDI + L.D_LOAD] += 1
+    queued = IS[L.DI0 + d * L.NDI + L.D_WQH] != -1 or IS[L.DI0 + d * L.NDI + L.D_PQH] != -1
+    if queued and wait:
+        wait_for_room(IS, F, R, EHT, EHI, rid, d, t)  # first come, first admitted
+    elif not admit(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t):
+        if wait:
+            wait_for_room(IS, F, R, EHT, EHI, rid, d, t)
+        else:
+            reject(IS, F, rid, d, t, L.R_NO_MEMORY)
 
 
 # ---------------------------------------------------------------- admission
 
 
 @jit
-def route_decode(IS, B8, bid, rid):
+def route_decode(IS, F, R, B8, bid, bt, rid):
     """least_load (fewest admitted-and-unfinished requests; ties: lowest index),
     prefix_affinity (longest resident leading run of the request's blocks; ties: least
-    load) or round_robin."""
+    load), round_robin or kv_aware (kvroute.py)."""
     nd = IS[L.IP_ND]
     code = IS[L.IP_DROUTE]
+    if code == 3:
+        return kv.best_decode(IS, F, R, B8, bid, bt, rid)
     if code == 2:
         i = IS[L.GI_RR_D] % nd
         IS[L.GI_RR_D] += 1
@@ -316,15 +359,11 @@ def persist_new_blocks(IS, F, R, B32, B8, bid, bt, rid, d, i0, i1):
     U = IS[L.IP_U]
     st = d * U
     pflag, hot = IS[L.H_PFLAG], IS[L.H_HOT]
-    all_lru = IS[L.IP_POLICY] == L.POL_ALL_LRU or IS[L.IP_POLICY] == L.POL_TIERED
-    cost_aware = IS[L.IP_POLICY] == L.POL_COST_AWARE
+    all_lru = IS[L.IP_POLICY] != L.POL_HOTSET  # cost_aware too (costaware.py, residency)
     ptoks = 0
     for j in range(i0, i1):
         h = bid[j]
-        if cost_aware:
-            keep = ca.keeps(IS, F, d, h)
-        else:
-            keep = all_lru or B8[hot + h] != 0
+        keep = all_lru or B8[hot + h] != 0
         if B8[st + h] & L.ST_IN == 0 and keep:
             rs_add_pending(IS, B32, B8, d, h, bt[j])
             B8[pflag + j] = 1
@@ -333,11 +372,13 @@ def persist_new_blocks(IS, F, R, B32, B8, bid, bt, rid, d, i0, i1):
     return ptoks
 
 
-@sig("UniTuple(int64, 2)(int64[::1], int64, int64, int64)")
-def handoff(IS, rid, prompt, hit_tok):
+@sig("UniTuple(int64, 2)(int64[::1], int32[::1], int64, int64, int64)")
+def handoff(IS, R, rid, prompt, hit_tok):
     """The policy's hand-off: (tokens whose KV crosses the link, prefix tokens the decode
-    instance recomputes)."""
+    instance recomputes; conditional_disagg's local prefill: the whole uncached prompt)."""
     policy = IS[L.IP_POLICY]
+    if policy == L.POL_COND and R[rid * L.NR + L.R_FLAGS] & L.F_LOCAL:
+        return np.int64(0), prompt - hit_tok
     if policy == L.POL_TRANSFER:
         return prompt, np.int64(0)
     if policy == L.POL_RECOMPUTE:
@@ -374,9 +415,12 @@ def link_start(IS, F, rid, d, t):
 
 
 @jit
-def link_blocks(IS, bt, rid, i0, i1, nhit):
+def link_blocks(IS, R, bt, rid, i0, i1, nhit):
     """Chain blocks whose KV crosses the link when ``nhit`` leading ones are served on the
-    decode node (recompute_on_decode: those inside the prefill hit are rebuilt there)."""
+    decode node (recompute_on_decode: those inside the prefill hit are rebuilt there;
+    conditional_disagg's local prefill: none)."""
+    if R[rid * L.NR + L.R_FLAGS] & L.F_LOCAL:
+        return 0
     if IS[L.IP_POLICY] == L.POL_TRANSFER:
         return i1 - i0
     if IS[L.IP_POLICY] == L.POL_RECOMPUTE:
@@ -392,25 +436,10 @@ def link_blocks(IS, bt, rid, i0, i1, nhit):
 
 
 @jit
-def admit(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t):
-    """Reserve KV on decode instance ``d`` and start the hand-off; False if no room."""
-    n, ptr, io, U = IS[L.IP_N], IS[L.H_PTR], IS[L.H_O], IS[L.IP_U]
-    b = L.DI0 + d * L.NDI
-    rr = rid * L.NR
-    uses_replicas = IS[L.IP_POLICY] >= L.POL_HOTSET
+def _need(IS, R, rr, prompt, hit_tok):
+    """KV tokens the request reserves now (paged: its own prompt blocks); over the budget
+    when it is too large to ever finish here."""
     budget = IS[L.IP_BUDGET]
-    i0, i1 = IS[ptr + rid], IS[ptr + rid + 1]
-    nhit = 0
-    if uses_replicas and i1 > i0:
-        nhit = rs_match(B8, U, d, bid, i0, i1)
-    hit_tok = 0
-    for j in range(i0, i0 + nhit):
-        hit_tok += bt[j]
-    tier = IS[L.IP_POLICY] == L.POL_TIERED or IS[L.IP_POLICY] == L.POL_COST_AWARE
-    nhost = 0  # replicate_tiered, cost_aware: the host tier continues the HBM run
-    if tier and i1 > i0 + nhit:
-        nhost = ht_match(IS, B32, d, bid, i0 + nhit, i1)
-    prompt = np.int64(R[rr + L.R_PROMPT])
     need = prompt + R[rr + L.R_OUTPUT] - hit_tok
     if IS[L.IP_PAGED]:  # own prompt blocks now; too large if alone it could not finish
         bs = IS[L.IP_BS]
@@ -420,14 +449,20 @@ def admit(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t):
             need = budget + 1
         else:
             need = (own + bs - 1) // bs * bs
-    if need > budget:
-        reject(IS, F, rid, d, t, L.R_TOO_LARGE)
-        return True
-    free = budget - IS[b + L.D_PRIV] - IS[b + L.D_USED]
+    return need
+
+
+@jit
+def _make_room(IS, F, B32, B8, bid, d, t, i0, i1, nhit, nhost, need, tier):
+    """Free ``need`` tokens on ``d`` (trimming idle replicas LRU), take the hit run and the
+    host run; returns the host run's tokens, or -1 (nothing changed) if there is no room,
+    and the time the trim's queued demotion copies complete (-inf if none, host tier)."""
+    b = L.DI0 + d * L.NDI
+    free = IS[L.IP_BUDGET] - IS[b + L.D_PRIV] - IS[b + L.D_USED]
     if free < need:
         idle_hit = rs_idle_tokens(IS, B32, bid, d, i0, i0 + nhit)
         if free + IS[b + L.D_IDLE] - idle_hit < need:
-            return False
+            return -1, -L.INF
     host_tok = 0
     if tier:  # out of the pool first: the trim demotes into it
         host_tok = ht_take(IS, B32, d, bid, i0 + nhit, i0 + nhit + nhost, i1)
@@ -439,22 +474,31 @@ def admit(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t):
         gate = trim_for(IS, F, B32, B8, d, need - free, t)
         if tier:  # a chain block past a gap, trimmed and
             ht_take(IS, B32, d, bid, i0 + nhit, i0 + nhit, i1)  # demoted: back to HBM now
+    return host_tok, gate
+
+
+@jit
+def _book(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t, nhit, hit_tok, need):
+    """The admission's books: use counts, the blocks kept as replicas, private KV, the
+    admission's columns and memory; returns the persisted tokens."""
+    n, ptr, io = IS[L.IP_N], IS[L.H_PTR], IS[L.H_O]
+    b = L.DI0 + d * L.NDI
+    rr = rid * L.NR
+    i0, i1 = IS[ptr + rid], IS[ptr + rid + 1]
+    prompt = np.int64(R[rr + L.R_PROMPT])
     ptoks = 0
-    cost_aware = IS[L.IP_POLICY] == L.POL_COST_AWARE
-    if cost_aware:
-        ca.touch(IS, F, bid, i0, i1, d, t, prompt)
-    elif IS[L.IP_POLICY] == L.POL_HOTSET:
+    if IS[L.IP_POLICY] == L.POL_HOTSET:
         rf.count(IS, F, bid, bt, i0, i1)
-    if uses_replicas:
+    if IS[L.IP_POLICY] >= L.POL_HOTSET:
         ptoks = persist_new_blocks(IS, F, R, B32, B8, bid, bt, rid, d, i0 + nhit, i1)
     private = need - ptoks
+    IS[b + L.D_ACT] += prompt + R[rr + L.R_OUTPUT]  # --- kv routing
     IS[b + L.D_PRIV] += private
     R[rr + L.R_PRIV] = private
     R[rr + L.R_NHIT] = nhit
     IS[io + L.O_PT * n + rid] = ptoks
     IS[io + L.O_RH * n + rid] = hit_tok
-    ft = IS[L.H_FT]
-    F[ft + L.T_AD * n + rid] = t
+    F[IS[L.H_FT] + L.T_AD * n + rid] = t
     mem_changed(IS, F, TLF, TLI, d, t)
     if IS[L.IP_PAGED]:
         R[rr + L.R_OWN0] = prompt - hit_tok
@@ -462,18 +506,55 @@ def admit(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t):
         IS[L.GI_ASEQ] += 1
         R[rr + L.R_ASEQ] = IS[L.GI_ASEQ]
         pg.guard(IS, F, R, EHT, EHI, d, t)
+    return ptoks
 
-    if cost_aware:  # transfer, promote from the host tier or recompute (costaware.py)
-        xfer, rc, promote = ca.choose(IS, F, R, rid, d, t, prompt, hit_tok, host_tok)
+
+@jit
+def _split(IS, F, R, rid, d, t, prompt, hit_tok, nhost, host_tok):
+    """The policy's hand-off: (tokens over the link, tokens recomputed on decode, the host
+    run promoted or not)."""
+    if IS[L.IP_POLICY] == L.POL_COST_AWARE:  # transfer, promote or recompute (costaware.py)
+        return ca.choose(IS, F, R, rid, d, t, prompt, hit_tok, host_tok)
+    xfer, rc = handoff(IS, R, rid, prompt, hit_tok)
+    promote = nhost > 0 and promote_or_send(
+        IS, F, d, t, link_start(IS, F, rid, d, t), xfer - host_tok, host_tok
+    )
+    if promote:
+        xfer -= host_tok
+    return xfer, rc, promote
+
+
+@jit
+def _send(IS, F, R, EHT, EHI, TLF, TLI, rid, d, t, xfer, promo_land):
+    """The request's KV leaves for ``d`` (layer-wise, or whole; its landing event)."""
+    n, ft = IS[L.IP_N], IS[L.H_FT]
+    nbytes = xfer * F[L.FP_DC + L.C_KV]
+    if nbytes > 0 and IS[L.IP_STREAM]:
+        if IS[L.GI_DEFER]:
+            R[rid * L.NR + L.R_FLAGS] |= L.F_STREAM  # sent by the step's joint pass
+        else:
+            stream_one(IS, F, R, EHT, EHI, TLF, TLI, rid, d, t)
+        return
+    land = t
+    if nbytes > 0:
+        land = send_kv(IS, F, TLF, TLI, rid, d, t, nbytes)
     else:
-        xfer, rc = handoff(IS, rid, prompt, hit_tok)
-        promote = nhost > 0 and promote_or_send(
-            IS, F, d, t, link_start(IS, F, rid, d, t), xfer - host_tok, host_tok
-        )
+        F[ft + L.T_XS * n + rid] = t
+    if promo_land > land:
+        land = promo_land
+    push(EHT, EHI, IS, land, L.EV_TRANSFER, rid, 0)
+
+
+@jit
+def _hand_over(IS, F, R, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t, nhit, hit_tok, nhost,
+               host_tok, gate):  # fmt: skip
+    """Move the KV the decode instance lacks (link, host path) and queue its recompute."""
+    n, ptr, io, ft = IS[L.IP_N], IS[L.H_PTR], IS[L.H_O], IS[L.H_FT]
+    i0, i1 = IS[ptr + rid], IS[ptr + rid + 1]
+    prompt = np.int64(R[rid * L.NR + L.R_PROMPT])
+    xfer, rc, promote = _split(IS, F, R, rid, d, t, prompt, hit_tok, nhost, host_tok)
     promo_land = -1.0
     if promote:
-        if not cost_aware:  # (cost_aware's choice has taken the host run off already)
-            xfer -= host_tok
         promo_land = host_path_move(IS, F, d, t, host_tok * F[L.FP_DC + L.C_KV])
         F[ft + L.T_PROMO * n + rid] = promo_land
         IS[io + L.O_HOSTB * n + rid] = nhost
@@ -483,31 +564,45 @@ def admit(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t):
     if gate > promo_land:  # the HBM it lands in is free once its demotions are copied
         promo_land = gate
         F[ft + L.T_PROMO * n + rid] = gate
-    if uses_replicas:
+    if IS[L.IP_POLICY] >= L.POL_HOTSET:
         IS[io + L.O_HBMB * n + rid] = nhit
-    IS[io + L.O_LINKB * n + rid] = link_blocks(IS, bt, rid, i0, i1, nhit) - nhost
+    IS[io + L.O_LINKB * n + rid] = link_blocks(IS, R, bt, rid, i0, i1, nhit) - nhost
     IS[io + L.O_XT * n + rid] = xfer
     IS[io + L.O_RC * n + rid] = rc
-    nbytes = xfer * F[L.FP_DC + L.C_KV]
-    if nbytes > 0 and IS[L.IP_STREAM]:
-        if IS[L.GI_DEFER]:
-            R[rr + L.R_FLAGS] |= L.F_STREAM  # sent by the step's joint pass (streaming.py)
-        else:
-            stream_one(IS, F, R, EHT, EHI, TLF, TLI, rid, d, t)
-    else:
-        land = t
-        if nbytes > 0:
-            land = send_kv(IS, F, TLF, TLI, rid, d, t, nbytes)
-        else:
-            F[ft + L.T_XS * n + rid] = t
-        if promo_land > land:
-            land = promo_land
-        push(EHT, EHI, IS, land, L.EV_TRANSFER, rid, 0)
+    _send(IS, F, R, EHT, EHI, TLF, TLI, rid, d, t, xfer, promo_land)
     if rc > 0:  # deduplicated: recompute_tokens counts the tokens its own job computes
-        IS[io + L.O_RC * n + rid] = queue_job(
-            IS, R, bid, bt, rid, d, rc, hit_tok if IS[L.IP_POLICY] == L.POL_COST_AWARE else 0
-        )
+        after = IS[L.IP_POLICY] == L.POL_COST_AWARE or IS[L.IP_POLICY] == L.POL_COND
+        IS[io + L.O_RC * n + rid] = queue_job(IS, R, bid, bt, rid, d, rc, hit_tok if after else 0)
         interrupt(IS, F, EHT, EHI, d, t)
+
+
+@jit
+def admit(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t):
+    """Reserve KV on decode instance ``d`` and start the hand-off; False if no room."""
+    ptr, U = IS[L.H_PTR], IS[L.IP_U]
+    rr = rid * L.NR
+    i0, i1 = IS[ptr + rid], IS[ptr + rid + 1]
+    nhit = 0
+    if IS[L.IP_POLICY] >= L.POL_HOTSET and i1 > i0:
+        nhit = rs_match(B8, U, d, bid, i0, i1)
+    hit_tok = 0
+    for j in range(i0, i0 + nhit):
+        hit_tok += bt[j]
+    tier = IS[L.IP_POLICY] == L.POL_TIERED or IS[L.IP_POLICY] == L.POL_COST_AWARE
+    nhost = 0  # replicate_tiered, cost_aware: the host tier continues the HBM run
+    if tier and i1 > i0 + nhit:
+        nhost = ht_match(IS, B32, d, bid, i0 + nhit, i1)
+    prompt = np.int64(R[rr + L.R_PROMPT])
+    need = _need(IS, R, rr, prompt, hit_tok)
+    if need > IS[L.IP_BUDGET]:
+        reject(IS, F, rid, d, t, L.R_TOO_LARGE)
+        return True
+    host_tok, gate = _make_room(IS, F, B32, B8, bid, d, t, i0, i1, nhit, nhost, need, tier)
+    if host_tok < 0:
+        return False
+    _book(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t, nhit, hit_tok, need)
+    _hand_over(IS, F, R, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t, nhit, hit_tok, nhost,
+               host_tok, gate)  # fmt: skip
     return True
 
 
@@ -581,6 +676,7 @@ def finish(IS, F, R, B32, B8, bid, bt, rid, d, t):
     IS[b + L.D_B] -= 1
     IS[b + L.D_CTX] -= np.int64(R[rr + L.R_PROMPT]) + R[rr + L.R_OUTPUT]
     IS[b + L.D_PRIV] -= R[rr + L.R_PRIV]
+    IS[b + L.D_ACT] -= np.int64(R[rr + L.R_PROMPT]) + R[rr + L.R_OUTPUT]  # --- kv routing
     keep_answer(IS, F, B32, B8, bid, bt, rid, d)  # generated.py: before the chain's release
     write_through_finished(IS, F, R, B32, B8, bid, rid, d, t)
     rs_release_chain(IS, R, B32, B8, bid, d, rid)

@@ -10,7 +10,6 @@ them hits them like any replica, and a trim demotes them to the host tier like a
 
 from __future__ import annotations
 
-from . import costaware as ca
 from . import layout as L
 from .hosttier import ht_base, ht_write_run
 from .jit import jit
@@ -26,7 +25,8 @@ def ans_base(IS):
 @jit
 def _kept(IS, F, B32, B8, d, h, hbase):
     """Whether answer block ``h`` may join ``d``'s replicas: in neither tier yet, and the
-    policy keeps it (all-LRU and tiered: always; hot set: a hot block; cost_aware: its rule)."""
+    policy keeps it (all-LRU, tiered, cost_aware and conditional_disagg: always; hot set: a
+    hot block)."""
     if B8[d * IS[L.IP_U] + h] & L.ST_IN:
         return False
     if hbase >= 0 and B32[hbase + 4 * h + L.HT_IN]:
@@ -34,8 +34,6 @@ def _kept(IS, F, B32, B8, d, h, hbase):
     policy = IS[L.IP_POLICY]
     if policy == L.POL_HOTSET:
         return B8[IS[L.H_HOT] + h] != 0
-    if policy == L.POL_COST_AWARE:
-        return ca.keeps(IS, F, d, h)
     return True
 
 

@@ -95,6 +95,7 @@ POL_TRANSFER, POL_RECOMPUTE, POL_HOTSET, POL_ALL_LRU = 0, 1, 2, 3
 POL_TIERED = 4  # --- tiered: all-LRU over HBM plus a host-DRAM tier
 # --- policy
 POL_COST_AWARE = 5  # uses replicas (codes >= POL_HOTSET do); engine/costaware.py
+POL_COND = 6  # --- conditional: all-LRU replicas, short or well-hit prompts prefilled locally
 
 
 def has_host_tier(policy) -> bool:
@@ -137,9 +138,11 @@ IP_STREAM, IP_LAYERS, IP_RCHUNK, GI_DEFER = 38, 39, 40, 41
 # mode (0 recompute, 1 swap), the F section of per-request preemption times, the admission
 # sequence counter (preemption picks the most recently admitted running sequence)
 IP_PAGED, IP_BS, IP_SWAP, H_PGF, GI_ASEQ = 42, 43, 44, 45, 46
+# --- conditional: conditional_disagg's largest uncached prompt prefilled on the decode
+# instance (tokens; docs/model.md "Conditional disaggregation")
+IP_LOCMAX = 47
 # --- tiered: the host tier's write policy (hosttier.py): 0 write_back, 1 write_through,
-# 2 write_through_selective (SGLang --hicache-write-policy); slot 47 is left free for the
-# conditional policy's field on its branch
+# 2 write_through_selective (SGLang --hicache-write-policy)
 IP_HWP = 48
 DI0 = 49
 # decode instance fields (queue head/tail pairs adjacent)
@@ -171,7 +174,9 @@ D_HUSED, D_HCAP, D_HLRUH, D_HLRUT, D_HPEAK, D_LHUSED = range(21, 27)
 # --- paged: preempted sequences waiting to resume (ahead of the admission
 # queue); resumed sequences whose re-prefill is due (paging.run_reprefills, linked by R_RQN)
 D_PQH, D_PQT, D_FQH, D_FQT = range(27, 31)
-NDI = 31
+# --- kv routing: prompt + output tokens of the admitted, unfinished requests (kvroute.py)
+D_ACT = 31
+NDI = 32
 P_LOAD, P_QH, P_QT, P_BH, P_USED, P_LRUH, P_LRUT, P_QN = range(8)
 NPI = 8
 # integer result columns
@@ -232,6 +237,7 @@ NR = 23
 F_PRE, F_REPF = 16, 32  # --- paged: preempted (until it rejoins), its re-prefill is queued
 F_CED = 64  # --- ced: its replay job is queued or done (engine/ced.py)
 F_SOLO = 128  # --- paged: preempted while running alone: it resumes without shared blocks
+F_LOCAL = 256  # --- conditional: prefilled on its decode instance (engine/conditional.py)
 
 # ---------------------------------------------------------------- F (float64)
 FP_LINK_BPS, FP_LINK_LAT, FP_WAIT_TO, FP_TWARM = range(4)
@@ -295,7 +301,10 @@ G_ITL_H = NFP + 10
 # end of the drain): busy times, work and memory integrals count steps started in
 # [FP_TWARM, FP_TSTEADY), clipped (the host path is tiered's, per instance: DF_HP_*)
 FP_TSTEADY = G_ITL_H + ITL_NB
-DF0 = G_ITL_H + ITL_NB + 1
+# --- conditional: the decode hit share above which conditional_disagg prefills locally;
+# --- kv routing: the KV-aware routers' overlap weight (routing.py)
+FP_LOCHIT, FP_KVW = FP_TSTEADY + 1, FP_TSTEADY + 2
+DF0 = G_ITL_H + ITL_NB + 3
 DF_TSEG, DF_STALL_END, DF_NEXT_T, DF_BUSY, DF_MEM_T = range(5)
 DF_FLOPS, DF_BYTES = 5, 6  # FLOPs and bytes of the steps started in the measured window
 # --- tiered: the host<->GPU path's FCFS queue (hostpath.py): free time, busy

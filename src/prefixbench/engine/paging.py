@@ -39,10 +39,11 @@ from .batch import add_work, interrupt, schedule
 from .blocks import rs_acquire, rs_idle_tokens, rs_match, rs_release_chain, rs_trim
 from .hostpath import host_path_move
 from .jit import jit
+from .power import decode_record, power_work
 from .queues import batch_push, push, q_append, q_popleft
 from .series import coeffs, comm, iterations_within, roofline, series_time, weights_read
 from .timeline import record
-from .window import in_window
+from .window import in_energy_window, in_window
 
 
 @jit
@@ -432,7 +433,10 @@ def reprefill(IS, F, R, d, rid, start, t):
         add_work(F, L.DF0 + d * L.NDF + L.DF_FLOPS, flops, bytes_)
     R[rid * L.NR + L.R_FLAGS] &= ~L.F_REPF
     step = roofline(flops, bytes_, F[c0 + L.C_FRP], F[c0 + L.C_BR], F[c0 + L.C_POV])
-    return start + step + comm(F, c0, float(m))
+    dur = step + comm(F, c0, float(m))
+    if in_energy_window(F, t):  # --- power: a re-prefill draws like a prefill step
+        power_work(F, decode_record(F, d), c0, F[c0 + L.C_FRP], flops, bytes_, dur)
+    return start + dur
 
 
 @jit

@@ -19,6 +19,13 @@ def in_window(F, t):
 
 
 @jit
+def in_energy_window(F, t):
+    """A step starting at ``t`` counts towards energy: from the end of warm-up to the end of
+    the run, the window idle power is charged over (docs/model.md §2.11)."""
+    return F[L.FP_TWARM] <= t
+
+
+@jit
 def clipped(F, t0, t1):
     """Measured busy time of a step from ``t0`` to ``t1`` (0 unless it starts in the window)."""
     if not in_window(F, t0):

@@ -10,13 +10,17 @@ argument bounds it, and a policy that unloads the link can beat any "optimum" pr
 the loaded link. On this objective:
 
 * ``bound`` is a true lower bound for any policy, online or offline: each request is
-  priced at the cheapest choice (transfer or recompute) with the longest resident leading
-  run it could possibly have, its whole chain up to the decode KV capacity plus the
-  host-DRAM pool (as if an oracle had prewarmed it for free; the host tier's policies
-  hold blocks there, and a promotion moves nothing over the link). The per-request cost never increases with the
-  resident run, so no schedule of the cache can do better on any request.
+  priced at the cheapest choice (transfer, recompute, or a local prefill of the whole rest
+  on the decode instance) with the longest resident leading run it could possibly have:
+  its chain up to the decode KV capacity plus the host-DRAM pool (the host tier's policies
+  hold blocks there, and a promotion moves nothing over the link), but only through blocks
+  whose KV exists before it, computed by an earlier request (its prompt, or its answer
+  when generated tokens are cached) or in the prewarmed hot set. A block's first use pays
+  for its computation: nothing can hold a block no request has computed yet. The
+  per-request cost never increases with the resident run, so no schedule of the cache
+  can do better on any request.
 * ``hindsight`` is what an offline policy that knows the future stream achieves: Belady's
-  MIN on blocks (prewarmed free with the blocks used soonest; after each request keep the
+  MIN on blocks (prewarmed free with the hot set only; after each request keep the
   blocks whose next use is soonest, up to the capacity) plus the cheapest choice per
   request. It is a feasible schedule of the relaxed model (one pooled cache of the whole
   budget, ready at once; HBM only), so ``bound ≤ optimum ≤ hindsight`` for the policies
@@ -69,12 +73,15 @@ class Prices:
         return np.where(m > 0, t + c.comm_time(m), 0.0)
 
     def best(self, prompt, ph, h):
-        """Cheapest hand-off with ``h`` tokens resident: transfer the rest, or recompute the
-        prefill-cached part the decode lacks and transfer only what the prefill computed."""
+        """Cheapest hand-off with ``h`` tokens resident: transfer the rest, recompute the
+        prefill-cached part the decode lacks and transfer only what the prefill computed,
+        or prefill the whole rest on the decode instance (conditional_disagg's local
+        prefill: nothing crosses)."""
         prompt, ph, h = (np.asarray(a, dtype=np.float64) for a in (prompt, ph, h))
         xfer = self.transfer(prompt - h)
         rc = np.maximum(self.transfer(prompt - ph), self.recompute(np.maximum(ph - h, 0), h))
-        return np.where(ph > h, np.minimum(xfer, rc), xfer)
+        local = self.recompute(np.maximum(prompt - h, 0), h)
+        return np.minimum(np.where(ph > h, np.minimum(xfer, rc), xfer), local)
 
     def of_choice(self, xfer_tokens, rc_tokens, h):
         """What a run's actual choice costs (its transfer_tokens, recompute_tokens)."""
@@ -85,8 +92,31 @@ class Prices:
 # ---------------------------------------------------------------- the two schedules
 
 
-def max_resident(ptr, tokens, capacity: float) -> np.ndarray:
-    """Per request: tokens of its longest leading run of blocks that fits in ``capacity``."""
+def available_from(ptr, blocks, warm=(), answers=None) -> np.ndarray:
+    """Per chain reference: the first request index from which its block's KV exists
+    somewhere (computed by an earlier request's prompt, or its answer when ``answers`` =
+    (ans_ptr, ans_hash) is given; 0 for a block of the prewarmed hot set ``warm``)."""
+    ptr = np.asarray(ptr, dtype=np.int64)
+    n = len(ptr) - 1
+    blocks = np.asarray(blocks, dtype=np.int64)
+    a_ptr, a_hash = (np.zeros(n + 1, np.int64), np.zeros(0, np.int64)) if answers is None else (
+        np.asarray(answers[0], dtype=np.int64), np.asarray(answers[1], dtype=np.int64)
+    )  # fmt: skip
+    warm = np.asarray(warm, dtype=np.int64)
+    _, ids = np.unique(np.concatenate((blocks, a_hash, warm)), return_inverse=True)
+    ids = ids.astype(np.int64).reshape(-1)
+    c_ids, a_ids, w_ids = np.split(ids, [blocks.size, blocks.size + a_hash.size])
+    avail = np.full(int(ids.max()) + 1 if ids.size else 0, n + 1, dtype=np.int64)
+    np.minimum.at(avail, c_ids, np.repeat(np.arange(n, dtype=np.int64), np.diff(ptr)) + 1)
+    np.minimum.at(avail, a_ids, np.repeat(np.arange(n, dtype=np.int64), np.diff(a_ptr)) + 1)
+    avail[w_ids] = 0
+    return avail[c_ids]
+
+
+def max_resident(ptr, blocks, tokens, capacity: float, warm=(), answers=None) -> np.ndarray:
+    """Per request: tokens of its longest leading run of blocks that fits in ``capacity``
+    and whose KV exists before it (``available_from``): a block is computed once before
+    anything can hold it, so its first use pays for it."""
     ptr = np.asarray(ptr, dtype=np.int64)
     tokens = np.asarray(tokens, dtype=np.int64)
     n = len(ptr) - 1
@@ -94,16 +124,20 @@ def max_resident(ptr, tokens, capacity: float) -> np.ndarray:
     if tokens.size == 0:
         return out
     req = np.repeat(np.arange(n), np.diff(ptr))
+    bad = (available_from(ptr, blocks, warm, answers) > req).astype(np.int64)
+    cbad = np.cumsum(bad)
+    lead = cbad - np.concatenate(([0], cbad))[ptr[:-1]][req] == 0  # no unavailable before
     csum = np.cumsum(tokens)
     before = np.concatenate(([0], csum))[ptr[:-1]]
     cum = csum - before[req]  # tokens of the chain up to and including each block
-    fit = np.where(cum <= capacity, cum, 0)  # cum grows along a chain: the fits lead
+    fit = np.where(lead & (cum <= capacity), cum, 0)  # cum grows along a chain: fits lead
     np.maximum.at(out, req, fit)
     return out
 
 
-def belady_resident(ptr, blocks, tokens, capacity: float) -> np.ndarray:
-    """Per request: resident leading-run tokens under Belady's MIN with free prewarm.
+def belady_resident(ptr, blocks, tokens, capacity: float, warm=()) -> np.ndarray:
+    """Per request: resident leading-run tokens under Belady's MIN, prewarmed free with the
+    hot set ``warm`` only (no other block exists before a request computes it).
 
     Before request i the cache holds what the schedule kept; after it, the cache may keep
     any of its own blocks and the request's chain (all on the decode instance now), and it
@@ -132,6 +166,7 @@ def belady_resident(ptr, blocks, tokens, capacity: float) -> np.ndarray:
     bdepth = np.zeros(u, dtype=np.int64)
     bdepth[ids[::-1]] = depth[::-1]  # depth at a block's first reference
     pre = np.lexsort((bdepth, first))  # free prewarm: the blocks used soonest first
+    pre = pre[np.isin(np.unique(blocks), np.asarray(warm, dtype=np.int64))[pre]]
     out = np.zeros(n, dtype=np.int64)
     heap = np.zeros((m + u + 1, 3), dtype=np.int64)
     _belady(ptr, ids, tokens, depth, nxt, first, size, bdepth, pre, float(capacity), n, heap, out)
@@ -223,9 +258,12 @@ def _resident(prep) -> tuple[np.ndarray, np.ndarray]:
     # the bound may hold the host-DRAM pool too (replicate_tiered and cost_aware keep one,
     # and a promoted block costs them no link time), so that no policy can beat it
     cap_all = cap + float(b.host_kv_tokens) * b.n_decode
+    warm = [h for h, _ in b.hot_blocks]  # replicate_hotset's set, resident from the start
+    ans = getattr(req, "ans_ptr", None)  # generated-token caching: answers count as computed
+    answers = None if ans is None else (ans, req.ans_hash)
     out = (
-        max_resident(req.blk_ptr, req.blk_tokens, cap_all),
-        belady_resident(req.blk_ptr, req.blk_hash, req.blk_tokens, cap),
+        max_resident(req.blk_ptr, req.blk_hash, req.blk_tokens, cap_all, warm, answers),
+        belady_resident(req.blk_ptr, req.blk_hash, req.blk_tokens, cap, warm),
     )
     _MEMO.clear()  # one prepared scenario at a time (a study runs its policies together)
     _MEMO[id(prep)] = (prep, *out)

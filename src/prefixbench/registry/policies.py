@@ -77,11 +77,25 @@ POLICIES: tuple[Policy, ...] = (
         "decides each hand-off from its own queues: send the missing blocks, promote them "
         "from host memory, or recompute the cached prefix",
         "per request, the cheaper of transfer and recompute now (queues, batch stall); "
-        "keeps blocks used before (decayed count)",
+        "keeps every block (keeping costs no memory admission could use)",
         "#0072B2",  # blue
         "cost-aware",
         5,
         "§1.14",
+    ),
+    Policy(
+        "conditional_disagg",
+        6,
+        "prefills a request itself when its uncached part is short or mostly resident "
+        "there (NVIDIA Dynamo's rule); otherwise receives it from a prefill instance and "
+        "keeps it, as all-LRU",
+        "Dynamo's conditional disaggregation: a prompt whose uncached part is short, or "
+        "mostly resident on its decode instance, prefills there (chunks in the decode "
+        "iterations); others prefill remotely, as all-LRU",
+        "#D55E00",  # vermillion
+        "conditional",
+        6,
+        "§1.16",
     ),
 )
 

@@ -20,6 +20,12 @@ PREFILL_ROUTERS: tuple[Router, ...] = (
         "the prefill instance with the fewest queued and running prompt tokens (ties: lowest index)",
     ),
     Router("round_robin", 1, "prefill instances in turn"),
+    Router(
+        "kv_aware",
+        2,
+        "Dynamo's KV router: the lowest weight x uncached prompt tokens (after the "
+        "instance's prefix-cache overlap) + queued prompt tokens (ties: lowest index)",
+    ),
 )
 DECODE_ROUTERS: tuple[Router, ...] = (
     Router(
@@ -34,4 +40,10 @@ DECODE_ROUTERS: tuple[Router, ...] = (
         "request's blocks; ties (including no replica anywhere) go to the least loaded",
     ),
     Router("round_robin", 2, "decode instances in turn"),
+    Router(
+        "kv_aware",
+        3,
+        "Dynamo's KV router: the lowest weight x prompt tokens not resident there + prompt "
+        "and output tokens of its admitted requests (ties: lowest index)",
+    ),
 )

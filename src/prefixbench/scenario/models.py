@@ -69,8 +69,8 @@ Policy.__doc__ = "How the decode node gets a prefix whose KV is cached on the pr
 
 
 POLICIES: tuple[str, ...] = tuple(p.value for p in Policy)
-# the seed's four (BRIEF §1: its 384 runs); the default study compares every policy (576
-# runs: the seed's 384 plus replicate_tiered and cost_aware on the same points)
+# the seed's four (BRIEF §1: its 384 runs); the default study compares every policy (672
+# runs: the seed's 384 plus replicate_tiered, cost_aware and conditional_disagg)
 REFERENCE_POLICIES: tuple[str, ...] = POLICIES[:4]
 
 
@@ -623,6 +623,30 @@ class ClusterSpec(_M):
     decode_router: str = Field(
         "least_load",
         description="Decode routing: " + ", ".join(r.name for r in DECODE_ROUTERS) + ".",
+    )
+    kv_overlap_weight: float = Field(
+        1.0,
+        ge=0,
+        le=1e6,
+        description="The kv_aware routers' weight of a request's uncached blocks against an "
+        "instance's queued (prefill) or active (decode) blocks; 0 balances load only "
+        "(Dynamo's --kv-overlap-score-weight, default 1).",
+    )
+    max_local_prefill_tokens: int = Field(
+        1000,
+        ge=0,
+        le=MAX_TOKENS,
+        description="conditional_disagg: prompts whose uncached part is at most this many "
+        "tokens prefill on their decode instance (Dynamo's max_local_prefill_length, "
+        "default 1000).",
+    )
+    local_prefill_hit_ratio: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="conditional_disagg: prompts whose decode-resident share exceeds this "
+        "prefill on their decode instance (Dynamo's max_remote_prefill_cache_hit_ratio, "
+        "default 0.5).",
     )
 
     @model_validator(mode="after")

@@ -21,7 +21,7 @@ from ..errors import ScenarioError
 
 class SweepSpec(BaseModel):
     """A sweep grid (YAML file or flags). The default is the reference study: 2 models × 4
-    workloads × 4 budget factors × 3 seeds (96 grid points) under all six policies (576 runs)."""
+    workloads × 4 budget factors × 3 seeds (96 grid points) under all seven policies (672 runs)."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
@@ -39,7 +39,7 @@ class SweepSpec(BaseModel):
     policies: list[str] = Field(
         list(POLICIES),
         min_length=1,
-        description="Policies to compare (default: all six; the seed's four are "
+        description="Policies to compare (default: all seven; the seed's four are "
         + ", ".join(REFERENCE_POLICIES)
         + ").",
     )
