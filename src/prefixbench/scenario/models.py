@@ -663,9 +663,10 @@ class MemorySpec(_M):
     )
     hotset_refresh_s: float | None = Field(
         None,
-        gt=0,
+        ge=1e-3,
         le=1e9,
-        description="replicate_hotset: every this many seconds, re-rank the hot set from the "
+        description="replicate_hotset: every this many seconds (1 ms to 10⁹ s: a refresh "
+        "more often than a decode step re-ranks nothing new), re-rank the hot set from the "
         "blocks used since the last refresh and warm the decode instances with what they "
         "lack (over the link with cluster.link.prewarm: link); None: the set is fixed.",
     )
