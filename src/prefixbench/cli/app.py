@@ -8,6 +8,7 @@ traceback instead.
 from __future__ import annotations
 
 import functools
+import os
 from enum import Enum
 from typing import Annotated
 
@@ -220,6 +221,8 @@ def _main(
     ] = False,
 ) -> None:
     _state["debug"] = debug
+    if debug:  # an out-of-range figure raises (metrics/invariants.py), in workers too
+        os.environ["PREFIXBENCH_STRICT"] = "1"
     if ctx.invoked_subcommand in SIMULATING and err.is_terminal:
         from prefixbench.support.firstrun import engine_compiled
 

@@ -65,6 +65,9 @@ def sweep(
     jobs: Annotated[
         int | None, typer.Option("--jobs", "-j", help="Worker processes (default: all cores).")
     ] = None,
+    max_runs: Annotated[
+        int | None, typer.Option("--max-runs", help="Allow a grid of more runs than 20,000.")
+    ] = None,
     events: Annotated[
         bool, typer.Option("--events", help="Also keep per-request tables (events/).")
     ] = False,
@@ -150,6 +153,7 @@ def sweep(
         raise PrefixbenchError(f"not a number: {e}", where="--budgets/--seeds") from None
     spec = build_spec(
         base,
+        max_runs=max_runs,
         models=_csv(models),
         # a trace replays on the trace_replay system unless other scenarios are named
         workloads=_csv(workloads) or (["trace_replay"] if trace else None),

@@ -128,7 +128,7 @@ def _stall_error(what: int, t: float) -> SimulationError:
     """The progress guard's error: the loop saw many events in a row at one timestamp."""
     kind, neg = divmod(what - STALLED, 2)
     where, name = _STALL_FIELDS.get(
-        (kind, neg), ("workload timestamps", "events of kind %d" % kind)
+        (kind, neg), ("workload timestamps", f"events of kind {kind}")
     )
     return SimulationError(
         f"{name} stopped advancing simulated time near t = {t:.6g} s (a period or step "

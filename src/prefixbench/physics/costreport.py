@@ -124,12 +124,15 @@ def _mark(row: dict, max_context: int) -> dict:
     return row
 
 
+MAX_VALUE = 10**9  # tokens, batch or context: the scenario's token cap (MAX_TOKENS)
+
+
 def _positive(kind: str, values) -> list[int]:
     vals = [int(v) for v in values]
-    bad = [v for v in vals if v <= 0]
+    bad = [v for v in vals if not 0 < v <= MAX_VALUE]  # 10²³ tokens overflowed the arithmetic
     if not vals or bad:
         raise ScenarioError(
-            f"{kind} must be positive integers, got {list(values)}",
+            f"{kind} must be whole numbers from 1 to {MAX_VALUE:,}, got {bad[0] if bad else 'none'}",
             where=f"--{kind}",
             fix="give a comma-separated list such as 1,16,64",
         )
@@ -150,9 +153,9 @@ def cost_report(
     """Every figure `prefixbench cost` shows, for a model name or a config.json path."""
     m = get_model(model)
     dev = get_accelerator(accelerator)
-    if devices < 1:
+    if not 1 <= devices <= 1024:
         raise ScenarioError(
-            f"devices must be at least 1, got {devices}", where="--devices", fix="use 1 or more"
+            f"devices must be 1 to 1024, got {devices}", where="--devices", fix="use 1 to 1024"
         )
     tokens = _positive("tokens", tokens)
     batch = _positive("batch", batch)

@@ -213,15 +213,19 @@ class SyntheticWorkload(_M):
     @field_validator("output_length")
     @classmethod
     def _at_least_one_token(cls, d):
-        low = {"fixed": "value", "uniform": "low", "lognormal": "min"}.get(d.kind)
-        smallest = min(d.values) if d.kind == "empirical" else getattr(d, low)
-        if smallest < 1:
-            where = "values" if d.kind == "empirical" else low
-            raise ValueError(
-                f"can be 0 ({where} {smallest}), but every request makes at least one token; "
-                f"set {where} to 1 or more"
-            )
+        return at_least_one(d, "every request makes at least one token")
+
+
+def at_least_one(d, why: str):
+    """``d`` unless a draw from it can be below 1 (a length of 0 is refused, not rounded up)."""
+    if d is None:
         return d
+    low = {"fixed": "value", "uniform": "low", "lognormal": "min"}.get(d.kind)
+    smallest = min(d.values) if d.kind == "empirical" else getattr(d, low)
+    if smallest < 1:
+        where = "values" if d.kind == "empirical" else low
+        raise ValueError(f"can be 0 ({where} {smallest}), but {why}; set {where} to 1 or more")
+    return d
 
 
 class TraceWorkload(_M):
@@ -320,6 +324,11 @@ class SessionWorkload(_M):
         le=MAX_TOKENS,
         description="A session ends before a turn whose prompt + output would exceed this (tokens).",
     )
+
+    @field_validator("first_message", "user_message", "output_length")
+    @classmethod
+    def _no_zero_lengths(cls, d):
+        return at_least_one(d, "every turn has a message and an answer of at least one token")
 
 
 Workload = Annotated[

@@ -205,15 +205,46 @@ def load_sweep_file(path: Path) -> dict:
     return data
 
 
-def build_spec(base: dict | None = None, **flags) -> SweepSpec:
+def build_spec(base: dict | None = None, *, max_runs: int | None = None, **flags) -> SweepSpec:
     """Merge a sweep file's mapping with command-line flags (flags win) and validate."""
     data = dict(base or {})
     for k, v in flags.items():
         if v:
             data[k] = v
+    _check_axis_lengths(data)
     try:
-        return SweepSpec.model_validate(data)
+        spec = SweepSpec.model_validate(data)
     except ValidationError as e:
         from prefixbench.scenario.loader import format_validation_error
 
         raise format_validation_error(e, "sweep") from None
+    runs = len(spec.admissions) * len(spec.models) * len(spec.workloads) * len(spec.budgets)
+    check_grid_size(runs * len(spec.seeds) * len(spec.policies), max_runs, "sweep grid")
+    return spec
+
+
+MAX_RUNS = 20_000  # ~35 times the reference study; --max-runs raises it
+
+
+def check_grid_size(runs: int, max_runs: int | None, where: str) -> None:
+    """Refuse a grid of more runs than the cap (``--max-runs`` overrides it) before any
+    point is built or any worker started."""
+    cap = MAX_RUNS if max_runs is None else max_runs
+    if isinstance(cap, bool) or cap < 1:
+        raise ScenarioError(f"{cap!r} is not a run count", where="--max-runs", fix="give 1 or more")
+    if runs > cap:
+        raise ScenarioError(
+            f"{runs:,} runs exceed the cap of {cap:,}",
+            where=where,
+            fix=f"use fewer values, or raise the cap with --max-runs {runs}",
+        )
+
+
+def _check_axis_lengths(data: dict) -> None:
+    """A list axis of millions of values is refused before it is validated value by value."""
+    for k in _UNORDERED:
+        v = data.get(k)
+        if isinstance(v, list) and len(v) > 10 * MAX_RUNS:
+            raise ScenarioError(
+                f"{k} has {len(v):,} values", where="sweep grid", fix="give fewer values"
+            )

@@ -91,6 +91,88 @@ def _check_readable(path: str) -> None:
             where=path,
             fix="check that the path exists and is a readable file",
         ) from None
+    _prescan(path)
+
+
+# A record's line: a Bailian request of 10⁶ tokens in 16-token blocks lists 62,500 hash ids
+# (under 1 MB of JSON); 16 MB leaves a wide margin and keeps polars' line buffers bounded.
+MAX_LINE_BYTES = 16 << 20
+MAX_BLANK_BYTES = 64 << 20  # this much blank text in a row (e.g. a gzip bomb) is not a trace
+_SCAN_CHUNK = 1 << 20
+
+
+def _prescan(path: str) -> None:
+    """One streaming pass over the (decompressed) text before polars sees it: a line longer
+    than MAX_LINE_BYTES (polars aborts the process on a 300 MB one) or a run of blank text
+    longer than MAX_BLANK_BYTES (minutes of parsing to find no record) is refused at once."""
+    import zlib
+
+    try:
+        _scan(path)
+    except (OSError, EOFError, zlib.error):
+        return  # corrupt gzip data: the reader names the line it breaks at
+
+
+# Peak memory while parsing: polars' text buffer and the parsed columns, a few times the
+# text; 4x is an allowance, not a measurement.
+TRACE_BYTES_PER_TEXT_BYTE = 4.0
+
+
+def _scan(path: str) -> None:
+    from prefixbench.support.memcheck import check_bytes
+
+    at = _scan_text(path)
+    check_bytes(TRACE_BYTES_PER_TEXT_BYTE * at, f"a trace of {at / 1e9:.1f} GB of text",
+                path, "replay a shorter trace (split it)")  # fmt: skip
+
+
+def _scan_text(path: str) -> int:
+    """The (decompressed) text's length, after checking its lines and blank runs."""
+    line, blank, at = 0, 0, 0
+    with _open_stream(path) as fh:
+        while chunk := fh.read(_SCAN_CHUNK):
+            blank = blank + len(chunk) if chunk.isspace() else 0
+            if blank > MAX_BLANK_BYTES:
+                _refuse_scan(path, f"{blank >> 20} MiB of blank lines in a row at byte {at:,}")
+            line, longest = _line_lengths(chunk, line)
+            if max(line, longest) > MAX_LINE_BYTES:
+                _refuse_scan(
+                    path, f"a line longer than {MAX_LINE_BYTES >> 20} MiB near byte {at:,}"
+                )
+            at += len(chunk)
+    return at
+
+
+def _line_lengths(chunk: bytes, line: int) -> tuple[int, int]:
+    """(the open line's length after ``chunk``, the longest line it closes), given the open
+    line's length ``line`` before it."""
+    nl = np.flatnonzero(np.frombuffer(chunk, dtype=np.uint8) == 10)
+    if nl.size == 0:
+        return line + len(chunk), 0
+    longest = max(line + int(nl[0]), int(np.diff(nl).max()) - 1 if nl.size > 1 else 0)
+    return len(chunk) - int(nl[-1]) - 1, longest
+
+
+def _refuse_scan(path: str, what: str):
+    raise TraceFormatError(
+        f"not a request trace: {what}",
+        where=path,
+        fix="check the file (one record per line, no padding); decompress it to look",
+    )
+
+
+@contextlib.contextmanager
+def _open_stream(path: str):
+    import gzip
+
+    with open(path, "rb") as raw:
+        gz = raw.read(2) == b"\x1f\x8b"
+        raw.seek(0)
+        if not gz:
+            yield raw
+            return
+        with gzip.open(raw, "rb") as fh:
+            yield fh
 
 
 @contextlib.contextmanager
