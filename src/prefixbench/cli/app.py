@@ -252,7 +252,14 @@ def _csv(values: list[str] | None) -> list[str] | None:
     """Accept both repeated options and comma-separated lists."""
     if not values:
         return None
-    return [v.strip() for item in values for v in item.split(",") if v.strip()]
+    out = [v.strip() for item in values for v in item.split(",") if v.strip()]
+    if not out:  # `--budgets ,` must not fall back to the default grid silently
+        raise PrefixbenchError(
+            f"{','.join(values)!r} lists no values",
+            where="a comma-separated option",
+            fix="give at least one value, or leave the option out for its default",
+        )
+    return out
 
 
 class _Progress:

@@ -122,7 +122,7 @@ def sweep(
 ) -> None:
     """Run a grid (default: the reference study, 576 runs, all six policies), resumably, on a process pool or Ray."""
     from ..study.backends import make_backend
-    from ..study.grid import QUICK, build_spec, load_sweep_file
+    from ..study.grid import build_spec, sweep_base
     from ..study.sweep import run_sweep
 
     if out_dir is None:
@@ -145,7 +145,7 @@ def sweep(
         _disagg_study(out_dir, jobs, quick, as_json)
         return
 
-    base = load_sweep_file(grid) if grid else (dict(QUICK) if quick else {})
+    base = sweep_base(grid, quick)
     try:
         num_budgets = [float(b) for b in _csv(budgets) or []]
         num_seeds = [int(x) for x in _csv(seeds) or []]
@@ -165,9 +165,7 @@ def sweep(
         trace=trace,
         trace_format=trace_format.value if trace_format else None,
     )
-    runner = make_backend(
-        backend.value, jobs=jobs, address=address if backend == SweepBackend.ray else None
-    )
+    runner = make_backend(backend.value, jobs=jobs, address=address)
     bar = _Progress("sweep")
     try:
         if links:

@@ -127,9 +127,8 @@ _STALL_FIELDS = {
 def _stall_error(what: int, t: float) -> SimulationError:
     """The progress guard's error: the loop saw many events in a row at one timestamp."""
     kind, neg = divmod(what - STALLED, 2)
-    where, name = _STALL_FIELDS.get(
-        (kind, neg), ("workload timestamps", f"events of kind {kind}")
-    )
+    default = ("workload timestamps", f"events of kind {kind}")
+    where, name = _STALL_FIELDS.get((kind, neg), default)
     return SimulationError(
         f"{name} stopped advancing simulated time near t = {t:.6g} s (a period or step "
         "below the float resolution of the clock)",

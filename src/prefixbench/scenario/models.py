@@ -8,7 +8,7 @@ fails at load time with a suggestion.
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -34,8 +34,19 @@ def refuse_bools(value: Any, annotation: Any) -> Any:
         return value
     items = value if isinstance(value, list) else [value]
     if any(isinstance(v, bool) for v in items):
-        raise ValueError("is true/false, but a number is expected here")
+        raise ValueError(f"is true/false, but {_expected(annotation)} is expected here")
     return value
+
+
+def _expected(tp: Any) -> str:
+    """What a field takes, in words: its choices for a Literal (an enum), else a number."""
+    kinds = (tp, *get_args(tp))
+    choices = [c for a in kinds if get_origin(a) is Literal for c in get_args(a)]
+    choices += [e.value for a in kinds if isinstance(a, type) and issubclass(a, Enum) for e in a]
+    if choices:
+        return "one of " + ", ".join(str(c) for c in choices)
+    text = any(a is str for a in (tp, *get_args(tp)))
+    return "a name" if text else "a number"
 
 
 class _M(BaseModel):

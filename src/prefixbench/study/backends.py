@@ -203,6 +203,12 @@ def make_backend(
 
     from ..errors import ScenarioError
 
+    if address and name != "ray":
+        raise ScenarioError(
+            f"--address names a Ray cluster, but the backend is {name}",
+            where="--address",
+            fix="add --backend ray, or drop --address",
+        )
     if name == "local":
         return LocalPoolBackend(jobs)
     if name == "serial":

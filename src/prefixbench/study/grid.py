@@ -80,6 +80,16 @@ class SweepSpec(BaseModel):
         # `set: a=1` in a sweep file is one override, not a list of its characters
         return [v] if isinstance(v, str) else v
 
+    @field_validator("set")
+    @classmethod
+    def _no_grid_fields(cls, v: list[str]) -> list[str]:
+        # a --set of a field the grid itself sets is overridden or mislabels rows: refuse it
+        for item in v:
+            key = item.split("=", 1)[0].strip() if isinstance(item, str) else ""
+            if key in _GRID_FIELDS:
+                raise ValueError(f"--set {key} is a grid field; {_GRID_FIELDS[key]}")
+        return v
+
     @field_validator("policies")
     @classmethod
     def _known_policies(cls, v: list[str]) -> list[str]:
@@ -113,6 +123,16 @@ class SweepSpec(BaseModel):
             del data["admissions"]
         return canonical(data)
 
+
+_GRID_FIELDS = {
+    "model": "list the models with --models (or models: in the grid file)",
+    "seed": "list the seeds with --seeds (or seeds: in the grid file)",
+    "memory.budget_factor": "list the budget factors with --budgets",
+    "memory.kv_budget_gb": "it would replace every point's budget factor under its label; "
+    "sweep --budgets, or run one absolute budget with `prefixbench run`",
+    "memory.admission": "list the admission modes with --admissions",
+    "policy": "list the policies with --policies",
+}
 
 _UNORDERED = ("models", "workloads", "budgets", "policies", "seeds", "admissions")
 
@@ -203,6 +223,18 @@ def load_sweep_file(path: Path) -> dict:
             fix="write one 'key: value' per line (models, workloads, budgets, policies, seeds, set)",
         )
     return data
+
+
+def sweep_base(grid: Path | None, quick: bool) -> dict:
+    """The grid a sweep starts from: a grid file, the --quick smoke grid, or the default;
+    a file and --quick together are refused (one of them would be ignored)."""
+    if grid and quick:
+        raise ScenarioError(
+            "--quick runs its own smoke grid and would ignore the grid file",
+            where="--quick",
+            fix="drop --quick, or drop the grid file",
+        )
+    return load_sweep_file(grid) if grid else (dict(QUICK) if quick else {})
 
 
 def build_spec(base: dict | None = None, *, max_runs: int | None = None, **flags) -> SweepSpec:

@@ -207,6 +207,11 @@ def _gzip_lines(fh, path: str):
         ) from None
 
 
+# A replay spans at most the replay window's own bound (TraceWorkload.end_s <= 1e10 s),
+# where float64 still resolves 2 µs; at 1e14 s a TTFT of milliseconds rounded to 0.
+MAX_SPAN_S = 1e10
+
+
 def _finish(
     path: str, fmt: str, cols: dict[str, np.ndarray] | None, skips: Counter[str], hint: str
 ) -> TraceLoad:
@@ -221,6 +226,14 @@ def _finish(
             )
         raise TraceFormatError(
             "trace has no records", where=path, fix=f"check that this is a non-empty {hint}"
+        )
+    span = float(cols["arrival"][-1] - cols["arrival"][0]) if len(cols["arrival"]) else 0.0
+    if not span <= MAX_SPAN_S:
+        raise TraceFormatError(
+            f"timestamps span {span:.3g} s, more than {MAX_SPAN_S:.0e} s (317 years): "
+            "beyond it the clock cannot resolve a step",
+            where=path,
+            fix="check the timestamp unit (time_unit_s) or the records' timestamps",
         )
     return TraceLoad(
         requests=Requests(**cols),
@@ -484,6 +497,9 @@ _AZURE_TS = re.compile(
     r"(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?"
     r"(?:(Z)|([+-])(\d{2}):?(\d{2}))?"  # Azure 2024 writes +00:00
 )
+# UTC offsets run from -12:00 to +14:00 with minutes below 60; "+25:00" or "+00:99" is no
+# time zone (the fast parse accepted both)
+_BAD_OFFSET = r"[+-](?:1[5-9]|[2-9]\d):?\d{2}$|[+-]\d{2}:?[6-9]\d$"
 _EPOCH_DAY = datetime(1970, 1, 1).toordinal()
 _AZURE_HINT = "Azure LLM inference trace CSV (TIMESTAMP,ContextTokens,GeneratedTokens)"
 
@@ -522,8 +538,8 @@ def _azure_fast(path: str) -> dict[str, np.ndarray] | None:
             stamp = df["TIMESTAMP"].str.to_datetime(
                 "%Y-%m-%d %H:%M:%S%.f%:z", time_unit="ns", strict=False, time_zone="UTC"
             )
-        if stamp.null_count():
-            return None
+        if stamp.null_count() or df["TIMESTAMP"].str.contains(_BAD_OFFSET).any():
+            return None  # the slow pass names the line
         ns = stamp.cast(pl.Int64).to_numpy(writable=True)
         inp = df["ContextTokens"].to_numpy(writable=True)
         out = df["GeneratedTokens"].to_numpy(writable=True)
@@ -563,6 +579,12 @@ def _azure_timestamp_ns(text: str) -> int:
     frac = (m.group(7) or "")[:9].ljust(9, "0")
     secs = (day.toordinal() - _EPOCH_DAY) * 86400 + hh * 3600 + mm * 60 + ss
     if m.group(9):  # an offset east of UTC is ahead of it: subtract to get UTC
+        if int(m.group(10)) > 14 or int(m.group(11)) > 59:
+            raise _Bad(
+                "bad_timestamp",
+                f"TIMESTAMP {_show(text)} has no valid UTC offset (-12:00 to +14:00)",
+                f"fix the offset, {_SKIP_HINT}",
+            )
         off = int(m.group(10)) * 3600 + int(m.group(11)) * 60
         secs -= off if m.group(9) == "+" else -off
     ns = secs * 1_000_000_000 + int(frac)
@@ -813,13 +835,16 @@ def sniff_format(path: str | os.PathLike[str]) -> str | None:
     ``Request tokens`` is BurstGPT; a ``.jsonl`` whose first record has ``chat_id`` and
     ``turn``, or whose name says ``blksz_16``, is Qwen-Bailian."""
     p = Path(path)
-    fmt = _EXTENSIONS.get(p.suffix.lower())
+    name = p.name.lower().removesuffix(".gz")  # trace.jsonl.gz is a compressed .jsonl
+    fmt = _EXTENSIONS.get(Path(name).suffix)
     if fmt is None:
         return None
+    import zlib
+
     try:
-        with open(p, "rb") as fh:
+        with _open_stream(str(p)) as fh:  # a gzip's first decompressed line
             first = fh.readline(65536).decode("utf-8-sig", errors="replace")
-    except OSError:
+    except (OSError, EOFError, zlib.error):
         return fmt  # the reader reports the error
     if fmt == "azure" and "Request tokens" in first:
         return "burstgpt"
