@@ -165,3 +165,39 @@ def test_sweep_links_accepts_a_hardware_yaml(tmp_path, monkeypatch):
     assert seen == [str(link)]
     with pytest.raises(CatalogError, match="unknown link"):
         decision.run_link_sweep(build_spec({}), ["no-such-link"], tmp_path / "o")
+
+
+def test_cost_escapes_control_bytes_in_names(tmp_path):
+    acc = tmp_path / "evil.yaml"
+    acc.write_text('hardware: accelerator\nname: "evil\\x1b[31mred"\npeak_tflops: 100\n'
+                   "hbm_gbps: 1000\nmemory_gb: 80\nsource: user\n")  # fmt: skip
+    r = runner.invoke(app, ["cost", "qwen2-0.5b", "-a", str(acc)])
+    assert r.exit_code == 0, r.output
+    assert "\x1b" not in r.stdout and "evil\\x1b[31mred" in r.stdout.replace("\n", "")
+
+
+def _results(tmp_path: Path) -> Path:
+    from studyutil import make_tiny_study
+
+    return make_tiny_study(tmp_path / "results")
+
+
+def test_plot_and_report_leave_the_results_folder_alone(tmp_path):
+    import os
+    import time
+
+    results = _results(tmp_path)
+    before = sorted(p.name for p in results.iterdir())
+    plots = tmp_path / "plots"
+    plots.mkdir()
+    stale = plots / ".01_mean_ttft_by_policy.png.abc123.png"  # a SIGKILLed plot's temp
+    stale.write_bytes(b"x")
+    old = time.time() - 3600
+    os.utime(stale, (old, old))
+    r = runner.invoke(app, ["plot", str(results), "--out", str(plots)])
+    assert r.exit_code == 0, r.output
+    assert not stale.exists() and not list(plots.glob(".*.png"))
+    r = runner.invoke(app, ["report", str(results), "--out", str(tmp_path / "rep" / "r.md")])
+    assert r.exit_code == 0, r.output
+    assert sorted(p.name for p in results.iterdir()) == before  # nothing written there
+    assert (tmp_path / "rep" / "plots").is_dir()

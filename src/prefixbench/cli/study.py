@@ -455,7 +455,7 @@ def report(
 
     drawn: list[Path] = []
     if figures and plots is None:
-        plots = Path(results) / "plots"
+        plots = (Path(out_file).parent if out_file else Path(results)) / "plots"
         drawn = render_plots(results, plots)
     path = write_report(results, out_file, plots if figures else None, html=True)
     html_path = path.with_suffix(".html")

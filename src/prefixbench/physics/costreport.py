@@ -13,7 +13,7 @@ import numpy as np
 from prefixbench.catalog import get_accelerator, get_link, get_model
 from prefixbench.catalog.fabrics import default_fabric, get_fabric
 from prefixbench.catalog.specs import LinkSpec
-from prefixbench.errors import ScenarioError
+from prefixbench.errors import ScenarioError, one_line
 from prefixbench.physics import costmodel as cm
 
 DEFAULT_TOKENS = (512, 2048, 8192, 32768)
@@ -97,7 +97,7 @@ def recompute_row(cost: cm.InstanceCost, tokens: int) -> dict:
 def transfer_row(cost: cm.InstanceCost, link: LinkSpec, tokens: list[int]) -> dict:
     """The KV of each prefix length moved over one channel of ``link``."""
     return {
-        "link": link.name,
+        "link": one_line(link.name),
         "bandwidth_gbps": link.bandwidth_gbps,
         "latency_us": link.latency_us,
         "ms": [float(cm.transfer_time(link, cost.kv_bpt * n)) * 1e3 for n in tokens],
@@ -115,7 +115,7 @@ def break_even(cost: cm.InstanceCost, link: LinkSpec, max_tokens: int) -> dict:
     idx = np.flatnonzero(wins)
     lo = int(n[idx[0]]) if idx.size else None
     hi = int(n[idx[-1]]) if idx.size else None
-    return {"link": link.name, "recompute_wins_from": lo, "recompute_wins_to": hi}
+    return {"link": one_line(link.name), "recompute_wins_from": lo, "recompute_wins_to": hi}
 
 
 def _mark(row: dict, max_context: int) -> dict:
@@ -166,11 +166,12 @@ def cost_report(
     cost = cm.InstanceCost.build(m, dev, devices, eff, cm.Parallelism(tp=devices, fabric=fab))
     p = cm.param_counts(m)
     return {
-        "model": m.name,
-        "accelerator": dev.name,
+        # names from a user's file are printed: control bytes escaped, as `run` does
+        "model": one_line(m.name),
+        "accelerator": one_line(dev.name),
         "devices": devices,
         "efficiency": eff.model_dump(),
-        "fabric": fab.name,
+        "fabric": one_line(fab.name),
         "figures": {
             "comm_seconds_per_token": cost.comm_per_token,
             "comm_seconds_per_step": cost.comm_fixed,
