@@ -97,6 +97,10 @@ def _read(path: Path) -> Any:
         raise CatalogError(f"YAML syntax error: {problem}", where=loc, fix="fix the YAML") from None
     except RecursionError:
         raise CatalogError("YAML nested too deeply", where=where, fix="write flat fields") from None
+    except ValueError:  # an integer of thousands of digits (past Python's conversion limit)
+        raise CatalogError(
+            "a number with too many digits", where=where, fix="write figures in their units"
+        ) from None
     except OSError as e:
         raise CatalogError(
             f"cannot read file ({e.strerror or e.__class__.__name__})",
@@ -124,6 +128,7 @@ def _error(e: ValidationError, cls, where: str) -> CatalogError:
     if kind == "missing":
         return CatalogError(f"field '{field}' is missing{more}", where=where, fix=_missing(field))
     fix = f"write a number{_in(field)}" if kind.startswith(("float", "finite")) else ""
+    fix = fix or ("write it as text" if kind.startswith("string") else "write a plain value")
     if any(b in ctx for b in ("gt", "ge", "lt", "le")):
         fix = f"must be {_range(cls, field)}{_unit(field)}"
     value = err.get("input")
@@ -213,9 +218,11 @@ def _plain_numbers(fields: dict, cls, where: str) -> None:
             fix=f"write a number{_in(bad[0])}",
         )
     for k, floor in FLOORS.items():
+        if k not in cls.model_fields:
+            continue  # an unknown field: refused by the model with a did-you-mean
         v = fields.get(k)
-        v = float(v) if isinstance(v, str) else v  # 1e-300 in YAML 1.1 is text
-        if k in cls.model_fields and isinstance(v, (int, float)) and 0 < v < floor:
+        v = float(v) if isinstance(v, str) else v  # 1e-300 in YAML 1.1 is text (checked above)
+        if isinstance(v, (int, float)) and 0 < v < floor:
             raise CatalogError(
                 f"field '{k}' is {v:g}{_unit(k)}, below {floor:g}{_unit(k)}",
                 where=where,

@@ -442,6 +442,7 @@ def fit(ms: list[Measurement], start: Efficiency | None = None, max_iter: int = 
     if _distinct(ms) < 2:
         raise ProfileError(
             f"too few points to fit: {_distinct(ms)} distinct step(s) in {len(ms)} row(s)",
+            where="calibrate fit",
             fix="measure at least one step per parameter (2 or more different steps)",
         )
     meas = np.array([m.ms for m in ms])
@@ -458,6 +459,7 @@ def fit(ms: list[Measurement], start: Efficiency | None = None, max_iter: int = 
             names = ", ".join(PARAMS[i] for i in active)
             raise ProfileError(
                 f"too few points to fit: {n} distinct steps for {active.size} parameters ({names})",
+                where="calibrate fit",
                 fix="add measurements (both phases, short and long)",
             )
         w = design[:, active] / meas[:, None]  # relative residuals
