@@ -961,12 +961,18 @@ def test_costmodel_functions_match_reference_roofline(model_name, eff):
         Parallelism,
         decode_iteration_time,
         decode_series_coeffs,
-        iterations_within,
         prefill_time,
         recompute_time,
-        series_time,
         transfer_time,
     )
+    from prefixbench.engine.series import iterations_within as _inverse
+    from prefixbench.engine.series import series_time as _closed_form
+
+    def series_time(coeffs, k):
+        return _closed_form(*(float(c) for c in coeffs), int(k))
+
+    def iterations_within(coeffs, elapsed, k_max):
+        return int(_inverse(*(float(c) for c in coeffs), float(elapsed), int(k_max)))
 
     model = model_spec(model_name)
     # (tp, pp, ep, product fabric, its GB/s and µs as the reference reads them, §2.8)

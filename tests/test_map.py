@@ -306,7 +306,8 @@ def test_text_map_marks_the_breakeven_column():
 
 
 def test_map_kinds_are_known_to_a_fresh_reader(tmp_path):
-    """A process that never imported the map module can still validate its files."""
+    """A process that never imported the map module can still validate its files: importing
+    the study package (as every reader of a study artifact does) declares every kind."""
     import subprocess
     import sys
 
@@ -315,7 +316,7 @@ def test_map_kinds_are_known_to_a_fresh_reader(tmp_path):
 
     write_atomic(r.cells, tmp_path / "decision_map.parquet", "decision_map")
     code = (
-        "from prefixbench.io.artifacts import read_artifact; import sys; "
+        "import prefixbench.study; from prefixbench.io.artifacts import read_artifact; import sys; "
         "print(read_artifact(sys.argv[1], 'decision_map').height)"
     )
     out = subprocess.run(

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..errors import PrefixbenchError, one_line
+from ..registry import TRACE_FORMATS, policy_names
 
 
 def _suggestion(e) -> str:
@@ -130,26 +131,12 @@ err = Console(stderr=True)
 _state = {"debug": False}
 
 
-class PolicyName(str, Enum):
-    """The hand-off policies (kept equal to scenario.POLICIES by a test; importing the
-    scenario models here would pull numpy into `--help`)."""
-
-    transfer_per_request = "transfer_per_request"
-    recompute_on_decode = "recompute_on_decode"
-    replicate_hotset = "replicate_hotset"
-    replicate_all_lru = "replicate_all_lru"
-    replicate_tiered = "replicate_tiered"
-    cost_aware = "cost_aware"
-
-
-class PolicyChoice(str, Enum):
-    all = "all"
-    transfer_per_request = "transfer_per_request"
-    recompute_on_decode = "recompute_on_decode"
-    replicate_hotset = "replicate_hotset"
-    replicate_all_lru = "replicate_all_lru"
-    replicate_tiered = "replicate_tiered"
-    cost_aware = "cost_aware"
+# The hand-off policies and trace formats, from the registry (pure data: importing it keeps
+# numpy out of `--help`)
+PolicyName = Enum("PolicyName", [(n, n) for n in policy_names()], type=str, module=__name__)
+PolicyChoice = Enum(
+    "PolicyChoice", [("all", "all"), *((n, n) for n in policy_names())], type=str, module=__name__
+)
 
 
 class _Study(str, Enum):
@@ -160,13 +147,9 @@ class _Study(str, Enum):
 Study = _Study | None
 
 
-class _TraceFormat(str, Enum):
-    mooncake = "mooncake"
-    azure = "azure"
-    burstgpt = "burstgpt"
-    bailian = "bailian"
-
-
+_TraceFormat = Enum(
+    "_TraceFormat", [(f.name, f.name) for f in TRACE_FORMATS], type=str, module=__name__
+)
 TraceFormat = _TraceFormat | None
 
 

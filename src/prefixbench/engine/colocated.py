@@ -245,15 +245,35 @@ def prefill_step(IS, F, R, B32, TLF, TLI, bid, bt, i, t):
 
 
 @jit
-def chunked_step(IS, F, R, B32, TLF, TLI, bid, bt, i, t):
-    """Sarathi-Serve: one decode token per running sequence plus prefill chunks of waiting
-    prompts (FIFO) in the step's token budget; returns its duration, or -1 when no prompt
-    is waiting (plain decode: the closed form handles it)."""
+def chunk_candidate(IS, F, R, B32, TLF, TLI, bid, bt, i, t, cur):
+    """The next waiting prompt to take a chunk from, after waiting entry ``cur`` (-1: the
+    head, admitted on the way), admitted now if it is not yet; -1 when none can go."""
+    if cur == -1:
+        return admit_head(IS, F, R, B32, TLF, TLI, bid, bt, i, t)
+    n, ft = IS[L.IP_N], IS[L.H_FT]
+    rid = R[cur * L.NR + L.R_WQN]
+    while rid != -1 and IS[IS[L.H_O] + L.O_OUT * n + rid] == L.OUT_REJECTED:
+        rid = R[rid * L.NR + L.R_WQN]
+    if rid != -1 and math.isnan(F[ft + L.T_AD * n + rid]):
+        # admit further prompts in FIFO order, stopping at the first that does not fit
+        b, budget = L.DI0 + i * L.NDI, IS[L.IP_BUDGET]
+        need = R[rid * L.NR + L.R_PROMPT] + R[rid * L.NR + L.R_OUTPUT]
+        if need > budget or IS[b + L.D_PRIV] + need > budget:
+            return -1
+        reserve(IS, F, R, B32, TLF, TLI, bid, bt, rid, i, t, need)
+    return rid
+
+
+@jit
+def gather_chunks(IS, F, R, B32, TLF, TLI, bid, bt, i, t):
+    """Fill the step's token budget with prefill chunks of waiting prompts (FIFO), linked
+    from ``first``; returns (first, chunks, chunk tokens, FLOPs, KV bytes) of the step, the
+    running batch's decode tokens included."""
     n, ft = IS[L.IP_N], IS[L.H_FT]
     b = L.DI0 + i * L.NDI
     c0 = L.FP_DC
     lf, lmh, att, kv = F[c0 + L.C_LF], F[c0 + L.C_LMH], F[c0 + L.C_ATT], F[c0 + L.C_KV]
-    maxb, budget = IS[L.IP_MAXB], IS[L.IP_BUDGET]
+    maxb = IS[L.IP_MAXB]
     nb, ctx = IS[b + L.D_B], IS[b + L.D_CTX]
     room = IS[L.IP_TOKB] - nb
     flops = nb * (lf + lmh) + att * ctx
@@ -262,23 +282,9 @@ def chunked_step(IS, F, R, B32, TLF, TLI, bid, bt, i, t):
     chunk_sum = 0
     cur = -1  # the waiting entry before the next candidate (-1: the head)
     while room > 0 and nb + count < maxb:
-        if cur == -1:
-            rid = admit_head(IS, F, R, B32, TLF, TLI, bid, bt, i, t)
-            if rid == -1:
-                break
-        else:
-            rid = R[cur * L.NR + L.R_WQN]
-            if rid == -1:
-                break
-            if IS[IS[L.H_O] + L.O_OUT * n + rid] == L.OUT_REJECTED:
-                cur = rid
-                continue
-            if math.isnan(F[ft + L.T_AD * n + rid]):
-                # admit further prompts in FIFO order, stopping at the first that does not fit
-                need = R[rid * L.NR + L.R_PROMPT] + R[rid * L.NR + L.R_OUTPUT]
-                if need > budget or IS[b + L.D_PRIV] + need > budget:
-                    break
-                reserve(IS, F, R, B32, TLF, TLI, bid, bt, rid, i, t, need)
+        rid = chunk_candidate(IS, F, R, B32, TLF, TLI, bid, bt, i, t, cur)
+        if rid == -1:
+            break
         done = R[rid * L.NR + R_DONE]
         m = R[rid * L.NR + L.R_PROMPT] - done
         if room < m:
@@ -294,15 +300,26 @@ def chunked_step(IS, F, R, B32, TLF, TLI, bid, bt, i, t):
         kv_io += kv * (done + m)
         room -= m
         cur = rid
-    if count == 0:
-        return -1.0
+    return first, count, chunk_sum, flops, kv_io
+
+
+@jit
+def finishing_chunks(R, first):
+    """Chunks of the step that complete their prompt (each computes the LM head)."""
     finishing = 0
     rid = first
     while rid != -1:
         if R[rid * L.NR + R_DONE] + R[rid * L.NR + L.R_CHUNK] == R[rid * L.NR + L.R_PROMPT]:
             finishing += 1
         rid = R[rid * L.NR + L.R_PBN]
-    flops += finishing * lmh
+    return finishing
+
+
+@jit
+def price_mixed(F, i, t, nb, chunk_sum, flops, kv_io):
+    """The mixed step's roofline time plus its fabric traffic, its work and power counted
+    when ``t`` is in the window."""
+    c0 = L.FP_DC
     dur = roofline(
         flops,
         weights_read(F, c0, nb + chunk_sum) + kv_io,
@@ -317,6 +334,21 @@ def chunked_step(IS, F, R, B32, TLF, TLI, bid, bt, i, t):
             F, decode_record(F, i), c0, F[c0 + L.C_FRD], flops,
             weights_read(F, c0, nb + chunk_sum) + kv_io, dur,
         )  # fmt: skip
+    return dur
+
+
+@jit
+def chunked_step(IS, F, R, B32, TLF, TLI, bid, bt, i, t):
+    """Sarathi-Serve: one decode token per running sequence plus prefill chunks of waiting
+    prompts (FIFO) in the step's token budget; returns its duration, or -1 when no prompt
+    is waiting (plain decode: the closed form handles it)."""
+    b = L.DI0 + i * L.NDI
+    nb = IS[b + L.D_B]
+    first, count, chunk_sum, flops, kv_io = gather_chunks(IS, F, R, B32, TLF, TLI, bid, bt, i, t)
+    if count == 0:
+        return -1.0
+    flops += finishing_chunks(R, first) * F[L.FP_DC + L.C_LMH]
+    dur = price_mixed(F, i, t, nb, chunk_sum, flops, kv_io)
     end = t + dur
     stall_gaps(IS, F, i, end, True)  # running sequences emit one token in this step
     IS[b + L.D_IT] += 1  # the step is one decode iteration for the running batch

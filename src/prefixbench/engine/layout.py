@@ -18,6 +18,15 @@ timeline log, which grow on demand):
 * ``B8`` uint8: replica state bits per block and decode instance, the per-block-reference
   "persisted" flag and the hot-set membership.
 
+The offset convention (one place; docs/design.md repeats it): every field is a named
+constant and a record is its section's base plus the record index times the record width.
+Decode instance ``d``: ``b = DI0 + d * NDI``, field ``IS[b + D_x]``; prefill instance
+``p``: ``IS[IS[H_PI] + p * NPI + P_x]``; decode floats: ``F[DF0 + d * NDF + DF_x]``;
+request ``rid``: ``R[rid * NR + R_x]``; integer result column ``O_x``:
+``IS[IS[H_O] + O_x * IS[IP_N] + rid]``. Sections sized by the run store their base in
+``IS`` (the ``H_*`` slots); fixed ones (``DI0``, ``DF0``) are constants. A new field is one
+more name at the end of its section's ``range(...)`` and a larger width.
+
 A colocated instance is a prefill and a decode sharing one device: it uses decode instance
 ``i``'s record (batch, waiting queue, reserved KV) and prefill instance ``i``'s prefix cache.
 The result columns are views into ``IS`` and ``F``: nothing is copied at the end.

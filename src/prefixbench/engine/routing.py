@@ -6,24 +6,13 @@ and a description; used to validate scenarios, for CLI choices and the docs.
 
 from __future__ import annotations
 
+from ..registry import routers as _registry
 from .policies import Entry
 
+# from the registry (prefixbench/registry/routers.py)
 PREFILL_ROUTERS: dict[str, Entry] = {
-    "least_tokens": Entry(
-        0,
-        "the prefill instance with the fewest queued and running prompt tokens (ties: lowest index)",
-    ),
-    "round_robin": Entry(1, "prefill instances in turn"),
+    r.name: Entry(r.code, r.description) for r in _registry.PREFILL_ROUTERS
 }
 DECODE_ROUTERS: dict[str, Entry] = {
-    "least_load": Entry(
-        0,
-        "the decode instance with the fewest admitted-and-unfinished requests (ties: lowest index)",
-    ),
-    "prefix_affinity": Entry(
-        1,
-        "the decode instance whose resident replicas cover the longest leading run of the "
-        "request's blocks; ties (including no replica anywhere) go to the least loaded",
-    ),
-    "round_robin": Entry(2, "decode instances in turn"),
+    r.name: Entry(r.code, r.description) for r in _registry.DECODE_ROUTERS
 }

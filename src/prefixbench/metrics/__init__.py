@@ -1,6 +1,7 @@
 """Engine columns become tables: the per-request table and the summary row (`summary`), the
-stability verdict (`stability`), inter-token latencies (`itl`) and MFU/MBU (`utilisation`).
+stability verdict (`stability`), inter-token latencies (`itl`), MFU/MBU (`utilisation`) and
+the hindsight bound's per-run share (`bound`, docs/model.md §4.8).
 
-May import: `system`, `engine`, `workload`, `scenario`, `physics`, `catalog`, `support`,
-`errors`; the hindsight bound's per-run share comes from `study.bound` (see docs/design.md).
+May import: `system`, `engine`, `workload`, `scenario`, `physics`, `catalog`, `registry`,
+`support`, `errors`.
 """

@@ -12,6 +12,8 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from prefixbench.registry.metrics import lower_is_better
+
 # (column, short header, format) per group of the run comparison, in display order; the
 # group title carries the unit so the headers stay short enough for 80 columns
 RUN_GROUPS: list[tuple[str, list[tuple[str, str, str]]]] = [
@@ -110,23 +112,7 @@ ENERGY_GROUP: tuple[str, list[tuple[str, str, str]]] = (
     ],
 )
 
-LOWER_IS_BETTER = {
-    "ttft_mean_ms",
-    "ttft_p50_ms",
-    "ttft_p99_ms",
-    "tpot_mean_ms",
-    "tpot_p99_ms",
-    "e2e_mean_ms",
-    "reject_rate",
-    "itl_max_p50_ms",
-    "itl_max_p99_ms",
-    "itl_mean_ms",
-    "itl_p50_ms",
-    "itl_p90_ms",
-    "itl_p99_ms",
-    "energy_per_token_j",
-    "power_mean_w",
-}
+LOWER_IS_BETTER = set(lower_is_better())  # prefixbench/registry/metrics.py
 
 _NAME = {"no_wrap": True, "overflow": "fold"}
 

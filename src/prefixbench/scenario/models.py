@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from prefixbench.physics.costmodel import Efficiency
+from prefixbench.registry import DECODE_ROUTERS, PREFILL_ROUTERS, policy_names
 
 MAX_TOKENS = 1_000_000_000  # a length beyond any model's context; keeps int64 sums exact
 MAX_INT = 2**63 - 1  # integers are stored in int64 columns
@@ -73,15 +74,9 @@ class _M(BaseModel):
         return v
 
 
-class Policy(str, Enum):
-    """How the decode node gets a prefix whose KV is cached on the prefill node."""
-
-    transfer_per_request = "transfer_per_request"
-    recompute_on_decode = "recompute_on_decode"
-    replicate_hotset = "replicate_hotset"
-    replicate_all_lru = "replicate_all_lru"
-    replicate_tiered = "replicate_tiered"
-    cost_aware = "cost_aware"
+# the hand-off policies, one member per registry entry (prefixbench/registry/policies.py)
+Policy = Enum("Policy", [(n, n) for n in policy_names()], type=str, module=__name__)
+Policy.__doc__ = "How the decode node gets a prefix whose KV is cached on the prefill node."
 
 
 POLICIES: tuple[str, ...] = tuple(p.value for p in Policy)
@@ -619,10 +614,12 @@ class ClusterSpec(_M):
         0.9, ge=0, le=1, description="Share of prefill HBM left after weights used as prefix cache."
     )
     prefill_router: str = Field(
-        "least_tokens", description="Prefill routing: least_tokens, round_robin."
+        "least_tokens",
+        description="Prefill routing: " + ", ".join(r.name for r in PREFILL_ROUTERS) + ".",
     )
     decode_router: str = Field(
-        "least_load", description="Decode routing: least_load, round_robin, prefix_affinity."
+        "least_load",
+        description="Decode routing: " + ", ".join(r.name for r in DECODE_ROUTERS) + ".",
     )
 
     @model_validator(mode="after")

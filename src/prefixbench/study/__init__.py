@@ -4,7 +4,7 @@ and `decision_map` (`map`), `compare`, `capacity`, the hindsight `bound`, the `r
 the `plots`.
 
 May import: `io`, `metrics`, `system`, `engine`, `workload`, `scenario`, `physics`, `catalog`,
-`render`, `support`, `errors`. Importing the package declares every study artifact kind
+`render`, `registry`, `support`, `errors`. Importing the package declares every study artifact kind
 (`io.artifacts.register`), so a reader of any kind finds its schema.
 """
 

@@ -20,6 +20,7 @@ import numpy as np
 import polars as pl
 
 from prefixbench.io.artifacts import read_artifact
+from prefixbench.registry import POLICIES as REGISTRY_POLICIES
 from prefixbench.scenario.models import POLICIES
 
 from ..errors import ArtifactError
@@ -28,21 +29,10 @@ from .results import load
 DPI = 150
 BASE_SIZE = 11
 
-# Okabe-Ito colours: distinguishable with the common colour-vision deficiencies.
-POLICY_COLORS = {
-    "transfer_per_request": "#7f7f7f",
-    "recompute_on_decode": "#E69F00",
-    "replicate_hotset": "#56B4E9",
-    "replicate_all_lru": "#009E73",
-    "replicate_tiered": "#CC79A7",
-}
-SHORT = {
-    "transfer_per_request": "transfer",
-    "recompute_on_decode": "recompute",
-    "replicate_hotset": "hotset",
-    "replicate_all_lru": "all-LRU",
-    "replicate_tiered": "tiered",
-}
+# from the registry (prefixbench/registry/policies.py): Okabe-Ito colours, distinguishable
+# with the common colour-vision deficiencies, and the short legend labels
+POLICY_COLORS = {p.name: p.colour for p in REGISTRY_POLICIES}
+SHORT = {p.name: p.legend for p in REGISTRY_POLICIES}
 TIE_COLOR = "#bdbdbd"  # a decision-map cell whose margin's CI spans 0 (both maps)
 DEFAULT_PAIR = ("l4", "eth-25g")  # the scenarios' default decode accelerator and link
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import polars as pl
 
 from prefixbench.io.artifacts import artifact_meta
+from prefixbench.registry.figures import titles as figure_titles
 from prefixbench.scenario.models import POLICIES
 
 from ..errors import ArtifactError
@@ -30,20 +31,7 @@ TIGHT_MAX = 0.5
 SCENARIO = ["model", "workload", "budget_factor"]
 BASELINE = "transfer_per_request"
 
-PLOT_TITLES = {
-    "01_mean_ttft_by_policy.png": "Mean TTFT by policy (95% CI over seeds)",
-    "03_replica_memory_tradeoff.png": "Replica memory vs TTFT reduction",
-    "04_transfer_recompute_crossover.png": "Transfer vs recompute over prefix length",
-    "05_recommendation_matrix.png": "Recommendation matrix",
-    "06_ttft_distribution.png": "TTFT p50 / p90 / p99",
-    "07_crossover_map.png": "Transfer ÷ recompute per accelerator × link",
-    "08_decision_map.png": "Decision map: winner over budget × link bandwidth",
-    "09_ttft_cdf.png": "TTFT CDFs, requests pooled over seeds",
-    "10_regret.png": "Regret: each policy's TTFT against the best",
-    "11_breakeven_prefix.png": "Break-even prefix length against link bandwidth",
-    "12_goodput_vs_rate.png": "Goodput against offered rate",
-    "13_tpot_cdf.png": "TPOT CDFs, requests pooled over seeds",
-}
+PLOT_TITLES = figure_titles()  # prefixbench/registry/figures.py
 
 
 # ---------------------------------------------------------------- number formats (tests reuse them)

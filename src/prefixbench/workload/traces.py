@@ -30,9 +30,10 @@ from typing import Any
 import numpy as np
 
 from prefixbench.errors import TraceFormatError
+from prefixbench.registry import TRACE_FORMATS
 from prefixbench.workload.requests import Requests
 
-FORMATS = ("mooncake", "azure", "burstgpt", "bailian")
+FORMATS = tuple(f.name for f in TRACE_FORMATS)  # prefixbench/registry/traces.py
 # Qwen-Bailian usage traces (alibaba-edu/qwen-bailian-usagetraces-anon README): the Mooncake
 # fields, with timestamps in seconds and hash_ids of 16-token blocks
 BAILIAN_BLOCK_SIZE = 16
