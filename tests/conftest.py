@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import sys
+
+# an out-of-range summary figure is a bug: raise in every test (metrics/invariants.py)
+os.environ["PREFIXBENCH_STRICT"] = "1"
 
 
 def pytest_terminal_summary(terminalreporter) -> None:

@@ -9,8 +9,10 @@ gets into prefixbench, each of which must end in ONE of
 Targets (each is one entry; a new trace format is one more line in ``TRACE_FORMATS``):
 scenario YAML documents and text, ``--set`` paths and values, ``config.json``, Mooncake and
 Azure trace lines, Parquet results with schema-valid hostile content, special file types
-(directory, FIFO, device, symlink loop, huge file, empty, binary), the CLI in-process
-(``CliRunner``), and a small fraction of valid scenarios actually simulated.
+(directory, FIFO, device, symlink loop, huge file, empty, binary), hardware and
+efficiency YAML, calibrate profiles (CSV and vLLM JSON), the CLI in-process
+(``CliRunner``), and a small fraction of valid scenarios actually simulated, each row
+checked against every output invariant (metrics/invariants.py).
 
 ``COUNTS`` records how many inputs each target ran; ``tests/conftest.py`` prints the total
 and the time at the end of the session (docs/reliability.md quotes it).
@@ -322,6 +324,112 @@ def test_fuzz_config_json(fuzz_dir: Path, text: str) -> None:
                 assert math.isfinite(v) and v > 0, (name, v)
 
 
+# ------------------------------------------------------------------ hardware, efficiency, calibrate
+
+ACCELERATOR = {"hardware": "accelerator", "name": "fuzz-acc", "peak_tflops": 100,
+               "hbm_gbps": 1000, "memory_gb": 80, "source": "user"}  # fmt: skip
+LINK = {"hardware": "link", "name": "fuzz-link", "bandwidth_gbps": 3, "latency_us": 5,
+        "source": "user"}  # fmt: skip
+EFFICIENCY = {"mfu_prefill": 0.5, "mfu_decode": 0.4, "mbu": 0.7, "prefill_overhead_ms": 1.0,
+              "decode_overhead_ms": 0.5}  # fmt: skip
+KEYS = sorted({*ACCELERATOR, *LINK, *EFFICIENCY, "mfu_prefil", "peak_tflop", "efficiency"})
+
+
+@st.composite
+def mutated_mapping(draw, base: dict) -> str:
+    """``base`` with a few fields replaced, added or dropped, as YAML (or broken text)."""
+    doc = dict(base)
+    for _ in range(draw(st.integers(1, 3))):
+        op = draw(st.integers(0, 3))
+        key = draw(st.sampled_from(KEYS))
+        if op == 0:
+            doc.pop(key, None)
+        else:
+            doc[key] = draw(hostile_value)
+    if draw(st.integers(0, 9)) == 0:
+        return draw(hostile_text)
+    return yaml.safe_dump(doc, allow_unicode=True) if draw(st.booleans()) else json.dumps(doc)
+
+
+@settings(max_examples=1000, **FUZZ)
+@given(text=st.one_of(mutated_mapping(ACCELERATOR), mutated_mapping(LINK)))
+def test_fuzz_hardware_files(fuzz_dir: Path, text: str) -> None:
+    from prefixbench.catalog.userfile import load_hardware
+
+    path = fuzz_dir / "hw.yaml"
+    with _timed("hardware files"):
+        path.write_text(text)
+        try:
+            spec = load_hardware(path)
+        except PrefixbenchError as e:
+            _clear(e)
+            return
+        for k, v in spec.model_dump().items():
+            if isinstance(v, float):  # strict: no bool read as a number, floors held
+                assert math.isfinite(v) and v >= 0, (k, v)
+        for k, floor in (("peak_tflops", 1e-3), ("hbm_gbps", 1e-3), ("bandwidth_gbps", 1e-6)):
+            assert getattr(spec, k, floor) >= floor, (k, getattr(spec, k))
+
+
+@settings(max_examples=1000, **FUZZ)
+@given(text=mutated_mapping(EFFICIENCY))
+def test_fuzz_efficiency_files(fuzz_dir: Path, text: str) -> None:
+    from prefixbench.scenario.loader import load_efficiency
+
+    path = fuzz_dir / "eff.yaml"
+    with _timed("efficiency files"):
+        path.write_text(text)
+        try:
+            eff = load_efficiency(path)
+        except PrefixbenchError as e:
+            _clear(e)
+            return
+        assert 0 < eff.mfu_prefill <= 1 and 0 < eff.mfu_decode <= 1 and 0 < eff.mbu <= 1
+        raw = yaml.safe_load(text)
+        raw = raw.get("efficiency", raw) if isinstance(raw, dict) else raw
+        assert not any(isinstance(v, bool) for v in raw.values()), raw  # true is not 1.0
+
+
+CSV_ROWS = ["prefill,512,,0,1,40.0", "prefill,4096,,0,1,300.0", "decode,,8,1024,1,12.0",
+            "decode,,64,2048,1,20.0"]  # fmt: skip
+
+
+@st.composite
+def calibrate_profile(draw) -> tuple[str, str]:
+    if draw(st.booleans()):
+        rows = list(CSV_ROWS)
+        for _ in range(draw(st.integers(0, 3))):
+            i = draw(st.integers(0, len(rows) - 1))
+            cells = rows[i].split(",")
+            cells[draw(st.integers(0, 5))] = str(draw(hostile_value))
+            rows[i] = ",".join(cells)
+        bom = "\ufeff" if draw(st.booleans()) else ""
+        return "p.csv", bom + "phase,tokens,batch,context,devices,ms\n" + "\n".join(rows) + "\n"
+    doc = {"avg_latency": 1.5, "input_len": 512, "output_len": 128, "batch_size": 1}
+    for _ in range(draw(st.integers(1, 3))):
+        doc[draw(st.sampled_from(["avg_latency", "input_len", "output_len", "batch_size",
+                                  "model_id", "max_concurrency"]))] = draw(hostile_value)  # fmt: skip
+    return "r.json", json.dumps(doc, allow_nan=True)
+
+
+@settings(max_examples=400, **FUZZ)
+@given(case=calibrate_profile(), devices=st.sampled_from([1, 2, 0, -3, 5000]))
+def test_fuzz_calibrate_profiles(fuzz_dir: Path, case, devices: int) -> None:
+    from prefixbench.physics.calibrate import calibrate
+
+    name, text = case
+    path = fuzz_dir / name
+    with _timed("calibrate profiles"):
+        path.write_text(text, encoding="utf-8")
+        try:
+            res = calibrate([str(path)], model="qwen2-0.5b", devices=devices)
+        except PrefixbenchError as e:
+            _clear(e)
+            return
+        for k, v in res["efficiency"].items():
+            assert math.isfinite(v) and v >= 0, (k, v)
+
+
 # ------------------------------------------------------------------ trace lines
 
 
@@ -605,6 +713,9 @@ def test_fuzz_cli(no_runs, args: list[str]) -> None:
 
 
 def _check_summary(row: dict, prep) -> None:
+    from prefixbench.metrics.invariants import violations
+
+    assert violations(row) == [], violations(row)  # every output invariant, in one place
     for k, v in row.items():
         if isinstance(v, float) and not math.isnan(v):
             assert math.isfinite(v), (k, v)

@@ -221,7 +221,7 @@ def test_cli_report_embeds_figures_and_writes_self_contained_html(results, tmp_p
     r = runner.invoke(app, ["report", str(results), "--out", str(out)])
     assert r.exit_code == 0, r.stderr
     md = out.read_text(encoding="utf-8")
-    pngs = sorted((results / "plots").glob("*.png"))
+    pngs = sorted((out.parent / "plots").glob("*.png"))  # beside the report, not in results/
     assert pngs and all(f"{p.name})" in md for p in pngs)  # embedded by default
 
     class Page(HTMLParser):

@@ -33,6 +33,15 @@ class _Reader:
         self.where = where
         self.prefix = prefix  # "text_config." when the text model is nested
 
+    def flag(self, key: str, default: bool) -> bool:
+        """A true/false key: JSON true or false only (``"false"`` is not True)."""
+        value = self.cfg.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise self.error(key, f"is {_short(value)}, not true or false", "write true or false")
+        return value
+
     def error(self, key: str, what: str, fix: str) -> CatalogError:
         return CatalogError(f"key '{self.prefix}{key}' {what}", where=self.where, fix=fix)
 
@@ -166,10 +175,7 @@ def _name(path: Path) -> str:
 
 
 def _tied(r: _Reader) -> bool:
-    value = r.cfg.get("tie_word_embeddings")
-    if value is None:
-        return _model_type(r.cfg).startswith(_TIED_BY_DEFAULT)
-    return bool(value)
+    return r.flag("tie_word_embeddings", _model_type(r.cfg).startswith(_TIED_BY_DEFAULT))
 
 
 def _head_dim(r: _Reader, hidden: int, heads: int) -> int:
@@ -243,7 +249,7 @@ def load_hf_config(path: Path) -> ModelSpec:
         intermediate_size=moe.pop("intermediate_size", None) or r.required("intermediate_size"),
         vocab_size=r.required("vocab_size"),
         tied_embeddings=_tied(r),
-        qkv_bias=bool(r.cfg.get("attention_bias", False)) or _is_qwen2(r.cfg),
+        qkv_bias=r.flag("attention_bias", False) or _is_qwen2(r.cfg),
         max_context=max_context,
         kv_lora_rank=kv_lora_rank,
         q_lora_rank=r.optional("q_lora_rank", 0, minimum=0),

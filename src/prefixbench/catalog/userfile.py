@@ -98,6 +98,10 @@ def _read(path: Path) -> Any:
         raise CatalogError(f"YAML syntax error: {problem}", where=loc, fix="fix the YAML") from None
     except RecursionError:
         raise CatalogError("YAML nested too deeply", where=where, fix="write flat fields") from None
+    except ValueError:  # an integer of thousands of digits (past Python's conversion limit)
+        raise CatalogError(
+            "a number with too many digits", where=where, fix="write figures in their units"
+        ) from None
     except OSError as e:
         raise CatalogError(
             f"cannot read file ({e.strerror or e.__class__.__name__})",
@@ -125,6 +129,7 @@ def _error(e: ValidationError, cls, where: str) -> CatalogError:
     if kind == "missing":
         return CatalogError(f"field '{field}' is missing{more}", where=where, fix=_missing(field))
     fix = f"write a number{_in(field)}" if kind.startswith(("float", "finite")) else ""
+    fix = fix or ("write it as text" if kind.startswith("string") else "write a plain value")
     if any(b in ctx for b in ("gt", "ge", "lt", "le")):
         fix = f"must be {_range(cls, field)}{_unit(field)}"
     value = err.get("input")
@@ -188,11 +193,42 @@ def load_hardware(ref: str | Path, expect: str | None = None) -> AcceleratorSpec
     cls = KINDS[kind]
     fields = {k: v for k, v in data.items() if k != "hardware"}
     fields.setdefault("name", path.stem)
+    _plain_numbers(fields, cls, where)
     try:
         spec = cls.model_validate(fields)
     except ValidationError as e:
         raise _error(e, cls, where) from None
     return _checked(spec, kind, where)
+
+
+# Physical floors of a user's hardware (the specs' bounds are only > 0): 1 GFLOP/s, 1 MB/s
+# of memory bandwidth, 1 MB of memory, 1 KB/s of link. Below them a step takes longer than
+# any run, and 1e-300 made every time overflow.
+FLOORS = {"peak_tflops": 1e-3, "hbm_gbps": 1e-3, "memory_gb": 1e-3, "bandwidth_gbps": 1e-6}
+
+
+def _plain_numbers(fields: dict, cls, where: str) -> None:
+    """Refuse a boolean or text where a number belongs (``hbm_gbps: true`` read as 1.0) and a
+    figure below its physical floor, naming the field, its unit and range."""
+    from prefixbench.support.strict import loose_number
+
+    if bad := loose_number(fields, cls):
+        raise CatalogError(
+            f"field '{bad[0]}' is {bad[1]!r}, not a number",
+            where=where,
+            fix=f"write a number{_in(bad[0])}",
+        )
+    for k, floor in FLOORS.items():
+        if k not in cls.model_fields:
+            continue  # an unknown field: refused by the model with a did-you-mean
+        v = fields.get(k)
+        v = float(v) if isinstance(v, str) else v  # 1e-300 in YAML 1.1 is text (checked above)
+        if isinstance(v, (int, float)) and 0 < v < floor:
+            raise CatalogError(
+                f"field '{k}' is {v:g}{_unit(k)}, below {floor:g}{_unit(k)}",
+                where=where,
+                fix=f"must be {floor:g} to {_num(cls.model_fields[k].metadata[-1].le)}{_unit(k)}",
+            )
 
 
 def _a(noun: str) -> str:

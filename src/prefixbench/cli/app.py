@@ -8,6 +8,7 @@ traceback instead.
 from __future__ import annotations
 
 import functools
+import os
 from enum import Enum
 from typing import Annotated
 
@@ -203,6 +204,8 @@ def _main(
     ] = False,
 ) -> None:
     _state["debug"] = debug
+    if debug:  # an out-of-range figure raises (metrics/invariants.py), in workers too
+        os.environ["PREFIXBENCH_STRICT"] = "1"
     if ctx.invoked_subcommand in SIMULATING and err.is_terminal:
         from prefixbench.support.firstrun import engine_compiled
 
@@ -232,7 +235,14 @@ def _csv(values: list[str] | None) -> list[str] | None:
     """Accept both repeated options and comma-separated lists."""
     if not values:
         return None
-    return [v.strip() for item in values for v in item.split(",") if v.strip()]
+    out = [v.strip() for item in values for v in item.split(",") if v.strip()]
+    if not out:  # `--budgets ,` must not fall back to the default grid silently
+        raise PrefixbenchError(
+            f"{','.join(values)!r} lists no values",
+            where="a comma-separated option",
+            fix="give at least one value, or leave the option out for its default",
+        )
+    return out
 
 
 class _Progress:

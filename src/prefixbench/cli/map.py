@@ -83,6 +83,9 @@ def map_cmd(
         "results/map"
     ),
     jobs: Annotated[int | None, typer.Option("--jobs", "-j", help="Worker processes.")] = None,
+    max_runs: Annotated[
+        int | None, typer.Option("--max-runs", help="Allow a grid of more runs than 20,000.")
+    ] = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the cells as strict JSON.")
     ] = False,
@@ -114,6 +117,7 @@ def map_cmd(
         warmup=warmup,
         overrides=sets,
         metric=metric,
+        max_runs=max_runs,
     )
     bar = _Progress("map", "rows", after_s=PROGRESS_AFTER_S)
     try:

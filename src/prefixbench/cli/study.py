@@ -124,6 +124,9 @@ def sweep(
     jobs: Annotated[
         int | None, typer.Option("--jobs", "-j", help="Worker processes (default: all cores).")
     ] = None,
+    max_runs: Annotated[
+        int | None, typer.Option("--max-runs", help="Allow a grid of more runs than 20,000.")
+    ] = None,
     events: Annotated[
         bool, typer.Option("--events", help="Also keep per-request tables (events/).")
     ] = False,
@@ -153,7 +156,7 @@ def sweep(
         # the smoke grid differs from the reference grid: its own folder, so a later full
         # `sweep` (or a `--quick` after one) never meets "a different sweep grid"
         out_dir = Path("results-quick") if quick else Path("results")
-    spec = _sweep_spec(flags, quick, trace_format)
+    spec = _sweep_spec(flags, quick, trace_format, max_runs)
     paths = _run_grid(spec, out_dir, jobs, events, force, backend, address, _csv(links))
     n = len(spec.points()) * len(spec.policies) * len(_csv(links) or [None])
     if "agg" in paths:
@@ -181,12 +184,12 @@ def _refuse_grid_flags(flags: dict) -> None:
         )
 
 
-def _sweep_spec(flags: dict, quick: bool, trace_format):
+def _sweep_spec(flags: dict, quick: bool, trace_format, max_runs: int | None):
     """The grid: a sweep file's mapping (or the quick grid) with the flags on top."""
-    from ..study.grid import QUICK, build_spec, load_sweep_file
+    from ..study.grid import build_spec, sweep_base
 
     grid, trace = flags["GRID"], flags["--trace"]
-    base = load_sweep_file(grid) if grid else (dict(QUICK) if quick else {})
+    base = sweep_base(grid, quick)
     try:
         num_budgets = [float(b) for b in _csv(flags["--budgets"]) or []]
         num_seeds = [int(x) for x in _csv(flags["--seeds"]) or []]
@@ -194,6 +197,7 @@ def _sweep_spec(flags: dict, quick: bool, trace_format):
         raise PrefixbenchError(f"not a number: {e}", where="--budgets/--seeds") from None
     return build_spec(
         base,
+        max_runs=max_runs,
         models=_csv(flags["--models"]),
         # a trace replays on the trace_replay system unless other scenarios are named
         workloads=_csv(flags["--workloads"]) or (["trace_replay"] if trace else None),
@@ -213,9 +217,7 @@ def _run_grid(spec, out_dir, jobs, events, force, backend, address, links) -> di
     from ..study.backends import make_backend
     from ..study.sweep import run_sweep
 
-    runner = make_backend(
-        backend.value, jobs=jobs, address=address if backend == SweepBackend.ray else None
-    )
+    runner = make_backend(backend.value, jobs=jobs, address=address)
     bar = _Progress("sweep")
     common = {"jobs": jobs, "force": force, "backend": runner}
     try:
@@ -577,7 +579,7 @@ def report(
     existing_results(results)
     drawn: list[Path] = []
     if figures and plots is None:
-        plots = Path(results) / "plots"
+        plots = (Path(out_file).parent if out_file else Path(results)) / "plots"
         drawn = render_plots(results, plots)
     path = write_report(results, out_file, plots if figures else None, html=True)
     html_path = path.with_suffix(".html")

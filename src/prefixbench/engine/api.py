@@ -25,7 +25,7 @@ from .config import (
     check_engine_config,
 )
 from .costaware import tail_init
-from .loop import DONE, NEED_HEAP, close_run, heap_room, log_room
+from .loop import DONE, NEED_HEAP, STALLED, close_run, heap_room, log_room
 from .loop import run_colocated as _run_colocated
 from .loop import run_disaggregated as _run_disaggregated
 from .policies import POLICIES
@@ -81,6 +81,8 @@ class _Run:
             push(self.EHT, self.EHI, self.IS, float(req.arrival[0]), L.EV_ARRIVAL, 0, 0)
 
     def grow(self, what: int) -> None:
+        if what >= STALLED:
+            raise _stall_error(what, float(self.F[L.G_NOW]))
         if what == NEED_HEAP:
             need, cap = int(heap_room(self.IS)), self.EHT.shape[0]
             while cap < need:
@@ -125,6 +127,29 @@ class _Run:
                 mode, shape, self.TLF[: L.NTL_F * m].copy(), self.TLI[: L.NTL_I * m].copy(),
                 self.F[: L.NFP].copy(),
             )  # fmt: skip
+
+
+# which field made an event repeat without advancing time, by (kind, a < 0)
+_STALL_FIELDS = {
+    (L.EV_TIMEOUT, 1): ("memory.hotset_refresh_s", "the hot-set refresh period"),
+    (L.EV_TRANSFER, 1): ("cluster.link.prewarm", "the hot-set prewarm"),
+    (L.EV_DECODE, 0): ("accelerator and efficiency", "decode steps"),
+    (L.EV_PREFILL, 0): ("accelerator and efficiency", "prefill steps"),
+    (L.EV_TRANSFER, 0): ("cluster.link", "KV transfers"),
+}
+
+
+def _stall_error(what: int, t: float) -> SimulationError:
+    """The progress guard's error: the loop saw many events in a row at one timestamp."""
+    kind, neg = divmod(what - STALLED, 2)
+    default = ("workload timestamps", f"events of kind {kind}")
+    where, name = _STALL_FIELDS.get((kind, neg), default)
+    return SimulationError(
+        f"{name} stopped advancing simulated time near t = {t:.6g} s (a period or step "
+        "below the float resolution of the clock)",
+        where=where,
+        fix="use a longer period or step, or timestamps closer to 0",
+    )
 
 
 def _window(t_end: float, t_warm: float) -> float:

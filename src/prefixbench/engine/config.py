@@ -200,9 +200,11 @@ def check_engine_config(cfg: EngineConfig) -> None:
         )
     if cfg.prewarm not in PREWARM:
         _refuse(f"unknown prewarm '{cfg.prewarm}'", "cluster.link.prewarm", "use free or link")
-    if not (0.0 <= cfg.hot_refresh_s < float("inf")):
+    if not (cfg.hot_refresh_s == 0.0 or 1e-3 <= cfg.hot_refresh_s <= 1e9):
         _refuse(
-            f"refresh period {cfg.hot_refresh_s!r} s", "memory.hotset_refresh_s", "give seconds > 0"
+            f"refresh period {cfg.hot_refresh_s!r} s",
+            "memory.hotset_refresh_s",
+            "give 0.001 to 1e9 seconds (0: never)",
         )
     if cfg.link_topology == "shared_nics" and cfg.link_channels != 1:
         _refuse(

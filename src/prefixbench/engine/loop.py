@@ -24,13 +24,30 @@ from .layout import (
     GI_HSZ,
     GI_INSYS,
     GI_TLN,
+    IP_N,
     IP_ND,
+    IP_NP,
     IP_REC,
     NTL_F,
 )
 from .queues import pop
 
 DONE, NEED_HEAP, NEED_LOG = 0, 1, 2
+# STALLED + 2·kind + (a < 0): more events than stall_limit in a row left the clock where it
+# was (a period or a step below the float resolution of the time); api.py names the field
+STALLED = 8
+
+
+@entry
+def stall_limit(IS):
+    """Events that may legitimately share one timestamp: a few per request (arrivals at the
+    same instant, their queueing and admissions) and per instance, with a wide margin."""
+    return 8 * IS[IP_N] + 64 * (IS[IP_ND] + IS[IP_NP]) + 4096
+
+
+@jit
+def stalled(kind, a):
+    return STALLED + 2 * kind + (1 if a < 0 else 0)
 
 
 @entry
@@ -61,11 +78,19 @@ def next_event(IS, EHT, EHI, TLF):
 
 @entry
 def run_disaggregated(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt):
-    """Handle events until none is left (DONE) or an array must grow (NEED_*)."""
+    """Handle events until none is left (DONE), an array must grow (NEED_*) or time stops
+    advancing (STALLED + ...)."""
+    last, same, limit = -1.0, 0, stall_limit(IS)
     while IS[GI_HSZ] > 0:
         status, t, kind, a, b = next_event(IS, EHT, EHI, TLF)
         if status != DONE:
             return status
+        if t == last:
+            same += 1
+            if same > limit:
+                return stalled(kind, a)
+        else:
+            last, same = t, 0
         if kind == EV_DECODE:
             dis.decode_boundary(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, a, b, t)
         elif kind == EV_TRANSFER:
@@ -93,10 +118,17 @@ def run_disaggregated(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt):
 @entry
 def run_colocated(IS, F, R, B32, EHT, EHI, TLF, TLI, bid, bt):
     """The colocated loop (its instances have no link and no hand-off)."""
+    last, same, limit = -1.0, 0, stall_limit(IS)
     while IS[GI_HSZ] > 0:
         status, t, kind, a, b = next_event(IS, EHT, EHI, TLF)
         if status != DONE:
             return status
+        if t == last:
+            same += 1
+            if same > limit:
+                return stalled(kind, a)
+        else:
+            last, same = t, 0
         if kind == EV_DECODE:
             co.boundary(IS, F, R, B32, EHT, EHI, TLF, TLI, bid, bt, a, b, t)
         elif kind == EV_TIMEOUT:

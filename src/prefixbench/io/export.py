@@ -221,8 +221,15 @@ def write_requests(requests, path: Path) -> Path:
         )
     floats = [c for c, t in requests.schema.items() if t in (pl.Float32, pl.Float64)]
     df = requests.with_columns([pl.col(c).fill_nan(None) for c in floats])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:  # a read-only folder, a folder under a regular file, a name past NAME_MAX
+        if path.is_dir():
+            raise IsADirectoryError(21, "it is a directory")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:
+        raise PrefixbenchError(
+            f"cannot write {path}: {e.strerror or e}", where=str(path), fix="pick a writable folder"
+        ) from None
     os.close(fd)
     try:
         if fmt == ".jsonl":

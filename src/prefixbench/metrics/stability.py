@@ -199,7 +199,9 @@ class Cols:
         return len(self.c["arrival"])
 
     def rows(self, mask: np.ndarray) -> Cols:
-        return Cols({k: v[mask] for k, v in self.c.items()}, self.completed[mask], self.warmup[mask])
+        return Cols(
+            {k: v[mask] for k, v in self.c.items()}, self.completed[mask], self.warmup[mask]
+        )
 
 
 def offered_load(prep, df, stats: dict) -> tuple[float, dict, bool]:
@@ -472,9 +474,29 @@ def instance_busy(df: pl.DataFrame, stats: dict, n_prefill: int, n_decode: int) 
         ("prefill", n_prefill, "t_prefill_start", "t_prefill_end"),
         ("decode", n_decode, "t_decode_start", "t_done"),
     ):
-        inst = df[f"{role}_instance"].to_numpy()
-        start, end = _col(df, a), _col(df, z)
-        busy = [_union_length(start[inst == i], end[inst == i], t0, t1) / span for i in range(n)]
+        engine = _engine_busy(stats, role, n)
+        if engine is not None:  # the figures prefill_util / decode_util average
+            busy = [b / span for b in engine]
+        else:
+            inst = df[f"{role}_instance"].to_numpy()
+            start, end = _col(df, a), _col(df, z)
+            busy = [
+                _union_length(start[inst == i], end[inst == i], t0, t1) / span for i in range(n)
+            ]
         out[f"{role}_util_min"] = min(busy) if busy else None
         out[f"{role}_util_max"] = max(busy) if busy else None
     return out
+
+
+def _engine_busy(stats: dict, role: str, n: int) -> list[float] | None:
+    """The engine's busy seconds per instance of ``role`` (a colocated instance's prefill and
+    decode busy time are one figure), so the min and max bracket the mean the summary shows;
+    None when the stats do not carry them."""
+    busy = stats.get(f"{role}_busy_s")
+    if busy is None and role == "prefill" and "prefill_busy_s" not in stats:
+        busy = (
+            stats.get("decode_busy_s")
+            if stats.get("prefill_util") == stats.get("decode_util")
+            else None
+        )
+    return [float(b) for b in busy] if busy is not None and len(busy) == n and n else None

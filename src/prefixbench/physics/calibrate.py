@@ -130,8 +130,8 @@ def _number(row: dict, col: str, where: str, *, default=None, integer=True, posi
             return default
         raise ProfileError(f"no value in column '{col}'", where=where, fix=f"fill in '{col}'")
     try:
-        v = float(raw)
-    except ValueError:
+        v = float(raw[:400])  # a 5,000-digit integer is not a measurement (and float() of
+    except ValueError:  # a longer string is slow)
         raise ProfileError(
             f"column '{col}' is not a number: {raw!r}", where=where, fix="write a number"
         ) from None
@@ -143,7 +143,41 @@ def _number(row: dict, col: str, where: str, *, default=None, integer=True, posi
         raise ProfileError(
             f"column '{col}' must be a whole number, got {raw}", where=where, fix="round it"
         )
+    if integer:
+        _check_range(col, v, 0, MAX_TOKENS, where)
     return int(v) if integer else v
+
+
+MAX_PROFILE_BYTES = 64 << 20  # a profile of ~10⁶ rows; a 200 MB CSV is not a measurement
+MAX_TOKENS = 10_000_000  # prompt, output, batch or context lengths (the scenario's cap)
+MAX_DEVICES = 1024  # devices per instance, as scenario/models.py's InstanceSpec.devices
+
+
+def _check_size(path: Path) -> None:
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return  # reading it gives the error
+    if size > MAX_PROFILE_BYTES:
+        raise ProfileError(
+            f"{size / 2**20:.0f} MiB is larger than a profile can be ({MAX_PROFILE_BYTES >> 20} MiB)",
+            where=str(path),
+            fix="give the measured steps only (one row per step)",
+        )
+
+
+def _check_range(name: str, v, lo: int, hi: int, where: str) -> None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi:
+        raise ProfileError(
+            f"'{name}' is {_show(v)}, outside {lo} to {hi:,}",
+            where=where,
+            fix=f"give a whole number from {lo} to {hi:,}",
+        )
+
+
+def _show(v) -> str:
+    text = repr(v)
+    return text if len(text) <= 40 else text[:18] + "..." + text[-18:]
 
 
 class _Context:
@@ -175,8 +209,9 @@ class _Context:
 
 
 def read_csv_profile(path: Path, ctx: _Context) -> list[Measurement]:
+    _check_size(path)
     try:
-        with open(path, newline="", encoding="utf-8") as f:
+        with open(path, newline="", encoding="utf-8-sig") as f:  # a BOM is not a column name
             reader = csv.DictReader(f)
             header = [h.strip() for h in (reader.fieldnames or [])]
             rows = list(reader)
@@ -199,6 +234,7 @@ def read_csv_profile(path: Path, ctx: _Context) -> list[Measurement]:
         where = f"{path}:{i}"
         phase = (row.get("phase") or "").strip().lower()
         devices = _number(row, "devices", where, default=ctx.devices)
+        _check_range("devices", devices, 1, MAX_DEVICES, where)
         ms = _number(row, "ms", where, integer=False)
         row_model = (row.get("model") or "").strip() or None
         cost = ctx.cost(row_model, (row.get("accelerator") or "").strip() or None, devices, where)
@@ -228,15 +264,26 @@ def read_csv_profile(path: Path, ctx: _Context) -> list[Measurement]:
 def read_vllm_json(path: Path, ctx: _Context, lengths: dict) -> list[Measurement]:
     """Rows from ``vllm bench serve --save-result`` (at --max-concurrency 1) or
     ``vllm bench latency --output-json`` (with the run's --input-len/--output-len/--batch-size)."""
+    _check_size(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        data = json.loads(path.read_text(encoding="utf-8-sig"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:  # JSONDecodeError, 5,000 digits
         raise ProfileError(
-            f"cannot read JSON ({e})", where=str(path), fix="check the file"
+            f"cannot read JSON ({_show(str(e))})", where=str(path), fix="check the file"
+        ) from None
+    except RecursionError:
+        raise ProfileError(
+            "cannot read JSON (nested too deeply)", where=str(path), fix="check the file"
         ) from None
     if not isinstance(data, dict):
         raise ProfileError("not a vLLM result object", where=str(path), fix="check the file")
     model = data.get("model_id") or None
+    if model is not None and not isinstance(model, str):
+        raise ProfileError(
+            f"'model_id' is {_show(model)}, not a model name",
+            where=str(path),
+            fix="give the Hugging Face id as a string, or pass --model",
+        )
     if model and ctx.model:
         from prefixbench.catalog import get_model
 
@@ -318,11 +365,11 @@ def _latency_rows(data: dict, path: Path, ctx: _Context, model, lengths) -> list
             where=str(path),
             fix=f"pass {flags} as given to `vllm bench latency`",
         )
+    for k, v in merged.items():
+        if isinstance(v, float) and v.is_integer():
+            v = merged[k] = int(v)
+        _check_range(k, v, 1, MAX_TOKENS, str(path))
     n_in, n_out, bsz = (int(merged[k]) for k in ("input_len", "output_len", "batch_size"))
-    if min(n_in, n_out, bsz) < 1:
-        raise ProfileError(
-            "input_len, output_len and batch_size must be >= 1", where=str(path), fix="fix them"
-        )
     cost = ctx.cost(model, None, ctx.devices, str(path))
     a, b = prefill_steps(cost, n_in, 0, requests=bsz)
     da, db = decode_steps(cost, bsz, n_in + 1, n_out - 1)
@@ -374,14 +421,34 @@ def _theta(eff: Efficiency) -> np.ndarray:
 
 
 def _efficiency(theta: np.ndarray) -> Efficiency:
-    return Efficiency(
-        mfu_prefill=min(1.0, 1 / theta[0]),
-        mfu_decode=min(1.0, 1 / theta[1]),
-        mbu=min(1.0, 1 / theta[2]),
-        prefill_overhead_ms=max(0.0, theta[3]),
-        decode_overhead_ms=max(0.0, theta[4]),
-        request_overhead_ms=max(0.0, theta[5]),
-    )
+    from pydantic import ValidationError
+
+    values = {
+        "mfu_prefill": min(1.0, 1 / theta[0]),
+        "mfu_decode": min(1.0, 1 / theta[1]),
+        "mbu": min(1.0, 1 / theta[2]),
+        "prefill_overhead_ms": max(0.0, theta[3]),
+        "decode_overhead_ms": max(0.0, theta[4]),
+        "request_overhead_ms": max(0.0, theta[5]),
+    }
+    try:
+        return Efficiency(**values)
+    except ValidationError as e:
+        name = str(e.errors()[0]["loc"][0])
+        f = Efficiency.model_fields[name].metadata
+        lo = next(m.ge for m in f if hasattr(m, "ge"))
+        hi = next(m.le for m in f if hasattr(m, "le"))
+        raise ProfileError(
+            f"the fit gives {name} = {values[name]:.6g}, outside its range {lo} to {hi}",
+            where="calibrate fit",
+            fix="check the step times are in milliseconds and belong to this model, "
+            "accelerator and device count",
+        ) from None
+
+
+def _distinct(ms: list[Measurement]) -> int:
+    """Different steps among the rows: a repeated measurement of one step adds no point."""
+    return len({(m.kind, m.a.tobytes(), m.b.tobytes(), m.phase.tobytes()) for m in ms})
 
 
 def _mape(ms: list[Measurement], eff: Efficiency) -> dict[str, float]:
@@ -396,10 +463,11 @@ def fit(ms: list[Measurement], start: Efficiency | None = None, max_iter: int = 
     from scipy.optimize import lsq_linear
 
     start = start or Efficiency()
-    if len(ms) < 2:
+    if _distinct(ms) < 2:
         raise ProfileError(
-            f"too few points to fit: {len(ms)} measurement(s)",
-            fix="measure at least one step per parameter (2 or more rows)",
+            f"too few points to fit: {_distinct(ms)} distinct step(s) in {len(ms)} row(s)",
+            where="calibrate fit",
+            fix="measure at least one step per parameter (2 or more different steps)",
         )
     meas = np.array([m.ms for m in ms])
     theta = _theta(start)
@@ -411,11 +479,11 @@ def fit(ms: list[Measurement], start: Efficiency | None = None, max_iter: int = 
         design, regimes = _design(ms, theta)
         active = np.flatnonzero(np.abs(design).sum(axis=0) > 0)
         fixed = np.setdiff1d(np.arange(len(PARAMS)), active)
-        if len(ms) < active.size:
+        if (n := _distinct(ms)) < active.size:  # a repeated row is one point, not two
             names = ", ".join(PARAMS[i] for i in active)
             raise ProfileError(
-                f"too few points to fit: {len(ms)} measurements for {active.size} parameters "
-                f"({names})",
+                f"too few points to fit: {n} distinct steps for {active.size} parameters ({names})",
+                where="calibrate fit",
                 fix="add measurements (both phases, short and long)",
             )
         w = design[:, active] / meas[:, None]  # relative residuals
@@ -450,6 +518,7 @@ def read_profiles(
     devices: int = 1,
     lengths: dict | None = None,
 ) -> list[Measurement]:
+    _check_range("--devices", devices, 1, MAX_DEVICES, "calibrate")
     ctx = _Context(model, accelerator, devices)
     out: list[Measurement] = []
     for p in paths:

@@ -13,7 +13,7 @@ import numpy as np
 from prefixbench.catalog import get_accelerator, get_link, get_model
 from prefixbench.catalog.fabrics import default_fabric, get_fabric
 from prefixbench.catalog.specs import LinkSpec
-from prefixbench.errors import ScenarioError
+from prefixbench.errors import ScenarioError, one_line
 from prefixbench.physics import costmodel as cm
 
 DEFAULT_TOKENS = (512, 2048, 8192, 32768)
@@ -104,7 +104,7 @@ def transfer_rows(cost: cm.InstanceCost, link: LinkSpec, tokens: list[int], nics
         nbytes = cost.kv_bpt * n
         rows.append(
             {
-                "link": link.name,
+                "link": one_line(link.name),
                 "tokens": n,
                 "bytes": nbytes,
                 "nics": nics,
@@ -132,7 +132,7 @@ def break_even(cost: cm.InstanceCost, link: LinkSpec, max_tokens: int, nics: int
     idx = np.flatnonzero(wins)
     lo = int(n[idx[0]]) if idx.size else None
     hi = int(n[idx[-1]]) if idx.size else None
-    return {"link": link.name, "nics": nics, "recompute_wins_from": lo, "recompute_wins_to": hi}
+    return {"link": one_line(link.name), "nics": nics, "recompute_wins_from": lo, "recompute_wins_to": hi}
 
 
 def _mark(row: dict, max_context: int) -> dict:
@@ -141,12 +141,15 @@ def _mark(row: dict, max_context: int) -> dict:
     return row
 
 
+MAX_VALUE = 10**9  # tokens, batch or context: the scenario's token cap (MAX_TOKENS)
+
+
 def _positive(kind: str, values) -> list[int]:
     vals = [int(v) for v in values]
-    bad = [v for v in vals if v <= 0]
+    bad = [v for v in vals if not 0 < v <= MAX_VALUE]  # 10²³ tokens overflowed the arithmetic
     if not vals or bad:
         raise ScenarioError(
-            f"{kind} must be positive integers, got {list(values)}",
+            f"{kind} must be whole numbers from 1 to {MAX_VALUE:,}, got {bad[0] if bad else 'none'}",
             where=f"--{kind}",
             fix="give a comma-separated list such as 1,16,64",
         )
@@ -168,9 +171,9 @@ def cost_report(
     """Every figure `prefixbench cost` shows, for a model name or a config.json path."""
     m = get_model(model)
     dev = get_accelerator(accelerator)
-    if devices < 1:
+    if not 1 <= devices <= 1024:
         raise ScenarioError(
-            f"devices must be at least 1, got {devices}", where="--devices", fix="use 1 or more"
+            f"devices must be 1 to 1024, got {devices}", where="--devices", fix="use 1 to 1024"
         )
     tokens = _positive("tokens", tokens)
     nics = _positive("nics", [nics])[0]
@@ -182,11 +185,12 @@ def cost_report(
     cost = cm.InstanceCost.build(m, dev, devices, eff, cm.Parallelism(tp=devices, fabric=fab))
     p = cm.param_counts(m)
     return {
-        "model": m.name,
-        "accelerator": dev.name,
+        # names from a user's file are printed: control bytes escaped, as `run` does
+        "model": one_line(m.name),
+        "accelerator": one_line(dev.name),
         "devices": devices,
         "efficiency": eff.model_dump(),
-        "fabric": fab.name,
+        "fabric": one_line(fab.name),
         "figures": {
             "comm_seconds_per_token": cost.comm_per_token,
             "comm_seconds_per_step": cost.comm_fixed,

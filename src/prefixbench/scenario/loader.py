@@ -411,8 +411,15 @@ def load_efficiency(path: str | Path) -> Efficiency:
             fix="write a mapping of mfu_prefill, mfu_decode, mbu, *_overhead_ms "
             "(as `prefixbench calibrate --out` does)",
         )
-    data = {k: v for k, v in data.items() if k in Efficiency.model_fields}
-    try:
+    from prefixbench.support.strict import loose_number
+
+    if bad := loose_number(data, Efficiency):  # `true` was read as 1.0
+        raise ScenarioError(
+            f"field '{bad[0]}' is {bad[1]!r}, not a number",
+            where=str(path),
+            fix="write a plain number (0.001 to 1 for mfu/mbu, milliseconds for overheads)",
+        )
+    try:  # an unknown key (mfu_prefil) is refused with a did-you-mean, not dropped
         return Efficiency.model_validate(data)
     except ValidationError as e:
         raise format_validation_error(e, str(path)) from None

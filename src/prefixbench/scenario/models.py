@@ -8,7 +8,7 @@ fails at load time with a suggestion.
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
@@ -35,8 +35,19 @@ def refuse_bools(value: Any, annotation: Any) -> Any:
         return value
     items = value if isinstance(value, list) else [value]
     if any(isinstance(v, bool) for v in items):
-        raise ValueError("is true/false, but a number is expected here")
+        raise ValueError(f"is true/false, but {_expected(annotation)} is expected here")
     return value
+
+
+def _expected(tp: Any) -> str:
+    """What a field takes, in words: its choices for a Literal (an enum), else a number."""
+    kinds = (tp, *get_args(tp))
+    choices = [c for a in kinds if get_origin(a) is Literal for c in get_args(a)]
+    choices += [e.value for a in kinds if isinstance(a, type) and issubclass(a, Enum) for e in a]
+    if choices:
+        return "one of " + ", ".join(str(c) for c in choices)
+    text = any(a is str for a in (tp, *get_args(tp)))
+    return "a name" if text else "a number"
 
 
 class _M(BaseModel):
@@ -208,15 +219,19 @@ class SyntheticWorkload(_M):
     @field_validator("output_length")
     @classmethod
     def _at_least_one_token(cls, d):
-        low = {"fixed": "value", "uniform": "low", "lognormal": "min"}.get(d.kind)
-        smallest = min(d.values) if d.kind == "empirical" else getattr(d, low)
-        if smallest < 1:
-            where = "values" if d.kind == "empirical" else low
-            raise ValueError(
-                f"can be 0 ({where} {smallest}), but every request makes at least one token; "
-                f"set {where} to 1 or more"
-            )
+        return at_least_one(d, "every request makes at least one token")
+
+
+def at_least_one(d, why: str):
+    """``d`` unless a draw from it can be below 1 (a length of 0 is refused, not rounded up)."""
+    if d is None:
         return d
+    low = {"fixed": "value", "uniform": "low", "lognormal": "min"}.get(d.kind)
+    smallest = min(d.values) if d.kind == "empirical" else getattr(d, low)
+    if smallest < 1:
+        where = "values" if d.kind == "empirical" else low
+        raise ValueError(f"can be 0 ({where} {smallest}), but {why}; set {where} to 1 or more")
+    return d
 
 
 class TraceWorkload(_M):
@@ -315,6 +330,11 @@ class SessionWorkload(_M):
         le=MAX_TOKENS,
         description="A session ends before a turn whose prompt + output would exceed this (tokens).",
     )
+
+    @field_validator("first_message", "user_message", "output_length")
+    @classmethod
+    def _no_zero_lengths(cls, d):
+        return at_least_one(d, "every turn has a message and an answer of at least one token")
 
 
 Workload = Annotated[
@@ -718,9 +738,10 @@ class MemorySpec(_M):
     )
     hotset_refresh_s: float | None = Field(
         None,
-        gt=0,
+        ge=1e-3,
         le=1e9,
-        description="replicate_hotset: every this many seconds, re-rank the hot set from the "
+        description="replicate_hotset: every this many seconds (1 ms to 10⁹ s: a refresh "
+        "more often than a decode step re-ranks nothing new), re-rank the hot set from the "
         "blocks used since the last refresh and warm the decode instances with what they "
         "lack (over the link with cluster.link.prewarm: link); None: the set is fixed.",
     )

@@ -8,6 +8,7 @@ output is identical whatever the backend and worker count.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import multiprocessing
 import os
 import signal
@@ -40,7 +41,7 @@ class LocalPoolBackend:
     name = "local"
 
     def __init__(self, jobs: int | None = None) -> None:
-        self.jobs = max(1, jobs or os.cpu_count() or 1)
+        self.jobs = check_jobs(jobs)
 
     def map_unordered(self, fn, items):
         items = list(items)
@@ -48,25 +49,58 @@ class LocalPoolBackend:
             yield from SerialBackend().map_unordered(fn, items)
             return
         ex = ProcessPoolExecutor(
-            max_workers=self.jobs,
+            max_workers=min(self.jobs, len(items)),  # never a worker per point
             mp_context=multiprocessing.get_context("spawn"),
             initializer=_worker_init,
             initargs=(os.getpid(),),
         )
         try:
-            with (
-                _sigint_ignored()
-            ):  # workers start (on submit) with Ctrl-C ignored: it is the parent's
-                futures = {ex.submit(fn, it): it for it in items}
-            pending = set(futures)
-            while pending:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for f in done:
-                    yield futures[f], f.result()
+            yield from _windowed(ex, fn, items, 2 * self.jobs)
         except BaseException:
             _stop(ex)
             raise
         ex.shutdown(wait=True)
+
+
+def _windowed(ex, fn, items: list, window: int):
+    """Submit at most ``window`` points at a time, topping up as results arrive: an
+    interrupt then cancels a handful of futures, never a 100,000-point set (waiting on one
+    that large left the parent blocked after a signal)."""
+    todo = iter(items)
+    futures: dict = {}
+
+    def top_up() -> None:
+        for it in itertools.islice(todo, window - len(futures)):
+            futures[ex.submit(fn, it)] = it
+
+    with _sigint_ignored():  # workers start (on submit) with Ctrl-C ignored: it is the parent's
+        top_up()
+    while futures:
+        done, _ = wait(futures, return_when=FIRST_COMPLETED)
+        for f in done:
+            yield futures.pop(f), f.result()
+        top_up()
+
+
+MAX_JOBS_PER_CORE = 4
+
+
+def check_jobs(jobs: int | None, where: str = "--jobs") -> int:
+    """Worker processes: default all cores; 1 to 4 per core, else one clear line."""
+    from ..errors import ScenarioError
+
+    cores = os.cpu_count() or 1
+    if jobs is None:
+        return cores
+    top = cores * MAX_JOBS_PER_CORE
+    if isinstance(jobs, bool) or not 1 <= jobs <= top:
+        raise ScenarioError(
+            f"{jobs!r} workers is out of range",
+            where=where,
+            fix=f"give 1 to {top} ({MAX_JOBS_PER_CORE} per core on this machine's {cores}), "
+            "or leave it out for one per core",
+        )
+    return int(jobs)
 
 
 def _worker_init(parent: int) -> None:
@@ -169,6 +203,12 @@ def make_backend(
 
     from ..errors import ScenarioError
 
+    if address and name != "ray":
+        raise ScenarioError(
+            f"--address names a Ray cluster, but the backend is {name}",
+            where="--address",
+            fix="add --backend ray, or drop --address",
+        )
     if name == "local":
         return LocalPoolBackend(jobs)
     if name == "serial":
@@ -176,7 +216,9 @@ def make_backend(
     if name == "ray":
         from .ray_backend import RayBackend
 
-        return RayBackend(address=address, jobs=jobs)
+        return RayBackend(
+            address=address, jobs=jobs if address or jobs is None else check_jobs(jobs)
+        )
     raise ScenarioError(
         f"unknown backend '{name}'", where="--backend", fix=did_you_mean(name, ["local", "ray"])
     )

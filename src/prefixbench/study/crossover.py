@@ -352,9 +352,11 @@ def run_crossover(
     links: list[str] | None = None,
     kv_dtype: str | None = None,
     streaming: str = "after_prefill",
-) -> tuple[pl.DataFrame, Path]:
+    write: bool = True,
+) -> tuple[pl.DataFrame, Path | None]:
     """Build crossover.parquet in ``results`` (with simulated TTFT differences if agg
-    exists), the sweep's own decode accelerator among those priced."""
+    exists), the sweep's own decode accelerator among those priced; ``write=False``
+    computes the table and leaves the folder alone."""
     accelerators_given = bool(accelerators)
     from prefixbench.io.artifacts import read_artifact, write_atomic
 
@@ -384,15 +386,18 @@ def run_crossover(
         kv_dtype=kv_dtype,
         streaming=streaming,
     )
+    if not write:
+        return table, None
     path = write_atomic(table, Path(results) / "crossover.parquet", "crossover")
     return table, path
 
 
-def crossover_of(results: Path) -> pl.DataFrame:
-    """crossover.parquet of ``results``, computed (and written) first when the sweep was
-    not followed by `prefixbench crossover`: `plot` and `report` work right after `sweep`."""
+def crossover_of(results: Path, write: bool = True) -> pl.DataFrame:
+    """crossover.parquet of ``results``, computed (and, with ``write``, written) first when
+    the sweep was not followed by `prefixbench crossover`: `plot` and `report` work right
+    after `sweep`, and leave the folder alone when they write elsewhere."""
     from .results import load
 
     if (Path(results) / "crossover.parquet").is_file():
         return load(results, "crossover")
-    return run_crossover(results)[0]
+    return run_crossover(results, write=write)[0]

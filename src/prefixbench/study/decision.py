@@ -64,7 +64,7 @@ def decision_rows(agg: pl.DataFrame, runs: pl.DataFrame, link: str, accelerators
                 "accelerator": accelerators.get((r["model"], r["workload"]), ""),
                 "workload": r["workload"],
                 "budget_factor": r["budget_factor"],
-                "link": link,
+                "link": catalog.hardware_label(link),
                 "link_gbytes_per_s": bw,
                 "winner": r["recommended"],
                 "runner_up": r["runner_up"],
@@ -97,7 +97,9 @@ def run_link_sweep(
 
     links = list(dict.fromkeys(links))
     for link in links:
-        if link not in catalog.LINKS:
+        if catalog.is_path(link):  # a hardware YAML file (README, "Your own hardware")
+            catalog.get_link(link)  # one line naming the file and field if it is bad
+        elif link not in catalog.LINKS:
             raise CatalogError(
                 f"unknown link '{link}'", where="--links", fix=did_you_mean(link, catalog.LINKS)
             )
@@ -107,7 +109,7 @@ def run_link_sweep(
     rows = []
     for link in links:
         s = link_spec(spec, link)
-        folder = out / "links" / link
+        folder = out / "links" / catalog.hardware_label(link)
         run_sweep(s, folder, jobs=jobs, force=force, backend=backend, on_point=on_point)
         agg = read_artifact(folder / "agg.parquet", "agg")
         runs = read_artifact(folder / "runs.parquet", "runs")

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -154,6 +153,7 @@ class MapSpec:
     warmup: int = DEFAULT_WARMUP
     overrides: list[str] = field(default_factory=list)
     metric: str = "ttft"
+    max_runs: int | None = None  # the grid cap (study.grid.MAX_RUNS when None)
 
     def xs(self) -> list[float]:
         return AXES[self.x].values(self.nx, *(self.x_range or (None, None)))
@@ -174,6 +174,8 @@ def check_spec(spec: MapSpec) -> MapSpec:
     """Refuse a grid that cannot be decided, with one line saying how to fix it."""
     from prefixbench.scenario.models import POLICIES
     from prefixbench.support.suggest import did_you_mean
+
+    from .grid import check_grid_size
 
     for opt, name in (("--x", spec.x), ("--y", spec.y)):
         if name not in AXES:
@@ -210,6 +212,8 @@ def check_spec(spec: MapSpec) -> MapSpec:
         raise ScenarioError(
             "grid size out of range", where="--points", fix="use 1 to 200 points per axis"
         )
+    runs = spec.nx * spec.ny * spec.seeds * len(spec.policies)
+    check_grid_size(runs, spec.max_runs, "map grid (--points² × --seeds × policies)")
     if spec.warmup >= spec.requests:
         raise ScenarioError(
             f"warm-up ({spec.warmup}) leaves none of the {spec.requests} requests to measure",
@@ -486,7 +490,7 @@ def run_map(
     from prefixbench.scenario.loader import load_scenario
     from prefixbench.system.runner import prepare
 
-    from .backends import LocalPoolBackend
+    from .backends import LocalPoolBackend, check_jobs
 
     spec = check_spec(spec)
     ys = spec.ys()
@@ -498,7 +502,7 @@ def run_map(
                 prepare(load_scenario(spec.workload, sets))
     if on_start:
         on_start(len(ys), 0)
-    backend = backend or LocalPoolBackend(min(jobs or os.cpu_count() or 1, len(ys)))
+    backend = backend or LocalPoolBackend(min(check_jobs(jobs), len(ys)))
     rows: list[dict] = []
     for _, part in backend.map_unordered(functools.partial(run_row, spec=spec), ys):
         rows.extend(part)

@@ -81,6 +81,16 @@ class SweepSpec(BaseModel):
         # `set: a=1` in a sweep file is one override, not a list of its characters
         return [v] if isinstance(v, str) else v
 
+    @field_validator("set")
+    @classmethod
+    def _no_grid_fields(cls, v: list[str]) -> list[str]:
+        # a --set of a field the grid itself sets is overridden or mislabels rows: refuse it
+        for item in v:
+            key = item.split("=", 1)[0].strip() if isinstance(item, str) else ""
+            if key in _GRID_FIELDS:
+                raise ValueError(f"--set {key} is a grid field; {_GRID_FIELDS[key]}")
+        return v
+
     @field_validator("policies")
     @classmethod
     def _known_policies(cls, v: list[str]) -> list[str]:
@@ -114,6 +124,16 @@ class SweepSpec(BaseModel):
             del data["admissions"]
         return canonical(data)
 
+
+_GRID_FIELDS = {
+    "model": "list the models with --models (or models: in the grid file)",
+    "seed": "list the seeds with --seeds (or seeds: in the grid file)",
+    "memory.budget_factor": "list the budget factors with --budgets",
+    "memory.kv_budget_gb": "it would replace every point's budget factor under its label; "
+    "sweep --budgets, or run one absolute budget with `prefixbench run`",
+    "memory.admission": "list the admission modes with --admissions",
+    "policy": "list the policies with --policies",
+}
 
 _UNORDERED = ("models", "workloads", "budgets", "policies", "seeds", "admissions")
 
@@ -206,15 +226,58 @@ def load_sweep_file(path: Path) -> dict:
     return data
 
 
-def build_spec(base: dict | None = None, **flags) -> SweepSpec:
+def sweep_base(grid: Path | None, quick: bool) -> dict:
+    """The grid a sweep starts from: a grid file, the --quick smoke grid, or the default;
+    a file and --quick together are refused (one of them would be ignored)."""
+    if grid and quick:
+        raise ScenarioError(
+            "--quick runs its own smoke grid and would ignore the grid file",
+            where="--quick",
+            fix="drop --quick, or drop the grid file",
+        )
+    return load_sweep_file(grid) if grid else (dict(QUICK) if quick else {})
+
+
+def build_spec(base: dict | None = None, *, max_runs: int | None = None, **flags) -> SweepSpec:
     """Merge a sweep file's mapping with command-line flags (flags win) and validate."""
     data = dict(base or {})
     for k, v in flags.items():
         if v:
             data[k] = v
+    _check_axis_lengths(data)
     try:
-        return SweepSpec.model_validate(data)
+        spec = SweepSpec.model_validate(data)
     except ValidationError as e:
         from prefixbench.scenario.loader import format_validation_error
 
         raise format_validation_error(e, "sweep") from None
+    runs = len(spec.admissions) * len(spec.models) * len(spec.workloads) * len(spec.budgets)
+    check_grid_size(runs * len(spec.seeds) * len(spec.policies), max_runs, "sweep grid")
+    return spec
+
+
+MAX_RUNS = 20_000  # ~35 times the reference study; --max-runs raises it
+
+
+def check_grid_size(runs: int, max_runs: int | None, where: str) -> None:
+    """Refuse a grid of more runs than the cap (``--max-runs`` overrides it) before any
+    point is built or any worker started."""
+    cap = MAX_RUNS if max_runs is None else max_runs
+    if isinstance(cap, bool) or cap < 1:
+        raise ScenarioError(f"{cap!r} is not a run count", where="--max-runs", fix="give 1 or more")
+    if runs > cap:
+        raise ScenarioError(
+            f"{runs:,} runs exceed the cap of {cap:,}",
+            where=where,
+            fix=f"use fewer values, or raise the cap with --max-runs {runs}",
+        )
+
+
+def _check_axis_lengths(data: dict) -> None:
+    """A list axis of millions of values is refused before it is validated value by value."""
+    for k in _UNORDERED:
+        v = data.get(k)
+        if isinstance(v, list) and len(v) > 10 * MAX_RUNS:
+            raise ScenarioError(
+                f"{k} has {len(v):,} values", where="sweep grid", fix="give fewer values"
+            )

@@ -9,6 +9,7 @@ length).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import tempfile
@@ -1056,10 +1057,10 @@ def render_plots(results: Path, out: Path) -> list[Path]:
         agg = load(results, "agg")
         from .crossover import crossover_of
 
-        crossover = crossover_of(results)
+        crossover = crossover_of(results, write=False)
         from .aggregate import one_admission
 
-        rec = one_admission(recommendations(results, agg))
+        rec = one_admission(recommendations(results, agg, write=False))
         every = one_admission(agg)  # one admission mode per figure (paged first)
         # an unstable point is not a result (docs/model.md): 01, 06 and 10 draw it as
         # unstable; the other figures show stable points only
@@ -1088,11 +1089,29 @@ def render_plots(results: Path, out: Path) -> list[Path]:
         raise ArtifactError(
             f"cannot create the plots folder ({e.strerror})", where=str(out)
         ) from None
+    _remove_stale_temps(out)
     written = []
-    for name, build in figures:
-        if agg is not None and agg.height == 0 and name[:2] in ("01", "03", "06", "10"):
-            continue  # every point is unstable: nothing steady to draw
-        plot, size = build()
-        if plot is not None:
-            written.append(_save(plot, out / name, size))
+    from .backends import sigterm_as_interrupt
+
+    with sigterm_as_interrupt():  # a SIGTERM unwinds through _save, which removes its temp
+        for name, build in figures:
+            if agg is not None and agg.height == 0 and name[:2] in ("01", "03", "06", "10"):
+                continue  # every point is unstable: nothing steady to draw
+            plot, size = build()
+            if plot is not None:
+                written.append(_save(plot, out / name, size))
     return written
+
+
+STALE_TEMP_S = 300.0  # a figure draws in seconds: an older temp PNG is a killed run's
+
+
+def _remove_stale_temps(out: Path) -> None:
+    """Remove the hidden temp PNGs (``.NAME.png.XXXX.png``) a SIGKILLed plot left in ``out``."""
+    import time
+
+    now = time.time()
+    for tmp in out.glob(".*.png.*.png"):
+        with contextlib.suppress(OSError):
+            if now - tmp.stat().st_mtime > STALE_TEMP_S:
+                tmp.unlink()

@@ -325,7 +325,10 @@ def _refusal(ident: dict, objective: str, rows: list[dict]) -> dict:
 
 
 def recommendations(
-    results: Path, agg: pl.DataFrame | None = None, objective: str = "balanced"
+    results: Path,
+    agg: pl.DataFrame | None = None,
+    objective: str = "balanced",
+    write: bool = True,
 ) -> pl.DataFrame:
     """recommendations.parquet for the whole grid, computed (and written) when missing or stale.
 
@@ -357,8 +360,13 @@ def recommendations(
                 return rec
             keep_file = not same_objective
     rec = recommend(agg, load(results, "runs"), objective)
-    if not (path.is_file() and keep_file):
-        write_atomic(rec, path, "recommendations")
+    if write and not (path.is_file() and keep_file):
+        from ..errors import ArtifactError
+
+        try:
+            write_atomic(rec, path, "recommendations")
+        except ArtifactError:
+            pass  # a read-only results folder: the table is used from memory
     return rec
 
 

@@ -587,7 +587,9 @@ def _warmup_section(agg: pl.DataFrame) -> list[str]:
         "takes to land when it crosses the link (`cluster.link.prewarm: link`; `free`: ready "
         "at time 0, the bytes are what a deployment would have to move; docs/model.md §1.15).",
         "",
-        md_table(["Model", "Workload", "Budget", "Warm-up GB", "of which refresh", "Lands in (ms)"], rows),
+        md_table(
+            ["Model", "Workload", "Budget", "Warm-up GB", "of which refresh", "Lands in (ms)"], rows
+        ),
         "",
     ]
 
@@ -626,7 +628,7 @@ def _bound_section(agg: pl.DataFrame) -> list[str]:
         f"(`{BASELINE}` − policy) ÷ (`{BASELINE}` − bound), on the same admitted requests. "
         "The bound prices every request at its cheapest choice with its whole prefix "
         "resident up to the KV budget: no policy, online or offline, can go below it "
-        "(docs/model.md, \"The optimal bound\"). Negative: worse than transferring "
+        '(docs/model.md, "The optimal bound"). Negative: worse than transferring '
         "everything.",
         "",
     ]
@@ -684,8 +686,10 @@ def build_report(results: Path, report_dir: Path, plots: Path | None = None) -> 
     results = Path(results)
     agg = load(results, "agg")
     runs = load(results, "runs")
-    crossover = crossover_of(results)
-    rec_all = recommendations(results, agg)
+    # the cached tables are written only when the report goes into the results folder itself
+    here = Path(report_dir).resolve() == results.resolve()
+    crossover = crossover_of(results, write=here)
+    rec_all = recommendations(results, agg, write=here)
     if agg.height == 0:
         raise ArtifactError(
             "agg.parquet has no rows", where=str(results / "agg.parquet"), fix="re-run the sweep"

@@ -8,6 +8,7 @@ from pathlib import Path
 import polars as pl
 
 from prefixbench.io.artifacts import write_atomic
+from prefixbench.metrics.invariants import check_row
 from prefixbench.metrics.summary import requests_frame, summarize
 from prefixbench.scenario.models import Scenario
 from prefixbench.system.runner import Prepared, prepare, simulate_policy
@@ -48,6 +49,10 @@ def run_scenario(
     """Simulate ``s`` under each policy on the same requests (one prepared workload);
     ``on_policy(policy)`` is called after each (a progress bar)."""
     prep = prepare(s)
+    if timeline is not None:
+        from prefixbench.support.memcheck import check_timeline
+
+        check_timeline(len(prep.requests), len(policies))
     frames, rows = [], []
     keys = scenario_keys(s)
     recorders = []
@@ -61,7 +66,7 @@ def run_scenario(
             recorders.append(rec)
         res = simulate_policy(prep, policy, track_gaps=track_gaps, recorder=rec)
         df = requests_frame(prep, policy, res)
-        rows.append({**keys, **summarize(prep, policy, df, res)})
+        rows.append(check_row({**keys, **summarize(prep, policy, df, res)}, f"policy {policy}"))
         stats[policy] = res.stats
         if keep_requests:
             frames.append(df)

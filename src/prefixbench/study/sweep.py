@@ -21,6 +21,7 @@ import polars as pl
 
 from prefixbench.io.artifacts import SCHEMAS, artifact_meta, read_artifact, register, write_atomic
 from prefixbench.support.files import is_file
+from prefixbench.support.memcheck import check_workers
 
 from ..errors import ArtifactError, PrefixbenchError
 from .aggregate import aggregate, prefix_table
@@ -198,13 +199,15 @@ def run_sweep(
     ``backend`` defaults to a local process pool of ``jobs`` workers."""
     out = Path(out)
     points = spec.points()
-    _validate_first(points)  # before check_grid records this grid in out/sweep.json
+    largest = _validate_first(points)  # before check_grid records this grid in out/sweep.json
     check_grid(out, spec, force)
     todo = _pending(out, points, events)
     if on_start:
         on_start(len(points), len(points) - len(todo))
     if todo:
         backend = backend or LocalPoolBackend(jobs)
+        if isinstance(backend, LocalPoolBackend):  # every worker holds one point at a time
+            check_workers(largest, min(backend.jobs, len(todo)))
         if isinstance(backend, LocalPoolBackend) and backend.jobs > 1 and len(todo) > 1:
             from ..engine import warm_up
 
@@ -218,17 +221,20 @@ def run_sweep(
     return combine(out, points)
 
 
-def _validate_first(todo: list[Point]) -> None:
+def _validate_first(todo: list[Point]) -> int:
     """Load and prepare every scenario (first seed of each) before any simulation, so a bad
-    or impossible grid (weights that do not fit, a budget below a request) fails at once."""
+    or impossible grid (weights that do not fit, a budget below a request) fails at once;
+    the most requests a point has."""
     from prefixbench.system.runner import prepare
 
     first: dict[tuple, Point] = {}
     for q in todo:
         first.setdefault((q.workload, q.model, q.budget_factor, q.overrides, q.trace), q)
+    largest = 0
     for p in first.values():
         with _naming(p):
-            prepare(p.load())
+            largest = max(largest, len(prepare(p.load()).requests))
+    return largest
 
 
 @contextlib.contextmanager

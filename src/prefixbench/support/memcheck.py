@@ -9,7 +9,10 @@ numba); ``prefixbench run --set run.requests=10000000`` (enterprise_hotset, whic
 writes requests.parquet) 18.4 GB, i.e. 1.8 KB per request. The estimate uses 2.0 KB per
 request (10% over the worst measured) and refuses a run whose estimate exceeds the memory
 available now (``MemAvailable`` in ``/proc/meminfo``, or ``os.sysconf`` pages, and the
-cgroup limit when there is one).
+cgroup limit when there is one, and the address space ``ulimit -v`` leaves). Other things
+that scale are checked the same way before they are allocated: session turns
+(workload/sessions.py), a trace's text (workload/traces.py), the timeline's records and
+grid workers (``check_workers``).
 """
 
 from __future__ import annotations
@@ -53,10 +56,75 @@ def _cgroup_available() -> float | None:
         return None
 
 
+def _cgroup_v1_available() -> float | None:
+    """Room left under a cgroup v1 memory limit (an older container runtime)."""
+    base = Path("/sys/fs/cgroup/memory")
+    try:
+        limit = float((base / "memory.limit_in_bytes").read_text().strip())
+        if limit >= 2**62:  # "no limit" is a huge page-rounded number
+            return None
+        return limit - float((base / "memory.usage_in_bytes").read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _rlimit_available() -> float | None:
+    """Address space left under ``ulimit -v`` (RLIMIT_AS): the soft limit less this
+    process's virtual size (``VmSize`` in /proc/self/status)."""
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    except (ImportError, OSError, ValueError):
+        return None
+    if soft == resource.RLIM_INFINITY or soft < 0:
+        return None
+    used = 0.0
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmSize:"):
+                used = float(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return float(soft) - used
+
+
 def available_bytes() -> float | None:
-    """Memory this process can still use, or None when the system does not say."""
-    known = [v for v in (_meminfo_available(), _cgroup_available()) if v is not None]
+    """Memory this process can still use, or None when the system does not say: the least
+    of available RAM, the cgroup (v2 or v1) room and the address space ``ulimit -v`` leaves."""
+    sources = (_meminfo_available, _cgroup_available, _cgroup_v1_available, _rlimit_available)
+    known = [v for v in (f() for f in sources) if v is not None]
     return min(known) if known else None
+
+
+def check_bytes(need: float, what: str, where: str, fix: str) -> None:
+    """Refuse an allocation of about ``need`` bytes (``what`` names it) beyond what is
+    available, before it is made."""
+    have = available_bytes()
+    if have is not None and need > have:
+        raise SimulationError(
+            f"{what} need about {need / 1e9:.1f} GB of memory, but only "
+            f"{max(have, 0) / 1e9:.1f} GB is available",
+            where=where,
+            fix=f"{fix}, or free memory",
+        )
+
+
+def check_workers(requests: int, workers: int, where: str = "--jobs") -> None:
+    """Refuse ``workers`` processes each running a point of ``requests`` requests whose
+    estimates together exceed the memory available (every worker holds one point)."""
+    if workers <= 1:
+        return
+    per = estimate_bytes(requests)
+    have = available_bytes()
+    if have is not None and per * workers > have:
+        fit = max(1, int(have // per))
+        raise SimulationError(
+            f"{workers} workers of {requests:,} requests each need about "
+            f"{per * workers / 1e9:.1f} GB of memory, but only {have / 1e9:.1f} GB is available",
+            where=where,
+            fix=f"use --jobs {fit} or fewer, or fewer requests per point",
+        )
 
 
 def check_fits(requests: int, where: str = "run.requests") -> None:
@@ -72,3 +140,21 @@ def check_fits(requests: int, where: str = "run.requests") -> None:
             fix=f"lower {where} to at most {max(0, int((have - BASE_BYTES) / PER_REQUEST_BYTES)):,}, "
             "or free memory",
         )
+
+
+# The timeline keeps every policy's records until the file is written: about ten records
+# per request (its prefill step share, transfer, decode boundaries, KV and queue counters),
+# each 56 bytes of arrays and ~200 bytes of JSON text. An estimate from the record layout
+# (engine/layout.py NTL_F, NTL_I and engine/recorder.py's event text), not a measurement.
+TIMELINE_BYTES_PER_REQUEST = 3000.0
+
+
+def check_timeline(requests: int, policies: int) -> None:
+    """Refuse a --timeline whose records would not fit, before the first policy runs."""
+    need = estimate_bytes(requests) + TIMELINE_BYTES_PER_REQUEST * requests * policies
+    check_bytes(
+        need,
+        f"a timeline of {requests:,} requests under {policies} policies",
+        "--timeline",
+        "lower run.requests or name one policy",
+    )

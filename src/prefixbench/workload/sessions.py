@@ -85,12 +85,22 @@ def _levels(w: SessionWorkload, n_sessions: int, rng):
     return lengths, paths, items
 
 
-def _turn_tables(w: SessionWorkload, n_sessions: int, rng, shared: np.ndarray):
+# Bytes per generated turn: the ~12 int64/float64 turn tables and their temporaries.
+BYTES_PER_TURN = 160.0
+
+
+def _turn_tables(w: SessionWorkload, n_sessions: int, rng, shared: np.ndarray, n: int):
     """Session starts (one more than sessions: the last bounds the horizon), then session-major
     arrays of the kept turns: session, turn, arrival, message, output, prompt."""
+    from prefixbench.support.memcheck import check_bytes
+
     start = arrival_times(w, n_sessions + 1, rng["sessions"])
-    turns = np.maximum(sample(w.turns, rng["turns"], n_sessions), 1)
+    # a session's turns past the run's n-th, or past the context (each turn adds >= 2
+    # tokens), are never among the requests: 10⁹ turns per session are not generated
+    turns = np.clip(sample(w.turns, rng["turns"], n_sessions), 1, min(n, w.max_context // 2 + 1))
     total = int(turns.sum())
+    check_bytes(total * BYTES_PER_TURN, f"{total:,} session turns", "workload.turns",
+                "lower workload.turns or run.requests")  # fmt: skip
     first = np.concatenate(([0], np.cumsum(turns)[:-1]))
     sid = np.repeat(np.arange(n_sessions, dtype=np.int64), turns)
     k = np.arange(total, dtype=np.int64) - first[sid]
@@ -157,7 +167,7 @@ def generate_sessions(w: SessionWorkload, n: int, block_size: int, seed: int) ->
         rng = _streams(seed, len(w.shared))
         lengths, paths, items = _levels(w, n_sessions, rng)
         shared = lengths.sum(axis=1)
-        start, sid, k, arrival, msg, out, prompt = _turn_tables(w, n_sessions, rng, shared)
+        start, sid, k, arrival, msg, out, prompt = _turn_tables(w, n_sessions, rng, shared, n)
         # exact once n turns arrive before the first session not generated could start
         if int((arrival < start[-1]).sum()) >= n or n_sessions > 4 * n + 64:
             break

@@ -92,6 +92,88 @@ def _check_readable(path: str) -> None:
             where=path,
             fix="check that the path exists and is a readable file",
         ) from None
+    _prescan(path)
+
+
+# A record's line: a Bailian request of 10⁶ tokens in 16-token blocks lists 62,500 hash ids
+# (under 1 MB of JSON); 16 MB leaves a wide margin and keeps polars' line buffers bounded.
+MAX_LINE_BYTES = 16 << 20
+MAX_BLANK_BYTES = 64 << 20  # this much blank text in a row (e.g. a gzip bomb) is not a trace
+_SCAN_CHUNK = 1 << 20
+
+
+def _prescan(path: str) -> None:
+    """One streaming pass over the (decompressed) text before polars sees it: a line longer
+    than MAX_LINE_BYTES (polars aborts the process on a 300 MB one) or a run of blank text
+    longer than MAX_BLANK_BYTES (minutes of parsing to find no record) is refused at once."""
+    import zlib
+
+    try:
+        _scan(path)
+    except (OSError, EOFError, zlib.error):
+        return  # corrupt gzip data: the reader names the line it breaks at
+
+
+# Peak memory while parsing: polars' text buffer and the parsed columns, a few times the
+# text; 4x is an allowance, not a measurement.
+TRACE_BYTES_PER_TEXT_BYTE = 4.0
+
+
+def _scan(path: str) -> None:
+    from prefixbench.support.memcheck import check_bytes
+
+    at = _scan_text(path)
+    check_bytes(TRACE_BYTES_PER_TEXT_BYTE * at, f"a trace of {at / 1e9:.1f} GB of text",
+                path, "replay a shorter trace (split it)")  # fmt: skip
+
+
+def _scan_text(path: str) -> int:
+    """The (decompressed) text's length, after checking its lines and blank runs."""
+    line, blank, at = 0, 0, 0
+    with _open_stream(path) as fh:
+        while chunk := fh.read(_SCAN_CHUNK):
+            blank = blank + len(chunk) if chunk.isspace() else 0
+            if blank > MAX_BLANK_BYTES:
+                _refuse_scan(path, f"{blank >> 20} MiB of blank lines in a row at byte {at:,}")
+            line, longest = _line_lengths(chunk, line)
+            if max(line, longest) > MAX_LINE_BYTES:
+                _refuse_scan(
+                    path, f"a line longer than {MAX_LINE_BYTES >> 20} MiB near byte {at:,}"
+                )
+            at += len(chunk)
+    return at
+
+
+def _line_lengths(chunk: bytes, line: int) -> tuple[int, int]:
+    """(the open line's length after ``chunk``, the longest line it closes), given the open
+    line's length ``line`` before it."""
+    nl = np.flatnonzero(np.frombuffer(chunk, dtype=np.uint8) == 10)
+    if nl.size == 0:
+        return line + len(chunk), 0
+    longest = max(line + int(nl[0]), int(np.diff(nl).max()) - 1 if nl.size > 1 else 0)
+    return len(chunk) - int(nl[-1]) - 1, longest
+
+
+def _refuse_scan(path: str, what: str):
+    raise TraceFormatError(
+        f"not a request trace: {what}",
+        where=path,
+        fix="check the file (one record per line, no padding); decompress it to look",
+    )
+
+
+@contextlib.contextmanager
+def _open_stream(path: str):
+    import gzip
+
+    with open(path, "rb") as raw:
+        gz = raw.read(2) == b"\x1f\x8b"
+        raw.seek(0)
+        if not gz:
+            yield raw
+            return
+        with gzip.open(raw, "rb") as fh:
+            yield fh
 
 
 @contextlib.contextmanager
@@ -126,6 +208,11 @@ def _gzip_lines(fh, path: str):
         ) from None
 
 
+# A replay spans at most the replay window's own bound (TraceWorkload.end_s <= 1e10 s),
+# where float64 still resolves 2 µs; at 1e14 s a TTFT of milliseconds rounded to 0.
+MAX_SPAN_S = 1e10
+
+
 def _finish(
     path: str, fmt: str, cols: dict[str, np.ndarray] | None, skips: Counter[str], hint: str
 ) -> TraceLoad:
@@ -140,6 +227,14 @@ def _finish(
             )
         raise TraceFormatError(
             "trace has no records", where=path, fix=f"check that this is a non-empty {hint}"
+        )
+    span = float(cols["arrival"][-1] - cols["arrival"][0]) if len(cols["arrival"]) else 0.0
+    if not span <= MAX_SPAN_S:
+        raise TraceFormatError(
+            f"timestamps span {span:.3g} s, more than {MAX_SPAN_S:.0e} s (317 years): "
+            "beyond it the clock cannot resolve a step",
+            where=path,
+            fix="check the timestamp unit (time_unit_s) or the records' timestamps",
         )
     return TraceLoad(
         requests=Requests(**cols),
@@ -403,6 +498,9 @@ _AZURE_TS = re.compile(
     r"(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?"
     r"(?:(Z)|([+-])(\d{2}):?(\d{2}))?"  # Azure 2024 writes +00:00
 )
+# UTC offsets run from -12:00 to +14:00 with minutes below 60; "+25:00" or "+00:99" is no
+# time zone (the fast parse accepted both)
+_BAD_OFFSET = r"[+-](?:1[5-9]|[2-9]\d):?\d{2}$|[+-]\d{2}:?[6-9]\d$"
 _EPOCH_DAY = datetime(1970, 1, 1).toordinal()
 _AZURE_HINT = "Azure LLM inference trace CSV (TIMESTAMP,ContextTokens,GeneratedTokens)"
 
@@ -441,8 +539,8 @@ def _azure_fast(path: str) -> dict[str, np.ndarray] | None:
             stamp = df["TIMESTAMP"].str.to_datetime(
                 "%Y-%m-%d %H:%M:%S%.f%:z", time_unit="ns", strict=False, time_zone="UTC"
             )
-        if stamp.null_count():
-            return None
+        if stamp.null_count() or df["TIMESTAMP"].str.contains(_BAD_OFFSET).any():
+            return None  # the slow pass names the line
         ns = stamp.cast(pl.Int64).to_numpy(writable=True)
         inp = df["ContextTokens"].to_numpy(writable=True)
         out = df["GeneratedTokens"].to_numpy(writable=True)
@@ -482,6 +580,12 @@ def _azure_timestamp_ns(text: str) -> int:
     frac = (m.group(7) or "")[:9].ljust(9, "0")
     secs = (day.toordinal() - _EPOCH_DAY) * 86400 + hh * 3600 + mm * 60 + ss
     if m.group(9):  # an offset east of UTC is ahead of it: subtract to get UTC
+        if int(m.group(10)) > 14 or int(m.group(11)) > 59:
+            raise _Bad(
+                "bad_timestamp",
+                f"TIMESTAMP {_show(text)} has no valid UTC offset (-12:00 to +14:00)",
+                f"fix the offset, {_SKIP_HINT}",
+            )
         off = int(m.group(10)) * 3600 + int(m.group(11)) * 60
         secs -= off if m.group(9) == "+" else -off
     ns = secs * 1_000_000_000 + int(frac)
@@ -732,13 +836,16 @@ def sniff_format(path: str | os.PathLike[str]) -> str | None:
     ``Request tokens`` is BurstGPT; a ``.jsonl`` whose first record has ``chat_id`` and
     ``turn``, or whose name says ``blksz_16``, is Qwen-Bailian."""
     p = Path(path)
-    fmt = _EXTENSIONS.get(p.suffix.lower())
+    name = p.name.lower().removesuffix(".gz")  # trace.jsonl.gz is a compressed .jsonl
+    fmt = _EXTENSIONS.get(Path(name).suffix)
     if fmt is None:
         return None
+    import zlib
+
     try:
-        with open(p, "rb") as fh:
+        with _open_stream(str(p)) as fh:  # a gzip's first decompressed line
             first = fh.readline(65536).decode("utf-8-sig", errors="replace")
-    except OSError:
+    except (OSError, EOFError, zlib.error):
         return fmt  # the reader reports the error
     if fmt == "azure" and "Request tokens" in first:
         return "burstgpt"

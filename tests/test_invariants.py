@@ -1,0 +1,54 @@
+"""Output invariants (metrics/invariants.py): every summary row is checked before it is
+written; a violation raises in tests and --debug and is reported otherwise."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+from prefixbench.metrics import invariants as inv
+from prefixbench.scenario.loader import load_scenario
+from prefixbench.study.runs import run_scenario
+
+GOOD = {"decode_util": 0.5, "decode_mbu_busy": 1.0, "ttft_mean_ms": 3.0, "prewarm_s": 0.0,
+        "replica_hit_rate": 0.0, "goodput_rps": 2.0, "throughput_rps": 2.0,
+        "wait_growth_ms": -4.0, "bound_share": -2.0, "rho_decode_slots": 1.7}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "key,value",
+    [("decode_mbu_busy", 1.37), ("prefill_mfu_inst_max", 1.12), ("decode_mfu_inst_min", 141204.0),
+     ("decode_util_max", -0.1), ("prefill_hit_rate", 1.5), ("ttft_mean_ms", -1.0),
+     ("e2e_p99_ms", float("inf")), ("goodput_rps", 3.0), ("slo_attainment", 2.0)],
+)  # fmt: skip
+def test_each_broken_invariant_is_caught(key, value):
+    assert inv.violations(GOOD) == []
+    bad = {**GOOD, key: value}
+    assert len(inv.violations(bad)) == 1 and key in inv.violations(bad)[0]
+    with pytest.raises(inv.InvariantError, match=key):
+        inv.check_row(bad, "policy x")
+
+
+def test_outside_strict_mode_a_violation_is_reported_not_silent(monkeypatch):
+    monkeypatch.delenv("PREFIXBENCH_STRICT")
+    with pytest.warns(RuntimeWarning, match="decode_mbu_busy = 1.37"):
+        inv.check_row({**GOOD, "decode_mbu_busy": 1.37}, "policy x")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        inv.check_row(GOOD, "policy x")
+
+
+@pytest.mark.parametrize(
+    "preset,sets",
+    [("tool_call", []), ("enterprise_hotset", ["cluster.decode_instances=3"]),
+     ("medium_chat", ["cluster.mode=colocated"])],
+)  # fmt: skip
+def test_decode_util_lies_between_its_own_min_and_max(preset, sets):
+    """decode_util (the mean of the instances' busy fractions) and decode_util_min/max are
+    one figure: with one instance all three agree, with several the mean lies between."""
+    s = load_scenario(preset, ["run.requests=400", "run.warmup_requests=40", *sets])
+    for row in run_scenario(s, ["recompute_on_decode"], keep_requests=False).summary.to_dicts():
+        for role in ("decode", "prefill"):
+            lo, mid, hi = row[f"{role}_util_min"], row[f"{role}_util"], row[f"{role}_util_max"]
+            assert lo - 1e-12 <= mid <= hi + 1e-12, (role, lo, mid, hi)
