@@ -65,12 +65,14 @@ def test_no_temporary_files_left_behind(plots):
 
 
 def test_plot_right_after_sweep_computes_the_crossover(results, tmp_path):
-    """Without `prefixbench crossover` first, plot computes the crossover it needs."""
+    """Without `prefixbench crossover` first, plot computes the crossover it needs, and
+    leaves the results folder as it was (it may be read-only)."""
     for name in ("agg.parquet", "runs.parquet", "sweep.json"):
         shutil.copy(results / name, tmp_path / name)
+    before = sorted(p.name for p in tmp_path.iterdir())
     written = render_plots(tmp_path, tmp_path / "plots")
-    assert (tmp_path / "crossover.parquet").is_file()
     assert any(p.name.startswith("04_") for p in written)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*before, "plots"])
 
 
 def test_missing_runs_names_file_and_command(results, tmp_path):

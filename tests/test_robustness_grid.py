@@ -173,6 +173,13 @@ def test_hostile_results_give_one_line(swept, tmp_path: Path, how: str, command:
                       "--results", str(d), "--jobs", "1"],
     }[command]  # fmt: skip
     r = runner.invoke(app, args)
+    if command == "recommend" and r.exit_code == 0:
+        # recommend reads the runs of its own grid (seven policies, its own memory) and runs
+        # the grid points it lacks from their parts: these files hold none of its points,
+        # so it answers without reading them; never a traceback
+        assert "Traceback" not in r.stdout + r.stderr
+        assert "tool_call" in r.stdout
+        return
     if how.startswith("meta") and command != "report":
         assert r.exit_code == 0 or "metadata" in r.stderr  # these commands do not read it
         return
