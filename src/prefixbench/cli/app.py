@@ -220,14 +220,30 @@ def _main(
     ] = False,
 ) -> None:
     _state["debug"] = debug
-    if ctx.invoked_subcommand in SIMULATING and err.is_terminal:
-        from prefixbench.support.firstrun import engine_compiled
+    if ctx.invoked_subcommand in SIMULATING:
+        _compile_engine()
 
-        if not engine_compiled():
-            err.print(
-                "compiling the simulation engine (first run after installing, about 30 s)",
-                highlight=False,
-            )
+
+def _compile_engine() -> None:
+    """Compile the engine before the command, counting the functions compiled, when its
+    cache does not match the installed numba, Python and CPU (a package build ships a
+    matching one: docs/design.md "The compiled engine ships with the package")."""
+    from prefixbench.support.firstrun import counting_compiles, engine_compiled
+
+    if engine_compiled():
+        return
+    bar = _Progress("compiling the simulation engine (once for this numba and Python)", "functions")
+
+    def progress(done: int, total: int) -> None:
+        if not bar.total:
+            bar.start(total)
+        while bar.done < done:
+            bar.point()
+
+    with bar, counting_compiles(progress):
+        from prefixbench.engine import warm_up
+
+        warm_up(colocated=True)
 
 
 TraceOpt = Annotated[

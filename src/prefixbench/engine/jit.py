@@ -8,13 +8,25 @@ fresh process loads instead of compiling, and both skip numba's reference counti
 caller, and an atomic incref/decref of every array on every call would cost more than the
 simulation itself.
 
+The code is generated for LLVM's generic CPU of the architecture (``NUMBA_CPU_NAME=generic``,
+unless the environment names another), so that the cache built when the package is built
+(docs/design.md "The compiled engine ships with the package") is valid on any machine of
+that architecture instead of only on the one that built it.
+
 With ``NUMBA_DISABLE_JIT=1`` numba returns the plain Python functions, so the same source
 runs interpreted (for debugging and coverage; tests/test_engine.py runs a scenario so).
 """
 
 from __future__ import annotations
 
-from numba import njit
+from ..support.firstrun import use_generic_cpu
+
+CPU = use_generic_cpu()
+
+from numba import njit  # noqa: E402  (numba reads NUMBA_CPU_NAME when imported)
+from numba.core import config  # noqa: E402
+
+config.reload_config()  # numba was imported before (by a caller): take the CPU name now
 
 _OPTIONS = {"cache": True, "error_model": "numpy", "_nrt": False}
 # helpers called only from compiled code need no CPython or C-function wrapper, and
