@@ -34,7 +34,8 @@ DEPENDENCIES = [
 ]
 
 # Run in a fresh interpreter on the built tree: compile every engine function (a tiny run
-# reaching every entry point) and check that each has its cache entry.
+# reaching every entry point) and the hindsight bound's (metrics/bound.py), and check that
+# each engine function has its cache entry.
 _COMPILE = """
 import sys, time
 from prefixbench.support.firstrun import counting_compiles, engine_compiled
@@ -44,6 +45,8 @@ def show(done, total):
 with counting_compiles(show):
     from prefixbench.engine import warm_up
     warm_up(colocated=True)
+from prefixbench.metrics.bound import belady_resident  # the hindsight bound's heap
+belady_resident([0, 2, 3], [5, 6, 5], [4, 4, 4], 4.0)
 sys.exit(0 if engine_compiled() else 3)
 """
 

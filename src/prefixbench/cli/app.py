@@ -232,7 +232,9 @@ def _compile_engine() -> None:
 
     if engine_compiled():
         return
-    bar = _Progress("compiling the simulation engine (once for this numba and Python)", "functions")
+    if err.is_terminal:
+        err.print("compiling the simulation engine for this numba and Python (once)", highlight=False)
+    bar = _Progress("compiling", "functions")
 
     def progress(done: int, total: int) -> None:
         if not bar.total:
