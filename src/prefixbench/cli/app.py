@@ -8,6 +8,7 @@ traceback instead.
 from __future__ import annotations
 
 import functools
+import sys
 from enum import Enum
 from typing import Annotated
 
@@ -220,7 +221,8 @@ def _main(
     ] = False,
 ) -> None:
     _state["debug"] = debug
-    if ctx.invoked_subcommand in SIMULATING:
+    # (the callback runs before the command parses its options: `run --help` compiles nothing)
+    if ctx.invoked_subcommand in SIMULATING and not set(sys.argv[1:]) & set(ctx.help_option_names):
         _compile_engine()
 
 
@@ -233,7 +235,9 @@ def _compile_engine() -> None:
     if engine_compiled():
         return
     if err.is_terminal:
-        err.print("compiling the simulation engine for this numba and Python (once)", highlight=False)
+        err.print(
+            "compiling the simulation engine for this numba and Python (once)", highlight=False
+        )
     bar = _Progress("compiling", "functions")
 
     def progress(done: int, total: int) -> None:
