@@ -23,7 +23,7 @@ Measures, and prints and writes as JSON (median / min / max over repeats):
   log-log slope (1.0 = linear);
 * compile: the engine's cold numba compile (empty cache directory) and warm load.
 
-``--only a,b`` runs only the named sections (compile, throughput, study, commands, cold,
+``--only a,b`` runs only the named sections (compile, throughput, study, commands, cold, startup,
 help, million, scaling).
 
 The machine is recorded too (CPU, cores, versions, load average: on a shared machine the
@@ -410,8 +410,8 @@ def bench_commands(
 
 
 def bench_cold_start() -> dict:
-    """`pip install .` into a fresh virtualenv (dependencies from the shared base), then the
-    first `prefixbench sweep` (the 384-run study, compile included) and a second one."""
+    """`pip install .` into a fresh virtualenv (dependencies from the shared base; the build
+    compiles the engine into the package), then the first `prefixbench sweep` and a second."""
     base_sp = Path(
         os.environ.get("PREFIXBENCH_BASE_SITE", "/work/venv-base/lib/python3.11/site-packages")
     )
@@ -420,10 +420,13 @@ def bench_cold_start() -> dict:
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
         sp = next((venv / "lib").glob("python3*/site-packages"))
         (sp / "base.pth").write_text(str(base_sp) + "\n")
+        t = time.perf_counter()  # the build compiles the engine into the package (setup.py)
         subprocess.run(
             [str(venv / "bin" / "pip"), "install", "-q", "--no-deps", str(ROOT)],
             check=True, capture_output=True,
         )  # fmt: skip
+        install_s = time.perf_counter() - t
+        print(f"  pip install . (engine compile included): {install_s:.2f} s", flush=True)
         walls = []
         for label in ("first", "second"):
             with tempfile.TemporaryDirectory() as out:
@@ -436,7 +439,12 @@ def bench_cold_start() -> dict:
             if p.returncode != 0:
                 return {"error": p.stderr[-1500:]}
             print(f"  {label} sweep after install: {walls[-1]:.2f} s", flush=True)
-    return {"first_sweep_s": walls[0], "second_sweep_s": walls[1], "base_site": str(base_sp)}
+    return {
+        "install_s": install_s,
+        "first_sweep_s": walls[0],
+        "second_sweep_s": walls[1],
+        "base_site": str(base_sp),
+    }
 
 
 def slope(xs: list[float], ys: list[float]) -> float:
@@ -584,6 +592,53 @@ def bench_million(policies: list[str], trace: Path) -> dict:
     return out
 
 
+# One process's fixed cost, phase by phase, in CPU seconds (a loaded machine inflates wall
+# time, not these): imports, the engine check, the engine's import, and a 20-request run
+# (its first call loads the run loop from the cache and initialises numba's CPU target).
+_STARTUP = """
+import json, time
+T = time.process_time
+out, t0 = {}, T()
+def mark(k):
+    out[k] = round(T() - t0, 4)
+import numpy; mark("numpy")
+import numba; mark("numba")
+from prefixbench.support.firstrun import engine_compiled
+ok = engine_compiled(); mark("engine_check")
+import prefixbench.engine; mark("engine_import")
+import polars; mark("polars")
+from prefixbench.study.runs import run_scenario; mark("study_import")
+from prefixbench.scenario.loader import load_scenario
+s = load_scenario(None, ["run.requests=20", "run.warmup_requests=2"])
+run_scenario(s, ["transfer_per_request"], track_gaps=True); mark("first_run")
+out["engine_compiled"] = ok
+print(json.dumps(out))
+"""
+
+
+def bench_startup(n: int = 3) -> dict:
+    """Cumulative CPU seconds at each start-up phase of a fresh process (median of n), and
+    the CPU seconds of `--help` calls."""
+    rows = []
+    for _ in range(n):
+        p = subprocess.run([sys.executable, "-c", _STARTUP], capture_output=True, text=True,
+                           cwd=ROOT, check=True)  # fmt: skip
+        rows.append(json.loads(p.stdout.strip().splitlines()[-1]))
+    out = {k: stats([r[k] for r in rows]) for k in rows[0] if k != "engine_compiled"}
+    out["engine_compiled"] = all(r["engine_compiled"] for r in rows)
+    exe = Path(sys.executable).with_name("prefixbench")
+    base = [str(exe)] if exe.exists() else [sys.executable, "-m", "prefixbench"]
+    for label, argv in (("help", ["--help"]), ("run_help", ["run", "--help"])):
+        cpu = []
+        for _ in range(n):
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            subprocess.run(base + argv, capture_output=True, check=True, cwd=ROOT)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+        out[f"{label}_cpu_s"] = stats(cpu)
+    return out
+
+
 def bench_help(n: int = 5) -> dict:
     exe = Path(sys.executable).with_name("prefixbench")
     cmd = [str(exe), "--help"] if exe.exists() else [sys.executable, "-m", "prefixbench", "--help"]
@@ -629,7 +684,9 @@ def _dig(d: dict, keys: tuple):
     return d
 
 
-SECTIONS = ("compile", "throughput", "study", "commands", "cold", "help", "million", "scaling")
+SECTIONS = (
+    "compile", "throughput", "study", "commands", "cold", "help", "startup", "million", "scaling"
+)  # fmt: skip
 
 
 def main() -> None:
@@ -710,6 +767,12 @@ def main() -> None:
         print("help:", flush=True)
         r["help"] = bench_help()
         print(f"  prefixbench --help {r['help']['wall_s']['median']:.3f} s (median of 5)")
+    if "startup" in only:
+        print("start-up (CPU s, cumulative, median of 3):", flush=True)
+        r["startup"] = st = bench_startup()
+        print(
+            "  " + ", ".join(f"{k} {v['median']:.3f}" for k, v in st.items() if isinstance(v, dict))
+        )
     if "million" in only:
         print("1M-request runs (own process each):", flush=True)
         r["million"] = bench_million(["replicate_all_lru"] if quick else list(POLICIES), trace)

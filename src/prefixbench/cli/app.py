@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 from enum import Enum
 from typing import Annotated
 
@@ -206,14 +207,35 @@ def _main(
     _state["debug"] = debug
     if debug:  # an out-of-range figure raises (metrics/invariants.py), in workers too
         os.environ["PREFIXBENCH_STRICT"] = "1"
-    if ctx.invoked_subcommand in SIMULATING and err.is_terminal:
-        from prefixbench.support.firstrun import engine_compiled
+    # (the callback runs before the command parses its options: `run --help` compiles nothing)
+    if ctx.invoked_subcommand in SIMULATING and not set(sys.argv[1:]) & set(ctx.help_option_names):
+        _compile_engine()
 
-        if not engine_compiled():
-            err.print(
-                "compiling the simulation engine (first run after installing, about 30 s)",
-                highlight=False,
-            )
+
+def _compile_engine() -> None:
+    """Compile the engine before the command, counting the functions compiled, when its
+    cache does not match the installed numba, Python and CPU (a package build ships a
+    matching one: docs/design.md "The compiled engine ships with the package")."""
+    from prefixbench.support.firstrun import counting_compiles, engine_compiled
+
+    if engine_compiled():
+        return
+    if err.is_terminal:
+        err.print(
+            "compiling the simulation engine for this numba and Python (once)", highlight=False
+        )
+    bar = _Progress("compiling", "functions")
+
+    def progress(done: int, total: int) -> None:
+        if not bar.total:
+            bar.start(total)
+        while bar.done < done:
+            bar.point()
+
+    with bar, counting_compiles(progress):
+        from prefixbench.engine import warm_up
+
+        warm_up(colocated=True)
 
 
 TraceOpt = Annotated[

@@ -489,8 +489,13 @@ def simulate_colocated(req: Requests, cfg: ColocatedConfig, recorder=None) -> Si
 
 def warm_up(colocated: bool = False) -> None:
     """Compile (or load from the cache) the engine on a three-request run, so that worker
-    processes started afterwards load the cached machine code instead of each compiling it."""
+    processes started afterwards load the cached machine code instead of each compiling it.
+    numba compiles whole functions by argument types, so one run that calls every entry
+    point (the prewarm's, and the timeline's through a recorder) compiles every function
+    (tests/test_firstrun.py checks that none is left)."""
     from prefixbench.physics.costmodel import InstanceCost
+
+    from .recorder import Recorder
 
     cost = InstanceCost(**{f.name: 1.0 for f in fields(InstanceCost)})
     req = Requests(
@@ -503,6 +508,8 @@ def warm_up(colocated: bool = False) -> None:
         prefix_id=np.array([0, 0, -1], dtype=np.int64),
     )
     cfg = EngineConfig(policy="replicate_hotset", prefill_cost=cost, decode_cost=cost)
-    simulate(req, replace(cfg, hot_blocks=[(1, 4)]))  # every handler, and the prewarm
+    recorder = Recorder()
+    simulate(req, replace(cfg, hot_blocks=[(1, 4)], prewarm="link"), recorder=recorder)
+    recorder.events()
     if colocated:
         simulate_colocated(req, ColocatedConfig(cost=cost, instances=1))

@@ -8,13 +8,25 @@ fresh process loads instead of compiling, and both skip numba's reference counti
 caller, and an atomic incref/decref of every array on every call would cost more than the
 simulation itself.
 
+The code is generated for LLVM's generic CPU of the architecture (``NUMBA_CPU_NAME=generic``,
+unless the environment names another), so that the cache built when the package is built
+(docs/design.md "The compiled engine ships with the package") is valid on any machine of
+that architecture instead of only on the one that built it.
+
 With ``NUMBA_DISABLE_JIT=1`` numba returns the plain Python functions, so the same source
 runs interpreted (for debugging and coverage; tests/test_engine.py runs a scenario so).
 """
 
 from __future__ import annotations
 
-from numba import njit
+from ..support.firstrun import use_generic_cpu
+
+CPU = use_generic_cpu()
+
+from numba import njit  # noqa: E402  (numba reads NUMBA_CPU_NAME when imported)
+from numba.core import config, registry, typeinfer  # noqa: E402
+
+config.reload_config()  # numba was imported before (by a caller): take the CPU name now
 
 _OPTIONS = {"cache": True, "error_model": "numpy", "_nrt": False}
 # helpers called only from compiled code need no CPython or C-function wrapper, and
@@ -25,11 +37,48 @@ jit = njit(**_INTERNAL)
 entry = njit(**_OPTIONS)  # also called from Python
 
 
+class _Fixed(registry.CPUDispatcher):
+    """A dispatcher with one fixed signature that compiles (or loads from the cache) when
+    first needed, not when decorated: numba's eager ``njit(signature)`` loads every such
+    helper at import, most of the fixed start-up cost of a process, although a run loop
+    loaded from the cache already holds their code. Once compiled it is closed to other
+    signatures, as ``njit(signature)`` is (arguments convert to the fixed types)."""
+
+    _signature = ""
+
+    def _fix(self) -> None:
+        if self._can_compile:
+            with typeinfer.register_dispatcher(self):
+                self.compile(self._signature)
+            self.disable_compile()
+
+    def get_call_template(self, args, kws):  # typing a call from compiled code
+        self._fix()
+        return super().get_call_template(args, kws)
+
+    def _compile_for_args(self, *args, **kws):  # a call from Python
+        if self._can_compile:
+            self._fix()  # numba then calls the one overload (its wrapper converts the args)
+            return next(iter(self.overloads.values())).entry_point
+        return super()._compile_for_args(*args, **kws)
+
+
+def _fixed(signature: str, options: dict):
+    def decorate(fn):
+        dispatcher = njit(**options)(fn)
+        if isinstance(dispatcher, registry.CPUDispatcher):  # not under NUMBA_DISABLE_JIT
+            dispatcher.__class__ = _Fixed
+            dispatcher._signature = signature
+        return dispatcher
+
+    return decorate
+
+
 def sig(signature: str):
     """``jit`` with a fixed signature."""
-    return njit(signature, **_INTERNAL)
+    return _fixed(signature, _INTERNAL)
 
 
 def entry_sig(signature: str):
     """``entry`` with a fixed signature."""
-    return njit(signature, **_OPTIONS)
+    return _fixed(signature, _OPTIONS)

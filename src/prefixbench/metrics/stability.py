@@ -16,6 +16,7 @@ Thresholds and their reasons are in docs/model.md ("Stability").
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -199,9 +200,26 @@ class Cols:
         return len(self.c["arrival"])
 
     def rows(self, mask: np.ndarray) -> Cols:
-        return Cols(
-            {k: v[mask] for k, v in self.c.items()}, self.completed[mask], self.warmup[mask]
-        )
+        return Cols(_Masked(self.c, mask), self.completed[mask], self.warmup[mask])
+
+
+class _Masked(Mapping):
+    """Columns restricted to a mask, each selected when first read (a verdict reads a few
+    of the columns of each subset it takes, and copying all of them was its main cost)."""
+
+    def __init__(self, cols: Mapping[str, np.ndarray], mask: np.ndarray) -> None:
+        self._cols, self._mask, self._taken = cols, mask, {}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self._taken:
+            self._taken[name] = self._cols[name][self._mask]
+        return self._taken[name]
+
+    def __iter__(self):
+        return iter(self._cols)
+
+    def __len__(self) -> int:
+        return len(self._cols)
 
 
 def offered_load(prep, df, stats: dict) -> tuple[float, dict, bool]:

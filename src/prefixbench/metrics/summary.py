@@ -143,22 +143,14 @@ def _preemption(done: pl.DataFrame, kv_bpt: int, mode: str) -> dict:
     ).row(0, named=True)
 
 
-def summarize(prep: Prepared, policy: str, df: pl.DataFrame, res: SimResult) -> dict:
-    """The run's summary row: latency percentiles, throughput, rejects, reuse, memory, links."""
-    s = prep.scenario
-    steady = df.filter(~pl.col("warmup"))
-    done = steady.filter(pl.col("outcome") == "completed")
-    admitted = steady.filter(pl.col("t_admit").is_not_nan())
-    arr = prep.requests.arrival
-    warm = min(s.run.warmup_requests, len(arr) - 1)
-    span = float(arr[-1] - arr[warm])
-    window = span if span > 0 else None  # one request or equal arrivals: no rate to measure
+def _latency(done: pl.DataFrame, s, gaps: bool) -> dict:
+    """Latency percentiles and per-stage means of the completed steady requests."""
     # colocated instances have no hand-off: KV is reserved before the prefill (its wait is in
     # the prefill queue) and nothing crosses a link
     handoff = s.cluster.mode != "colocated"
     # layer-wise streaming hands off when the prefill starts (docs/model.md §1.7.1)
     handed = "t_prefill_start" if s.cluster.link.streaming == "layerwise" else "t_prefill_end"
-    lat = done.select(
+    return done.select(
         *_pcts("ttft_ms", "ttft"),
         *_pcts("ttft_prefill_ms", "ttft_prefill"),
         *_pcts("tpot_ms", "tpot"),
@@ -198,20 +190,26 @@ def summarize(prep: Prepared, policy: str, df: pl.DataFrame, res: SimResult) -> 
         .mean()
         .alias("first_iteration_ms"),
         pl.lit(s.efficiency.request_overhead_ms, pl.Float64).alias("request_overhead_ms"),
-        *(
-            [
-                (pl.col("max_token_gap") * MS).quantile(0.5, "linear").alias("itl_max_p50_ms"),
-                (pl.col("max_token_gap") * MS).quantile(0.99, "linear").alias("itl_max_p99_ms"),
-            ]
-            if "max_token_gap" in df.columns
-            else [
-                pl.lit(None, pl.Float64).alias("itl_max_p50_ms"),
-                pl.lit(None, pl.Float64).alias("itl_max_p99_ms"),
-            ]
-        ),
+        *_itl_max(gaps),
     ).row(0, named=True)
+
+
+def _itl_max(gaps: bool) -> list[pl.Expr]:
+    """The median and p99 of each request's longest token gap (null without the gaps)."""
+    if not gaps:
+        return [
+            pl.lit(None, pl.Float64).alias("itl_max_p50_ms"),
+            pl.lit(None, pl.Float64).alias("itl_max_p99_ms"),
+        ]
+    return [
+        (pl.col("max_token_gap") * MS).quantile(0.5, "linear").alias("itl_max_p50_ms"),
+        (pl.col("max_token_gap") * MS).quantile(0.99, "linear").alias("itl_max_p99_ms"),
+    ]
+
+
+def _admitted(prep: Prepared, admitted: pl.DataFrame) -> dict:
+    """Reuse, transfer and recompute figures of the admitted steady requests."""
     adm = admitted.select(
-        pl.len().alias("_n"),
         (pl.col("replica_hit_tokens") > 0).mean().alias("shared_request_fraction"),
         (pl.col("replica_hit_tokens").sum() / pl.col("prompt_tokens").sum()).alias(
             "replica_hit_rate"
@@ -225,28 +223,13 @@ def summarize(prep: Prepared, policy: str, df: pl.DataFrame, res: SimResult) -> 
     ).row(0, named=True)
     adm["reusable_rate"] = _reusable_rate(prep, admitted)
     adm.update(_tiers(admitted))
-    n_steady = steady.height
-    completed = done.height
-    rejected = steady.filter(pl.col("outcome") == "rejected").height
-    slo_ok = lat.pop("_slo_ok") or 0
-    out_tokens = lat.pop("_out_tokens") or 0
-    adm.pop("_n")
-    st = res.stats
+    return adm
+
+
+def _memory(prep: Prepared, st: dict) -> dict:
+    """KV memory (GB), utilisation and the warm-up traffic, from the engine's stats."""
     gb = prep.kv_bpt / 1e9
-    row = {
-        "policy": policy,
-        "requests": len(df),
-        "steady_requests": n_steady,
-        "completed": completed,
-        "rejected": rejected,
-        "reject_rate": rejected / n_steady if n_steady else 0.0,
-        "throughput_rps": completed / window if window else None,
-        "throughput_tok_s": out_tokens / window if window else None,
-        **lat,
-        **itl_summary(res.stats),
-        **adm,
-        "slo_attainment": slo_ok / n_steady if n_steady else 0.0,
-        "goodput_rps": goodput_rps(s, slo_ok, n_steady, window),
+    return {
         "mean_replica_kv_gb": st["mean_replica_tokens"] * gb,
         "peak_replica_kv_gb": st["peak_replica_tokens"] * gb,
         "mean_kv_used_gb": st["mean_used_tokens"] * gb,
@@ -264,29 +247,28 @@ def summarize(prep: Prepared, policy: str, df: pl.DataFrame, res: SimResult) -> 
         "prewarm_gb": st.get("prewarm_gb", 0.0),
         "refresh_gb": st.get("refresh_gb", 0.0),
         "prewarm_s": st.get("prewarm_s", 0.0),
-        **_preemption(done, prep.kv_bpt, s.memory.preemption),
     }
-    row = {
-        k: (
-            float(v)
-            if isinstance(v, (int, float))
-            and k
-            not in (
-                "requests",
-                "steady_requests",
-                "completed",
-                "rejected",
-                "recompute_tokens_total",
-            )
-            else v
-        )
+
+
+_COUNTS = ("requests", "steady_requests", "completed", "rejected", "recompute_tokens_total")
+
+
+def _floats(row: dict) -> dict:
+    """Every number a float, except the counts."""
+    return {
+        k: float(v) if isinstance(v, (int, float)) and k not in _COUNTS else v
         for k, v in row.items()
     }
-    # stability last: its flag is a bool and its evidence may be None (docs/model.md)
-    row.update(assess(prep, df, st).columns())
+
+
+def _after(prep: Prepared, df: pl.DataFrame, res: SimResult, out_tokens, steady) -> dict:
+    """Stability, per-instance figures, the gap to the hindsight bound, and energy."""
+    s, st = prep.scenario, res.stats
+    # stability first: its flag is a bool and its evidence may be None (docs/model.md)
+    row = dict(assess(prep, df, st).columns())
     n_p, n_d = prep.base.n_prefill, prep.base.n_decode
-    if prep.scenario.cluster.mode == "colocated":  # one pool of P + D instances
-        n_p = n_d = prep.scenario.cluster.prefill_instances + prep.scenario.cluster.decode_instances
+    if s.cluster.mode == "colocated":  # one pool of P + D instances
+        n_p = n_d = s.cluster.prefill_instances + s.cluster.decode_instances
     row.update(instance_busy(df, st, n_p, n_d))
     row.update(instance_figures(s, st))
     # the gap to the hindsight bound on the unloaded hand-off time (metrics/bound.py)
@@ -303,4 +285,40 @@ def summarize(prep: Prepared, policy: str, df: pl.DataFrame, res: SimResult) -> 
             float(steady["transfer_bytes"].sum()) if "transfer_bytes" in steady.columns else 0.0,
         )
     )
+    return row
+
+
+def summarize(prep: Prepared, policy: str, df: pl.DataFrame, res: SimResult) -> dict:
+    """The run's summary row: latency percentiles, throughput, rejects, reuse, memory, links."""
+    s = prep.scenario
+    steady = df.filter(~pl.col("warmup"))
+    done = steady.filter(pl.col("outcome") == "completed")
+    arr = prep.requests.arrival
+    warm = min(s.run.warmup_requests, len(arr) - 1)
+    span = float(arr[-1] - arr[warm])
+    window = span if span > 0 else None  # one request or equal arrivals: no rate to measure
+    lat = _latency(done, s, "max_token_gap" in df.columns)
+    n_steady = steady.height
+    rejected = steady.filter(pl.col("outcome") == "rejected").height
+    slo_ok = lat.pop("_slo_ok") or 0
+    out_tokens = lat.pop("_out_tokens") or 0
+    row = {
+        "policy": policy,
+        "requests": len(df),
+        "steady_requests": n_steady,
+        "completed": done.height,
+        "rejected": rejected,
+        "reject_rate": rejected / n_steady if n_steady else 0.0,
+        "throughput_rps": done.height / window if window else None,
+        "throughput_tok_s": out_tokens / window if window else None,
+        **lat,
+        **itl_summary(res.stats),
+        **_admitted(prep, steady.filter(pl.col("t_admit").is_not_nan())),
+        "slo_attainment": slo_ok / n_steady if n_steady else 0.0,
+        "goodput_rps": goodput_rps(s, slo_ok, n_steady, window),
+        **_memory(prep, res.stats),
+        **_preemption(done, prep.kv_bpt, s.memory.preemption),
+    }
+    row = _floats(row)
+    row.update(_after(prep, df, res, out_tokens, steady))
     return row
