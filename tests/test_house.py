@@ -6,8 +6,6 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
-
 SRC = Path(__file__).resolve().parents[1] / "src" / "prefixbench"
 MAX_LINES = 80
 
@@ -38,14 +36,6 @@ def test_the_walker_finds_a_long_function(tmp_path):
     assert long_functions(tmp_path) == ["m.py:long (81)"]
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="functions still over 80 lines, each owned by another change in flight: "
-    "cli/study.py:sweep, system/runner.py:prepare, metrics/summary.py:summarize, "
-    "cli/simulate.py:run and capacity, cli/map.py:map_cmd, "
-    "engine/api.py:simulate "
-    "(the run prints the current list)",
-)
 def test_no_function_over_80_lines():
     offenders = long_functions()
     assert not offenders, "split these into named steps:\n" + "\n".join(offenders)

@@ -93,32 +93,13 @@ def map_cmd(
     """Which policy wins where over two axes (default: link bandwidth × KV budget).
 
     Every policy runs on the same requests per cell; ties and unstable cells are marked."""
-    from ..study.decision_map import MapSpec, run_map
+    from ..study.decision_map import run_map
     from ..study.map_render import text_map, write_map
 
-    sets = list(overrides or [])
-    if accelerator:
-        sets += [
-            f"cluster.prefill.accelerator={accelerator}",
-            f"cluster.decode.accelerator={accelerator}",
-        ]
-    spec = MapSpec(
-        model=model,
-        workload=workload,
-        x=x,
-        y=y,
-        nx=points,
-        ny=points,
-        x_range=_range(x_range, "--x-range"),
-        y_range=_range(y_range, "--y-range"),
-        policies=_csv(policies) or [],
-        seeds=seeds,
-        requests=requests,
-        warmup=warmup,
-        overrides=sets,
-        metric=metric,
-        max_runs=max_runs,
-    )
+    spec = _map_spec(
+        model, workload, (x, y), points, (x_range, y_range), policies, seeds,
+        (requests, warmup), metric, accelerator, overrides, max_runs,
+    )  # fmt: skip
     bar = _Progress("map", "rows", after_s=PROGRESS_AFTER_S)
     try:
         result = run_map(spec, jobs=jobs, on_start=bar.start, on_point=bar.point)
@@ -132,6 +113,36 @@ def map_cmd(
         typer.echo(line)
     typer.echo(text_map(result, 80))
     err.print(f"wrote {', '.join(str(p) for p in paths)}", highlight=False, soft_wrap=True)
+
+
+def _map_spec(model, workload, axes, points, ranges, policies, seeds, sizes, metric,
+              accelerator, overrides, max_runs):  # fmt: skip
+    """The grid `map` runs: two axes of ``points`` each, the accelerator as overrides."""
+    from ..study.decision_map import MapSpec
+
+    sets = list(overrides or [])
+    if accelerator:
+        sets += [
+            f"cluster.prefill.accelerator={accelerator}",
+            f"cluster.decode.accelerator={accelerator}",
+        ]
+    return MapSpec(
+        model=model,
+        workload=workload,
+        x=axes[0],
+        y=axes[1],
+        nx=points,
+        ny=points,
+        x_range=_range(ranges[0], "--x-range"),
+        y_range=_range(ranges[1], "--y-range"),
+        policies=_csv(policies) or [],
+        seeds=seeds,
+        requests=sizes[0],
+        warmup=sizes[1],
+        overrides=sets,
+        metric=metric,
+        max_runs=max_runs,
+    )
 
 
 def _map_doc(spec, result, paths) -> dict:

@@ -316,7 +316,38 @@ def simulate(
     final state on the result (for engine.audit)."""
     check_engine_config(cfg)
     n = len(req)
-    ip = np.array(
+    t_warm = _t_warm(req, cfg.warmup_requests)
+    hot_h = np.array([h for h, _ in cfg.hot_blocks], dtype=np.int64)
+    hot_t = np.array([t for _, t in cfg.hot_blocks], dtype=np.int64)
+    r = _Run(req, _int_params(cfg, recorder), _float_params(cfg, t_warm), hot_h,
+             cfg.cache_generated)  # fmt: skip
+    t_steady = _t_steady(req, t_warm)
+    refresh = _disagg_state(r, cfg, t_steady)
+    IS, F = r.IS, r.F
+    prewarm_s = 0.0
+    if cfg.policy == "replicate_hotset" and hot_h.shape[0] > 0:
+        prewarm(IS, r.B32, r.B8, _c64(r.hot_ids), hot_t)
+        IS[L.GI_PEAK_REP] = IS[L.GI_PEAK_USED] = IS[L.DI0 + L.D_USED]
+        if cfg.prewarm == "link" and n:
+            prewarm_s = _send_prewarm(r, cfg, float(req.arrival[0]))
+    if refresh > 0 and n:
+        push(r.EHT, r.EHI, IS, float(req.arrival[0]) + refresh, L.EV_TIMEOUT, -1, 0)
+    dI = IS[L.DI0 : L.DI0 + cfg.n_decode * L.NDI].reshape(cfg.n_decode, L.NDI)
+    dI[:, L.D_LREP] = dI[:, L.D_USED]
+    dI[:, L.D_LUSED] = dI[:, L.D_USED]
+    _host_tier(cfg, IS, F)
+    args = lambda: (IS, F, r.R, r.B32, r.B8, r.EHT, r.EHI, r.TLF, r.TLI, r.bid, r.bt)  # noqa: E731
+    while (status := _run_disaggregated(*args())) != DONE:
+        r.grow(status)
+    r.close()
+    r.log(recorder, "disaggregated", (cfg.n_prefill, cfg.n_decode, cfg.link_channels))
+    stats = _disagg_stats(r, cfg, t_warm, t_steady, prewarm_s)
+    return SimResult(r.columns(bool(cfg.track_gaps)), stats, r if keep_state else None)
+
+
+def _int_params(cfg: EngineConfig, recorder) -> np.ndarray:
+    """The disaggregated run's integer parameters (the head of ``IS``, engine/layout.py)."""
+    return np.array(
         [
             cfg.n_prefill,
             cfg.n_decode,
@@ -335,19 +366,22 @@ def simulate(
         ],
         dtype=np.int64,
     )
-    t_warm = _t_warm(req, cfg.warmup_requests)
-    shared = cfg.link_topology == "shared_nics"
-    paged = cfg.admission == "paged"
+
+
+def _float_params(cfg: EngineConfig, t_warm: float) -> np.ndarray:
+    """The link, the admission timeout, the warm-up time and both pools' cost constants."""
     timeout = cfg.wait_timeout_s
-    if paged:
+    if cfg.admission == "paged":
         timeout = math.inf if cfg.queue_timeout_s is None else cfg.queue_timeout_s
-    fp = np.array(
+    return np.array(
         [link_rate(cfg), cfg.link_latency_s, timeout, t_warm]
         + _costs(cfg.prefill_cost, cfg.decode_cost)
     )
-    hot_h = np.array([h for h, _ in cfg.hot_blocks], dtype=np.int64)
-    hot_t = np.array([t for _, t in cfg.hot_blocks], dtype=np.int64)
-    r = _Run(req, ip, fp, hot_h, cfg.cache_generated)
+
+
+def _disagg_state(r: _Run, cfg: EngineConfig, t_steady: float) -> float:
+    """The cost_aware and refresh sections of ``F`` (before the power records, which stay
+    last) and the mode fields of ``IS``; returns the hot set's refresh period (0: none)."""
     u = int(r.IS[L.IP_U])
     refresh = cfg.hot_refresh_s if cfg.policy == "replicate_hotset" and cfg.hot_blocks else 0.0
     npw = L.NPW * (cfg.n_prefill + cfg.n_decode)  # the power records stay last (power.py)
@@ -361,43 +395,30 @@ def simulate(
     )
     IS, F = r.IS, r.F
     F[L.G_ITL_NW] = cfg.warmup_requests
-    IS[L.IP_SHARED] = shared
+    IS[L.IP_SHARED] = cfg.link_topology == "shared_nics"
     IS[L.IP_STREAM] = cfg.streaming == "layerwise"
     IS[L.IP_LAYERS] = cfg.layers
     IS[L.IP_RCHUNK] = cfg.recompute_chunk_tokens
     IS[L.IP_LOCMAX] = cfg.max_local_prefill_tokens  # --- conditional
     F[L.FP_LOCHIT] = cfg.local_prefill_hit_ratio
     F[L.FP_KVW] = cfg.kv_overlap_weight  # --- kv routing
-    prewarm_s = 0.0
-    t_steady = _t_steady(req, t_warm)
     F[L.FP_TSTEADY] = t_steady
-    IS[L.IP_PAGED], IS[L.IP_BS] = paged, cfg.block_size
+    IS[L.IP_PAGED], IS[L.IP_BS] = cfg.admission == "paged", cfg.block_size
     IS[L.IP_SWAP] = cfg.preemption == "swap"
     IS[L.IP_HWP] = HOST_WRITE_POLICIES.index(cfg.host_write_policy)
-    if cfg.policy == "replicate_hotset" and hot_h.shape[0] > 0:
-        prewarm(IS, r.B32, r.B8, _c64(r.hot_ids), hot_t)
-        IS[L.GI_PEAK_REP] = IS[L.GI_PEAK_USED] = IS[L.DI0 + L.D_USED]
-        if cfg.prewarm == "link" and n:
-            prewarm_s = _send_prewarm(r, cfg, float(req.arrival[0]))
-    if refresh > 0 and n:
-        push(r.EHT, r.EHI, IS, float(req.arrival[0]) + refresh, L.EV_TIMEOUT, -1, 0)
-    dI = IS[L.DI0 : L.DI0 + cfg.n_decode * L.NDI].reshape(cfg.n_decode, L.NDI)
-    dI[:, L.D_LREP] = dI[:, L.D_USED]
-    dI[:, L.D_LUSED] = dI[:, L.D_USED]
-    _host_tier(cfg, IS, F)
-    args = lambda: (IS, F, r.R, r.B32, r.B8, r.EHT, r.EHI, r.TLF, r.TLI, r.bid, r.bt)  # noqa: E731
-    while (status := _run_disaggregated(*args())) != DONE:
-        r.grow(status)
-    r.close()
-    r.log(recorder, "disaggregated", (cfg.n_prefill, cfg.n_decode, cfg.link_channels))
+    return refresh
 
+
+def _disagg_stats(r: _Run, cfg: EngineConfig, t_warm, t_steady, prewarm_s) -> dict:
+    """The run's statistics over its steady window (docs/model.md §5.1)."""
+    IS, F = r.IS, r.F
     t_end = float(F[L.G_NOW])
     window = _window(_steady_end(t_end, t_steady), t_warm)
     n_dec = cfg.n_decode
     fpb = int(IS[L.H_FPB])
     p_busy = F[fpb : fpb + cfg.n_prefill].tolist()
     d_busy = [float(F[L.DF0 + d * L.NDF + L.DF_BUSY]) for d in range(n_dec)]
-    stats = {
+    return {
         "t_warm": t_warm,
         "t_end": t_end,
         "t_steady": _steady_end(t_end, t_steady),
@@ -418,8 +439,6 @@ def simulate(
         **_prewarm_stats(r, cfg, prewarm_s),
         "host_busy_s": [float(F[L.DF0 + d * L.NDF + L.DF_HP_BUSY]) for d in range(n_dec)],
     }
-    del n
-    return SimResult(r.columns(bool(cfg.track_gaps)), stats, r if keep_state else None)
 
 
 def simulate_colocated(req: Requests, cfg: ColocatedConfig, recorder=None) -> SimResult:

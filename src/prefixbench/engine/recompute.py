@@ -29,6 +29,7 @@ from .mixed import chunk_add, chunk_room, mixed_close, mixed_open
 from .power import decode_record, power_work
 from .queues import job_enqueue, q_append
 from .timeline import record
+from .window import in_energy_window, in_window
 
 
 @jit
@@ -175,8 +176,9 @@ def mixed_step(IS, F, R, B8, bid, EHT, EHI, TLF, TLI, d, t, nj):
         a = R[ar + L.R_RQN]
     dur, flops, bytes_ = mixed_close(F, nb, ctx, chunks, flops, kv_io)
     end = t + dur
-    if t >= F[L.FP_TWARM]:
+    if in_window(F, t):  # MFU/MBU: steps started in the steady window (window.py)
         add_work(F, L.DF0 + d * L.NDF + L.DF_FLOPS, flops, bytes_)
+    if in_energy_window(F, t):  # energy: to the end of the run (docs/model.md §2.11)
         power_work(F, decode_record(F, d), c0, F[c0 + L.C_FRD], flops, bytes_, dur)
     prev = -1
     a = IS[b + L.D_RQH]

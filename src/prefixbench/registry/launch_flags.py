@@ -71,4 +71,14 @@ STACK_FLAGS: dict[str, dict] = {
         "router); a fixed length threshold, where cost_aware prices each hand-off",
         "note": "neither vLLM nor SGLang decides the hand-off per request",
     },
+    "conditional_disagg": {
+        "vllm": None,
+        "sglang": None,
+        "dynamo": "conditional disaggregation (Dynamo's disaggregated router, "
+        "lib/llm/src/disagg_router.rs): max_local_prefill_length = the scenario's "
+        "cluster.max_local_prefill_tokens; a request whose decode prefix hit share is above "
+        "cluster.local_prefill_hit_ratio also prefills locally",
+        "note": "the rule is Dynamo's router in front of vLLM or SGLang workers; neither "
+        "server decides it alone",
+    },
 }  # fmt: skip

@@ -389,9 +389,16 @@ def resolve_file_fields(data: dict, folder: Path) -> dict:
 
 def keeps_reference(override: str) -> bool:
     """Whether a ``--set`` applies to the reference ``memory.budget_factor`` multiplies: the
-    model and the run's length do; the rate, hardware, formats, memory, seed do not."""
+    model (with its weight format: a file's unmodelled quantization is set this way), the
+    run's length and which over-length requests run do; the rate, hardware, KV format,
+    memory and seed do not (docs/model.md §3.4)."""
     keys = override_path(override.partition("=")[0].strip().split("."))
-    return keys == ["model"] or keys[0] == "run"
+    return (
+        keys == ["model"]
+        or keys[0] == "run"
+        or keys == ["model_format", "weights"]
+        or keys == ["workload", "overlength"]
+    )
 
 
 # ---------------------------------------------------------------- a fitted efficiency block
