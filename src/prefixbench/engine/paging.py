@@ -40,7 +40,7 @@ from .blocks import rs_acquire, rs_idle_tokens, rs_match, rs_release_chain, rs_t
 from .hostpath import host_path_move
 from .jit import jit
 from .queues import batch_push, push, q_append, q_popleft
-from .series import coeffs, comm, iterations_within, roofline, series_time, weights_read
+from .series import coeffs, comm, iterations_within, op_time, series_time, weights_read
 from .timeline import record
 from .window import in_window
 
@@ -426,12 +426,12 @@ def reprefill(IS, F, R, d, rid, start, t):
     m, c = reprefill_tokens(IS, R, rid)
     c0 = L.FP_DC
     lf, att, kv = F[c0 + L.C_LF], F[c0 + L.C_ATT], F[c0 + L.C_KV]
-    flops = m * lf + att * (m * c + m * (m + 1) / 2.0)
-    bytes_ = weights_read(F, c0, m) + kv * (m + c)
+    gemm, attn = m * lf, att * (m * c + m * (m + 1) / 2.0)
+    wbytes, kv_io = weights_read(F, c0, m), kv * (m + c)
     if in_window(F, t):
-        add_work(F, L.DF0 + d * L.NDF + L.DF_FLOPS, flops, bytes_)
+        add_work(F, L.DF0 + d * L.NDF + L.DF_FLOPS, gemm + attn, wbytes + kv_io)
     R[rid * L.NR + L.R_FLAGS] &= ~L.F_REPF
-    step = roofline(flops, bytes_, F[c0 + L.C_FRP], F[c0 + L.C_BR], F[c0 + L.C_POV])
+    step = op_time(F, c0, gemm, m * 1.0, F[c0 + L.C_FRP], wbytes, attn, kv_io) + F[c0 + L.C_POV]
     return start + step + comm(F, c0, float(m))
 
 
