@@ -497,3 +497,29 @@ def test_iterations_within_any_elapsed(coeffs, k_max, elapsed):
 
 def test_iterations_within_negative_elapsed():
     assert iterations_within((1.0, 0.0, 0.5, 0.1, 0.0), -1.0, 10) == 0
+
+
+@pytest.mark.parametrize(
+    ("weights", "dev", "gemm_peak", "bf16_peak"),
+    [
+        # H100 SXM datasheet: FP8 Tensor Core 3,958 TFLOPS with sparsity (1,979 dense),
+        # BF16 1,979 with sparsity (989.5 dense)
+        ("fp8", "h100-sxm", 1979e12, 989.5e12),
+        # L4 datasheet: INT8 Tensor Core 485 TOPS with sparsity (242.5 dense), BF16 121
+        ("int8", "l4", 242.5e12, 121e12),
+        # W4A16: the int4 weights are dequantised to bf16, the GEMMs run at the bf16 peak
+        ("int4", "h100-sxm", 989.5e12, 989.5e12),
+    ],
+)
+def test_quantized_gemms_run_at_their_dtype_peak_by_hand(weights, dev, gemm_peak, bf16_peak):
+    # Llama-3.1-8B with its linear layers quantized, one 8,192-token prompt: the GEMMs
+    # compute-bound at the format's tensor peak, attention (bf16 activations and KV) at the
+    # bf16 peak.
+    from prefixbench.catalog.formats import with_formats
+
+    m = with_formats(MODELS["llama-3.1-8b"], weights=weights)
+    cost = InstanceCost.build(m, ACCELERATORS[dev], 1, EFF_D)
+    n = 8192
+    t_gemm = (n * L8_F_LIN + L8_F_HEAD) * (n + 64) / (n * gemm_peak * 0.55)
+    t_attn = L8_A * n * (n + 1) / 2 / (bf16_peak * 0.65)
+    assert prefill_time(cost, [n], [0]) == pytest.approx(t_gemm + t_attn + 1.5e-3, rel=RTOL)
