@@ -28,27 +28,29 @@ def _read(name: str) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-def vidur_linear(eff: cm.Efficiency, tokens=(1, 128, 512, 4096)) -> list[dict]:
-    """Vidur: one layer's projections, MLP and elementwise ops × layers, vs the roofline of the
-    layers' weights (2 FLOPs per weight per token; weights read once). Embedding/LM head and
-    attention excluded on both sides."""
+def vidur_linear(eff: cm.Efficiency) -> list[dict]:
+    """Vidur: one layer's projections, MLP and elementwise ops × layers, vs the product's
+    GEMM operator over the layers' weights (costmodel.gemm_operator_time: 2 FLOPs per weight
+    per token at eff(T), weights read once). Embedding/LM head and attention excluded on
+    both sides."""
     rows = []
     for r in _read("vidur_linear_ops.csv"):
         n = int(r["num_tokens"])
-        if n not in tokens:
-            continue
         m, dev = MODELS[VIDUR_MODEL[r["model"]]], ACCELERATORS[VIDUR_GPU[r["gpu"]]]
+        cost = cm.InstanceCost.build(m, dev, 1, eff)
         measured = m.layers * sum(float(r[f"{o}_ms"]) for o in LINEAR_OPS)
         body = cm.param_counts(m)["body"]
-        t_c = 2 * body * n / (dev.peak_tflops * 1e12 * eff.mfu_prefill)
-        t_m = body * m.weight_bytes / (dev.hbm_gbps * 1e9 * eff.mbu)
+        flops, nbytes = 2 * body * n, body * m.weight_bytes
+        t = cm.gemm_operator_time(cost, flops, n, nbytes, cost.flops_rate_prefill)
+        t_m = nbytes / cost.byte_rate
         rows.append(
             {
                 "source": "Vidur profiling",
                 "config": f"{m.name} linear layers, {n} tokens, {dev.name}",
                 "measured_ms": measured,
-                "prefixbench_ms": max(t_c, t_m) * 1e3,
-                "bound": "compute" if t_c >= t_m else "memory",
+                "prefixbench_ms": float(t) * 1e3,
+                "bound": "memory" if t == t_m else "compute",
+                "split": r["split"],
             }
         )
     return rows
@@ -59,52 +61,60 @@ def _shape(name: str) -> tuple[int, int, int]:
     return heads, kv_heads, head_dim
 
 
-def blis_attention_prefill(eff: cm.Efficiency, seqs=(4096, 8192, 32768)) -> list[dict]:
-    """InferSim/BLIS: one causal attention layer over n tokens on H100, vs A·n(n+1)/2 per layer."""
+# the catalog model of each kernel-bench shape (heads-kv_heads-head_dim)
+BLIS_MODEL = {"32-8-128": "llama-3.1-8b", "32-32-128": "llama-2-7b"}
+
+
+def _one_layer(model: str, eff: cm.Efficiency) -> tuple[cm.InstanceCost, float, float]:
+    """(H100 cost, attention FLOPs per pair, KV bytes per token) of ONE layer of ``model``."""
+    m = MODELS[model]
+    cost = cm.InstanceCost.build(m, ACCELERATORS["h100-sxm"], 1, eff)
+    return cost, cost.attn_coef / m.layers, cost.kv_bpt / m.layers
+
+
+def blis_attention_prefill(eff: cm.Efficiency) -> list[dict]:
+    """InferSim/BLIS: one causal attention layer over n tokens on H100, vs the product's
+    attention operator (costmodel.attention_time) over n(n+1)/2 pairs, writing n tokens' KV."""
     rows = []
-    dev = ACCELERATORS["h100-sxm"]
-    for fname, model in (("mha_prefill_h100_32-8-128.csv", "llama-3.1-8b"),):
-        heads, _, hd = _shape(fname[:-4])
-        for r in _read(f"blis/{fname}"):
+    for shape in ("32-8-128", "32-32-128"):
+        model = BLIS_MODEL[shape]
+        cost, per_pair, kv = _one_layer(model, eff)
+        for r in _read(f"blis/mha_prefill_h100_{shape}.csv"):
             n = int(r["seq_len"])
-            if n not in seqs:
-                continue
-            flops = 2 * heads * (hd + hd) * n * (n + 1) / 2
+            t = cm.attention_time(cost, per_pair * n * (n + 1) / 2, kv * n)
             rows.append(
                 {
                     "source": "BLIS/InferSim kernel bench",
                     "config": f"{model} attention, 1 layer, prefill {n}, h100-sxm",
                     "measured_ms": float(r["latency_us"]) / 1e3,
-                    "prefixbench_ms": flops / (dev.peak_tflops * 1e12 * eff.mfu_prefill) * 1e3,
+                    "prefixbench_ms": float(t) * 1e3,
                     "bound": "compute",
+                    "split": r["split"],
                 }
             )
     return rows
 
 
-def blis_attention_decode(
-    eff: cm.Efficiency, points=((1, 131072), (16, 32768), (64, 4096), (256, 1024))
-) -> list[dict]:
-    """InferSim/BLIS: one decode attention layer (batch b, kv_len each) on H100, vs reading
-    the KV once: b·kv·2·kv_heads·head_dim·2 bytes per layer."""
+def blis_attention_decode(eff: cm.Efficiency) -> list[dict]:
+    """InferSim/BLIS: one decode attention layer (batch b, kv_len each) on H100, vs the
+    product's attention operator: b·kv pairs, reading b·kv tokens' KV once."""
     rows = []
-    dev = ACCELERATORS["h100-sxm"]
-    fname, model = "mha_decode_h100_32-8-128-tp1.csv", "llama-3.1-8b"
-    _, kv_heads, hd = _shape(fname[:-8])
-    for r in _read(f"blis/{fname}"):
-        b, kv = int(r["batch_size"]), int(r["kv_len"])
-        if (b, kv) not in points:
-            continue
-        nbytes = b * kv * 2 * kv_heads * hd * 2
-        rows.append(
-            {
-                "source": "BLIS/InferSim kernel bench",
-                "config": f"{model} attention, 1 layer, decode b={b} kv={kv}, h100-sxm",
-                "measured_ms": float(r["latency_us"]) / 1e3,
-                "prefixbench_ms": nbytes / (dev.hbm_gbps * 1e9 * eff.mbu) * 1e3,
-                "bound": "memory",
-            }
-        )
+    for shape in ("32-8-128", "32-32-128"):
+        model = BLIS_MODEL[shape]
+        cost, per_pair, kv = _one_layer(model, eff)
+        for r in _read(f"blis/mha_decode_h100_{shape}-tp1.csv"):
+            b, ctx = int(r["batch_size"]), int(r["kv_len"])
+            t = cm.attention_time(cost, per_pair * b * ctx, kv * b * ctx)
+            rows.append(
+                {
+                    "source": "BLIS/InferSim kernel bench",
+                    "config": f"{model} attention, 1 layer, decode b={b} kv={ctx}, h100-sxm",
+                    "measured_ms": float(r["latency_us"]) / 1e3,
+                    "prefixbench_ms": float(t) * 1e3,
+                    "bound": "memory",
+                    "split": r["split"],
+                }
+            )
     return rows
 
 
@@ -200,7 +210,7 @@ def mooncake_transfer() -> list[dict]:
 
 
 def _tagged(rows: list[dict], group: str) -> list[dict]:
-    """Kernel rows: every one held out (nothing in this change is fitted to them)."""
+    """Kernel rows carry their split from the data files (tests/data/measured/README.md)."""
     for r in rows:
         r.setdefault("group", group)
         r.setdefault("split", "held-out")

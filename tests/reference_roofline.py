@@ -96,10 +96,18 @@ class Efficiency:
     mbu: float
     prefill_overhead_ms: float
     decode_overhead_ms: float
+    # per-operator roofline: GEMM half-saturation (tokens per device), attention's share
+    # of the bf16 peak, the KV stream's share of HBM bandwidth
+    gemm_half_tokens: float = 0.0
+    mfu_attention: float = 1.0
+    mbu_kv: float = 1.0
 
     @classmethod
     def of(cls, e) -> Efficiency:
-        return cls(e.mfu_prefill, e.mfu_decode, e.mbu, e.prefill_overhead_ms, e.decode_overhead_ms)
+        return cls(
+            e.mfu_prefill, e.mfu_decode, e.mbu, e.prefill_overhead_ms, e.decode_overhead_ms,
+            e.gemm_half_tokens, e.mfu_attention, e.mbu_kv,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -163,11 +171,17 @@ class Roofline:
         # §2.8: one pipeline stage runs at a time, so a step sees devices / pp of them.
         at_once = devices // split.pp
         # §2.11: a power cap lowers the core clock, so every FLOP rate, not the HBM rate
-        self.peak = accelerator.peak_tflops * 1e12 * at_once * cap_clock(accelerator, eff, cap_w)
+        clock = cap_clock(accelerator, eff, cap_w)
+        self.peak = accelerator.peak_tflops * 1e12 * at_once * clock  # bf16: attention
+        # the GEMMs of an FP8 / INT8 (W8A8) checkpoint run at the datasheet's FP8 / INT8 peak
+        fmt = model.weight_format.split(" ")[0].lower() if model.quant_bytes else ""
+        dtype_peak = {"fp8": accelerator.peak_fp8_tflops, "int8": accelerator.peak_int8_tflops}
+        self.gemm_peak = (dtype_peak.get(fmt) or accelerator.peak_tflops) * 1e12 * at_once * clock
         self.hbm = accelerator.hbm_gbps * 1e9 * at_once  # bytes/s
         self.memory = accelerator.memory_gb * 1e9 * devices  # bytes
         self.eff = eff
         self._comm_setup(model, devices, split)
+        self.replicas = devices // (self.tp * self.pp)  # TP×PP groups sharing a step's tokens
         wb = model.weight_bytes
         # Per token through the layers: 2 FLOPs per weight it multiplies (§2.1 F_lin).
         self.f_lin = 2.0 * (p["attention"] + p["norms"] + p["dense_mlp"] + p["active_routed"])
@@ -303,33 +317,41 @@ class Roofline:
         untouched = (1.0 - self.route_frac) ** tokens
         return self.w_dense + self.w_routed * (1.0 - untouched)
 
-    def _time(self, flops: float, nbytes: float, mfu: float, overhead_ms: float) -> float:
-        compute = flops / (self.peak * mfu)
-        memory = nbytes / (self.hbm * self.eff.mbu)
-        return (compute if compute > memory else memory) + overhead_ms * 1e-3
+    def _ops(self, gemm, tokens, weights, attn, kv_bytes, mfu: float, overhead_ms: float):
+        """Σ over operators of max(compute, memory): the GEMMs at eff(T) = mfu · T/(T + T½),
+        T the tokens each TP×PP group carries, reading ``weights``; attention at the
+        attention share of the bf16 peak, streaming ``kv_bytes``."""
+        per_group = tokens / self.replicas
+        e = self.eff
+        g_eff = mfu * per_group / (per_group + e.gemm_half_tokens) if tokens > 0 else 1.0
+        t_gemm = max(gemm / (self.gemm_peak * g_eff), weights / (self.hbm * e.mbu))
+        t_attn = max(attn / (self.peak * e.mfu_attention), kv_bytes / (self.hbm * e.mbu_kv))
+        return t_gemm + t_attn + overhead_ms * 1e-3
 
     # ---------------------------------------------------------------- §2.3, §2.4, §2.6
 
     def prefill_step(self, parts: list[tuple[int, int]]) -> float:
         """One prefill step over requests given as (new tokens, cached tokens)."""
-        flops = 0.0
+        gemm, attn = 0.0, 0.0
         new = 0
         kv_tokens = 0
         replayed = 0
         for n, c in parts:
             causal = n * c + n * (n + 1) / 2  # pairs (query, attended key)
-            flops += self.p_lin * n + self.p_head + self.p_attn * causal
+            gemm += self.p_lin * n + self.p_head
+            attn += self.p_attn * causal
             new += n
             kv_tokens += n + c
             if self.p_window:  # --- ced: the prompt's last w tokens through the decoder
-                s = n + c
+                s = n + c  # (the replay's FLOPs count as GEMM work)
                 w = min(self.p_window, s)
-                flops += self.r_lin * w + self.r_attn * (w * (s - w) + w * (w + 1) / 2)
+                gemm += self.r_lin * w + self.r_attn * (w * (s - w) + w * (w + 1) / 2)
                 replayed += w
         weights = self.p_w if self.w_routed == 0.0 else self.weights_read(new)
-        nbytes = weights + self.kv * kv_tokens
         e = self.eff
-        step = self._time(flops, nbytes, e.mfu_prefill, e.prefill_overhead_ms)
+        step = self._ops(
+            gemm, new, weights, attn, self.kv * kv_tokens, e.mfu_prefill, e.prefill_overhead_ms
+        )
         if replayed:  # the decoder layers' collectives over the replayed tokens
             step += self.comm(replayed) - self.comm(replayed, self.p_layers)
         return step + self.comm(new, self.p_layers)
@@ -337,32 +359,39 @@ class Roofline:
     def recompute(self, n: int, after: int = 0) -> float:
         """Rebuild n prefix tokens on this instance, attending to ``after`` tokens already
         resident before them: a prefill without logits."""
-        flops = self.f_lin * n + self.attn * (n * (n + 1) / 2 + n * after)
-        nbytes = self.weights_read(n) + self.kv * (n + after)
+        attn = self.attn * (n * (n + 1) / 2 + n * after)
         e = self.eff
-        return self._time(flops, nbytes, e.mfu_prefill, e.prefill_overhead_ms) + self.comm(n)
+        return self._ops(
+            self.f_lin * n, n, self.weights_read(n), attn, self.kv * (n + after),
+            e.mfu_prefill, e.prefill_overhead_ms,
+        ) + self.comm(n)  # fmt: skip
 
     def speculate(self, draft: Roofline, gamma: int, alpha: float) -> None:
         """§2.13: speculative decoding with ``draft`` (its own roofline on this hardware)
         proposing ``gamma`` tokens, each accepted with probability ``alpha``."""
         self.spec = (draft, gamma, sum(alpha**i for i in range(gamma + 1)))
         self.kv_resident = self.kv + draft.kv  # the draft keeps its own KV of every token
+
     def reprefill(self, n: int, cached: int) -> float:
         """Rebuild a preempted sequence's n tokens of KV attending to ``cached`` resident
         ones (docs/model.md "Paged admission and preemption"): a prefill without logits."""
-        flops = self.f_lin * n + self.attn * (n * cached + n * (n + 1) / 2)
-        nbytes = self.weights_read(n) + self.kv * (n + cached)
+        attn = self.attn * (n * cached + n * (n + 1) / 2)
         e = self.eff
-        return self._time(flops, nbytes, e.mfu_prefill, e.prefill_overhead_ms) + self.comm(n)
+        return self._ops(
+            self.f_lin * n, n, self.weights_read(n), attn, self.kv * (n + cached),
+            e.mfu_prefill, e.prefill_overhead_ms,
+        ) + self.comm(n)  # fmt: skip
 
     def decode_iteration(self, batch: int, context: int) -> float:
         """One decode iteration: ``batch`` sequences attending to ``context`` tokens in all."""
         if getattr(self, "spec", None):
             return self._speculative_iteration(batch, context)
-        flops = batch * self.f_lin + batch * self.f_head + self.attn * context
-        nbytes = self.weights_read(batch) + self.kv * context
+        gemm = batch * self.f_lin + batch * self.f_head
         e = self.eff
-        return self._time(flops, nbytes, e.mfu_decode, e.decode_overhead_ms) + self.comm(batch)
+        return self._ops(
+            gemm, batch, self.weights_read(batch), self.attn * context, self.kv * context,
+            e.mfu_decode, e.decode_overhead_ms,
+        ) + self.comm(batch)  # fmt: skip
 
     def _speculative_iteration(self, batch: int, context: int) -> float:
         """§2.13, per token of each sequence: one speculative iteration (γ draft steps, each
@@ -370,12 +399,14 @@ class Roofline:
         per sequence reading the target's weights and KV once) over the expected tokens."""
         draft, gamma, tokens = self.spec
         verified = batch * (gamma + 1)
-        flops = verified * (self.f_lin + self.f_head) + self.attn * (gamma + 1) * context
-        nbytes = self.weights_read(verified) + self.kv * context
+        gemm = verified * (self.f_lin + self.f_head)
+        attn = self.attn * (gamma + 1) * context
         e = self.eff
-        total = self._time(flops, nbytes, e.mfu_decode, 0.0) + self.comm(verified)
-        for _step in range(gamma):
-            total += (draft.w_dense + draft.kv * context) / (self.hbm * e.mbu)
+        total = self._ops(
+            gemm, verified, self.weights_read(verified), attn, self.kv * context, e.mfu_decode, 0.0
+        ) + self.comm(verified)
+        for _step in range(gamma):  # the draft's weights and its KV at their bandwidths
+            total += draft.w_dense / (self.hbm * e.mbu) + draft.kv * context / (self.hbm * e.mbu_kv)
         for _pass in range(gamma + 1):
             total += e.decode_overhead_ms * 1e-3
         return total / tokens
@@ -386,19 +417,23 @@ class Roofline:
         chunk ends its prompt and so produces logits), priced at decode efficiency."""
         if getattr(self, "spec", None) and batch > 0:  # --- spec
             return self._speculative_mixed(batch, context, chunks)
-        flops = batch * (self.f_lin + self.f_head) + self.attn * context
+        gemm = batch * (self.f_lin + self.f_head)
+        attn_f = self.attn * context
         tokens = batch
         kv_bytes = self.kv * context
         for n, done, last, *prompt in chunks:
             lin, attn, kv_read = self.chunk_terms(prompt)
-            flops += lin * n + attn * (n * done + n * (n + 1) / 2)
+            gemm += lin * n
+            attn_f += attn * (n * done + n * (n + 1) / 2)
             if last:
-                flops += self.f_head
+                gemm += self.f_head
             tokens += n
             kv_bytes += kv_read * done + self.kv * n
-        nbytes = self.weights_read(tokens) + kv_bytes
         e = self.eff
-        return self._time(flops, nbytes, e.mfu_decode, e.decode_overhead_ms) + self.comm(tokens)
+        return self._ops(
+            gemm, tokens, self.weights_read(tokens), attn_f, kv_bytes,
+            e.mfu_decode, e.decode_overhead_ms,
+        ) + self.comm(tokens)  # fmt: skip
 
     def chunk_terms(self, prompt) -> tuple[float, float, float]:
         """(FLOPs per token, attention FLOPs per pair, KV bytes read per attended token) of
@@ -429,19 +464,21 @@ class Roofline:
         done prefix once and writes its τ·n tokens."""
         draft, gamma, tokens = self.spec
         verified = batch * (gamma + 1)
-        flops = verified * (self.f_lin + self.f_head) + self.attn * (gamma + 1) * context
+        gemm = verified * (self.f_lin + self.f_head)
+        attn_f = self.attn * (gamma + 1) * context
         kv_bytes = self.kv * float(context)
         real_chunk = tokens * sum(c[0] for c in chunks)
         for n, done, _last, *prompt in chunks:
             lin, attn, kv_read = self.chunk_terms(prompt)
-            flops += tokens * (lin * n + attn * (n * done + n * (n + 1) / 2))
+            gemm += tokens * lin * n
+            attn_f += tokens * attn * (n * done + n * (n + 1) / 2)
             kv_bytes += kv_read * done + self.kv * tokens * n
-        nbytes = self.weights_read(verified + real_chunk) + kv_bytes
+        real = verified + real_chunk
         e = self.eff
-        total = self._time(flops, nbytes, e.mfu_decode, 0.0)
+        total = self._ops(gemm, real, self.weights_read(real), attn_f, kv_bytes, e.mfu_decode, 0.0)
         total += self.comm(verified + real_chunk)
-        for _step in range(gamma):
-            total += (draft.w_dense + draft.kv * context) / (self.hbm * e.mbu)
+        for _step in range(gamma):  # the draft's weights and its KV at their bandwidths
+            total += draft.w_dense / (self.hbm * e.mbu) + draft.kv * context / (self.hbm * e.mbu_kv)
         for _pass in range(gamma + 1):
             total += e.decode_overhead_ms * 1e-3
         return total / tokens

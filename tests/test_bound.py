@@ -123,12 +123,15 @@ def test_first_use_pays_for_a_block_by_hand():
 
 
 def test_recompute_price_by_hand():
-    """200 tokens rebuilt after 100 resident: FLOPs = 200·lin + attn·(200·201/2 + 200·100),
-    bytes = weights + kv·300; the slower of the two rooflines plus the 1 ms overhead."""
+    """200 tokens rebuilt after 100 resident: the GEMMs' 200·lin FLOPs at eff(200) against
+    the weights, plus attention's attn·(200·201/2 + 200·100) FLOPs against kv·300 bytes,
+    each the slower of its two rooflines, plus the 1 ms overhead."""
     pr = Prices(COST.kv_bpt, 1e9, 0.0, COST)
-    flops = 200 * COST.linear_flops + COST.attn_coef * (200 * 201 / 2 + 200 * 100)
-    nbytes = COST.weights + COST.kv_bpt * 300
-    want = max(flops / COST.flops_rate_prefill, nbytes / COST.byte_rate) + 1e-3
+    gemm = 200 * COST.linear_flops * (200 + COST.gemm_half) / 200
+    attn = COST.attn_coef * (200 * 201 / 2 + 200 * 100)
+    t_gemm = max(gemm / COST.flops_rate_prefill, COST.weights / COST.byte_rate)
+    t_attn = max(attn / COST.attn_rate, COST.kv_bpt * 300 / COST.kv_rate)
+    want = t_gemm + t_attn + 1e-3
     assert float(pr.recompute(200, 100)) == pytest.approx(want, rel=1e-12)
     assert float(pr.transfer(1000)) == pytest.approx(1000 * COST.kv_bpt / 1e9, rel=1e-12)
 

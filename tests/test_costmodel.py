@@ -32,8 +32,9 @@ from prefixbench.physics.costmodel import (
 
 # Spelled out so the pinned numbers do not move if the defaults are retuned.
 EFF = Efficiency(
-    mfu_prefill=0.5, mfu_decode=0.5, mbu=0.7, prefill_overhead_ms=1.0, decode_overhead_ms=1.0
-)
+    mfu_prefill=0.5, mfu_decode=0.5, mbu=0.7, prefill_overhead_ms=1.0, decode_overhead_ms=1.0,
+    gemm_half_tokens=100, mfu_attention=0.6, mbu_kv=0.9,
+)  # fmt: skip
 
 
 def series_time(coeffs, k):
@@ -90,8 +91,9 @@ def test_qwen2_15b_params_by_hand():
 # different so a swapped knob (prefill MFU used for decode, one overhead for the other) shows.
 
 EFF_D = Efficiency(
-    mfu_prefill=0.55, mfu_decode=0.45, mbu=0.75, prefill_overhead_ms=1.5, decode_overhead_ms=0.5
-)
+    mfu_prefill=0.55, mfu_decode=0.45, mbu=0.75, prefill_overhead_ms=1.5, decode_overhead_ms=0.5,
+    gemm_half_tokens=64, mfu_attention=0.65, mbu_kv=0.9,
+)  # fmt: skip
 RTOL = 1e-9
 
 # NVIDIA H100 SXM datasheet: BF16 dense 989.5 TFLOP/s (1,979 with sparsity), HBM3 3.35 TB/s.
@@ -142,18 +144,27 @@ def test_llama8b_shape_by_hand():
 def test_default_efficiencies():
     # The defaults docs/validation.md discusses; pinned so a retune is a deliberate change.
     e = Efficiency()
-    assert (e.mfu_prefill, e.mfu_decode, e.mbu) == (0.5, 0.5, 0.7)
+    assert (e.mfu_prefill, e.mfu_decode, e.mbu) == (0.68, 0.68, 0.7)
+    assert (e.gemm_half_tokens, e.mfu_attention, e.mbu_kv) == (96.0, 0.72, 0.88)
     assert (e.prefill_overhead_ms, e.decode_overhead_ms) == (1.0, 1.0)
+
+
+def _ops(gemm, tokens, weights, attn, kv, peak, bw, mfu, th=64, mfa=0.65, mbu=0.75, mkv=0.9):
+    """A step by hand: the GEMMs at mfu · T / (T + T½) of the tensor peak against their
+    weights at mbu, plus attention at mfa of the bf16 peak against its KV at mkv (EFF_D's
+    values as defaults)."""
+    t_gemm = max(gemm / (peak * mfu * tokens / (tokens + th)), weights / (bw * mbu))
+    return t_gemm + max(attn / (peak * mfa), kv / (bw * mkv))
 
 
 @pytest.mark.parametrize("n", [2048, 8192])
 def test_prefill_compute_bound_by_hand(n):
     # One prompt of n tokens, nothing cached: n linear passes, one LM-head row, causal attention.
-    flops = n * L8_F_LIN + L8_F_HEAD + L8_A * n * (n + 1) / 2
-    byts = L8_R + L8_K * n  # weights once, the new KV written
-    t_c, t_m = flops / (H100_FLOPS * 0.55), byts / (H100_BW * 0.75)
-    assert t_c > 5 * t_m  # compute-bound: 2k ≈ 54.6 ms vs 6.5 ms
-    expected = t_c + 1.5e-3
+    gemm, attn = n * L8_F_LIN + L8_F_HEAD, L8_A * n * (n + 1) / 2
+    t_c = gemm / (H100_FLOPS * 0.55 * n / (n + 64))
+    assert t_c > 5 * L8_R / (H100_BW * 0.75)  # the GEMMs are compute-bound
+    expected = t_c + attn / (H100_FLOPS * 0.65) + 1.5e-3  # attention too (KV write ≪)
+    assert attn / (H100_FLOPS * 0.65) > L8_K * n / (H100_BW * 0.9)
     assert prefill_time(_l8(), [n], [0]) == pytest.approx(expected, rel=RTOL)
 
 
@@ -162,75 +173,65 @@ def test_prefill_32k_attention_dominated_by_hand():
     attn = L8_A * n * (n + 1) / 2
     linear = n * L8_F_LIN + L8_F_HEAD
     assert attn > 0.6 * linear  # the quadratic term is 38 % of all FLOPs here
-    expected = (linear + attn) / (H100_FLOPS * 0.55) + 1.5e-3
+    expected = linear * (n + 64) / (n * H100_FLOPS * 0.55) + attn / (H100_FLOPS * 0.65) + 1.5e-3
     assert prefill_time(_l8(), [n], [0]) == pytest.approx(expected, rel=RTOL)
 
 
 def test_prefill_batch_with_cached_prefix_by_hand():
     # Two requests in one step: 512 new on a 4096-token cached prefix, and 1000 new, no hit.
-    flops = (
-        512 * L8_F_LIN
-        + L8_F_HEAD
-        + L8_A * (512 * 4096 + 512 * 513 / 2)
-        + 1000 * L8_F_LIN
-        + L8_F_HEAD
-        + L8_A * 1000 * 1001 / 2
-    )
-    expected = flops / (H100_FLOPS * 0.55) + 1.5e-3
+    gemm = 512 * L8_F_LIN + L8_F_HEAD + 1000 * L8_F_LIN + L8_F_HEAD
+    attn = L8_A * (512 * 4096 + 512 * 513 / 2) + L8_A * 1000 * 1001 / 2
+    kv = L8_K * (512 + 4096 + 1000)
+    expected = _ops(gemm, 1512, L8_R, attn, kv, H100_FLOPS, H100_BW, 0.55) + 1.5e-3
+    assert gemm / (H100_FLOPS * 0.55 * 1512 / 1576) > L8_R / (H100_BW * 0.75)  # compute
     assert prefill_time(_l8(), [512, 1000], [4096, 0]) == pytest.approx(expected, rel=RTOL)
 
 
 def test_prefill_memory_bound_on_long_cached_prefix_by_hand():
     # 8 new tokens on a 32k cached prefix: read the weights and all cached KV, little compute.
     n, c = 8, 32768
-    flops = n * L8_F_LIN + L8_F_HEAD + L8_A * (n * c + n * (n + 1) / 2)
-    byts = L8_R + L8_K * (n + c)
-    t_c, t_m = flops / (H100_FLOPS * 0.55), byts / (H100_BW * 0.75)
-    assert t_m > 3 * t_c
-    assert prefill_time(_l8(), [n], [c]) == pytest.approx(t_m + 1.5e-3, rel=RTOL)
+    gemm, attn = n * L8_F_LIN + L8_F_HEAD, L8_A * (n * c + n * (n + 1) / 2)
+    t_w, t_kv = L8_R / (H100_BW * 0.75), L8_K * (n + c) / (H100_BW * 0.9)
+    assert t_w > 3 * gemm / (H100_FLOPS * 0.55 * n / (n + 64))
+    assert t_kv > attn / (H100_FLOPS * 0.65)
+    assert prefill_time(_l8(), [n], [c]) == pytest.approx(t_w + t_kv + 1.5e-3, rel=RTOL)
 
 
 def test_decode_batch1_memory_bound_by_hand():
     ctx = 4096
-    flops = L8_F_LIN + L8_F_HEAD + L8_A * ctx
-    byts = L8_R + L8_K * ctx  # weights once, the sequence's KV once
-    t_c, t_m = flops / (H100_FLOPS * 0.45), byts / (H100_BW * 0.75)
-    assert t_m > 50 * t_c  # ≈ 6.19 ms vs 0.04 ms
+    t_w, t_kv = L8_R / (H100_BW * 0.75), L8_K * ctx / (H100_BW * 0.9)  # weights, KV once
+    assert t_w > 2 * (L8_F_LIN + L8_F_HEAD) / (H100_FLOPS * 0.45 / 65)  # eff(1) = 0.45/65
     got = float(decode_iteration_time(_l8(), 1, ctx))
-    assert got == pytest.approx(t_m + 0.5e-3, rel=RTOL)
+    assert got == pytest.approx(t_w + t_kv + 0.5e-3, rel=RTOL)
 
 
 def test_decode_above_ridge_compute_bound_by_hand():
-    # 1024 sequences of 128 tokens: 1024 · 15 GFLOP against 16 GB of weights + 17 GB of KV,
-    # ≈ 465 FLOP/byte, above H100's effective ridge 989.5e12·0.45 / (3350e9·0.75) ≈ 177.
+    # 1024 sequences of 128 tokens: 1024 · 15 GFLOP against 16 GB of weights: the GEMMs
+    # compute-bound; attention reads 17 GB of KV, memory-bound.
     b, ctx = 1024, 1024 * 128
-    flops = b * (L8_F_LIN + L8_F_HEAD) + L8_A * ctx
-    byts = L8_R + L8_K * ctx
-    t_c, t_m = flops / (H100_FLOPS * 0.45), byts / (H100_BW * 0.75)
-    assert t_c > 2 * t_m
+    t_g = b * (L8_F_LIN + L8_F_HEAD) / (H100_FLOPS * 0.45 * b / (b + 64))
+    assert t_g > 2 * L8_R / (H100_BW * 0.75)
+    t_kv = L8_K * ctx / (H100_BW * 0.9)
+    assert t_kv > L8_A * ctx / (H100_FLOPS * 0.65)
     got = float(decode_iteration_time(_l8(), b, ctx))
-    assert got == pytest.approx(t_c + 0.5e-3, rel=RTOL)
+    assert got == pytest.approx(t_g + t_kv + 0.5e-3, rel=RTOL)
 
 
 def test_recompute_both_regimes_by_hand():
     cost = _l8()
     # 16 tokens: memory-bound (the weights dominate); 8192 tokens: compute-bound. No LM head.
     for n in (16, 8192):
-        flops = n * L8_F_LIN + L8_A * n * (n + 1) / 2
-        byts = L8_R + L8_K * n
-        t = max(flops / (H100_FLOPS * 0.55), byts / (H100_BW * 0.75)) + 1.5e-3
-        assert float(recompute_time(cost, n)) == pytest.approx(t, rel=RTOL)
-    assert (16 * L8_F_LIN) / (H100_FLOPS * 0.55) < (L8_R + L8_K * 16) / (H100_BW * 0.75)
+        t = _ops(n * L8_F_LIN, n, L8_R, L8_A * n * (n + 1) / 2, L8_K * n, H100_FLOPS, H100_BW, 0.55)
+        assert float(recompute_time(cost, n)) == pytest.approx(t + 1.5e-3, rel=RTOL)
+    assert (16 * L8_F_LIN) / (H100_FLOPS * 0.55 * 16 / 80) < L8_R / (H100_BW * 0.75)
     assert float(recompute_time(cost, 0)) == 0.0
 
 
 def test_devices_scale_rates_by_hand():
     # 4 devices: 4× the FLOP/s, bandwidth and memory (ideal tensor parallelism).
     cost = InstanceCost.build(MODELS["llama-3.1-8b"], ACCELERATORS["h100-sxm"], 4, EFF_D)
-    byts = L8_R + L8_K * 4096
-    assert float(decode_iteration_time(cost, 1, 4096)) == pytest.approx(
-        byts / (4 * H100_BW * 0.75) + 0.5e-3, rel=RTOL
-    )
+    t = L8_R / (4 * H100_BW * 0.75) + L8_K * 4096 / (4 * H100_BW * 0.9)
+    assert float(decode_iteration_time(cost, 1, 4096)) == pytest.approx(t + 0.5e-3, rel=RTOL)
     assert cost.memory_bytes == 4 * 80e9
 
 
@@ -277,18 +278,22 @@ def test_moe_decode_reads_touched_experts_by_hand(b):
     dense_bytes = 2 * (DS_EMBED + DS_BODY)  # untied: the input table is not read
     touched = 1 - (1 - 6 / 64) ** b
     byts = dense_bytes + 2 * DS_ROUTED * touched + 27 * 576 * 2 * ctx
-    flops = b * (2 * (DS_BODY + DS_ACTIVE) + 2 * DS_EMBED) + 2 * 27 * 16 * 320 * ctx
-    t_c, t_m = flops / (A100_FLOPS * 0.45), byts / (A100_BW * 0.75)
-    assert t_m > 10 * t_c
+    gemm = b * (2 * (DS_BODY + DS_ACTIVE) + 2 * DS_EMBED)
+    t_w = (dense_bytes + 2 * DS_ROUTED * touched) / (A100_BW * 0.75)
+    t_kv = 27 * 576 * 2 * ctx / (A100_BW * 0.9)
+    assert t_w > gemm / (A100_FLOPS * 0.45 * b / (b + 64))
+    assert t_kv > 2 * 27 * 16 * 320 * ctx / (A100_FLOPS * 0.65)
+    assert byts == pytest.approx(t_w * A100_BW * 0.75 + t_kv * A100_BW * 0.9, rel=RTOL)
     got = float(decode_iteration_time(_ds(), b, ctx))
-    assert got == pytest.approx(t_m + 0.5e-3, rel=RTOL)
+    assert got == pytest.approx(t_w + t_kv + 0.5e-3, rel=RTOL)
 
 
 def test_moe_prefill_counts_active_experts_by_hand():
     # 8192 tokens: FLOPs through the 6 active experts only; compute-bound on the A100.
     n = 8192
-    flops = n * 2 * (DS_BODY + DS_ACTIVE) + 2 * DS_EMBED + 2 * 27 * 16 * 320 * n * (n + 1) / 2
-    expected = flops / (A100_FLOPS * 0.55) + 1.5e-3
+    gemm = n * 2 * (DS_BODY + DS_ACTIVE) + 2 * DS_EMBED
+    attn = 2 * 27 * 16 * 320 * n * (n + 1) / 2
+    expected = gemm * (n + 64) / (n * A100_FLOPS * 0.55) + attn / (A100_FLOPS * 0.65) + 1.5e-3
     assert prefill_time(_ds(), [n], [0]) == pytest.approx(expected, rel=RTOL)
 
 
@@ -315,24 +320,23 @@ def test_flops_per_token_without_context():
 
 def test_devices_scale_compute_by_hand():
     cost = InstanceCost.build(MODELS["llama-3.1-8b"], ACCELERATORS["h100-sxm"], 8, EFF_D)
-    n = 8192
-    flops = n * L8_F_LIN + L8_F_HEAD + L8_A * n * (n + 1) / 2
-    assert prefill_time(cost, [n], [0]) == pytest.approx(
-        flops / (8 * H100_FLOPS * 0.55) + 1.5e-3, rel=RTOL
-    )
+    n = 8192  # ideal TP over 8: one group carries every token, at 8× the rates
+    gemm, attn = n * L8_F_LIN + L8_F_HEAD, L8_A * n * (n + 1) / 2
+    t = gemm * (n + 64) / (n * 8 * H100_FLOPS * 0.55) + attn / (8 * H100_FLOPS * 0.65)
+    assert prefill_time(cost, [n], [0]) == pytest.approx(t + 1.5e-3, rel=RTOL)
     b, ctx = 8192, 8192 * 16
-    flops = b * (L8_F_LIN + L8_F_HEAD) + L8_A * ctx
+    t_g = b * (L8_F_LIN + L8_F_HEAD) * (b + 64) / (b * 8 * H100_FLOPS * 0.45)
+    t_kv = L8_K * ctx / (8 * H100_BW * 0.9)  # the KV read exceeds attention's FLOPs
     assert float(decode_iteration_time(cost, b, ctx)) == pytest.approx(
-        flops / (8 * H100_FLOPS * 0.45) + 0.5e-3, rel=RTOL
+        t_g + t_kv + 0.5e-3, rel=RTOL
     )
 
 
 def test_recompute_one_token_is_a_step():
-    flops = L8_F_LIN + L8_A * 1
-    byts = L8_R + L8_K
-    assert flops / (H100_FLOPS * 0.55) < byts / (H100_BW * 0.75)
+    assert L8_F_LIN * 65 / (H100_FLOPS * 0.55) < L8_R / (H100_BW * 0.75)
+    t = L8_R / (H100_BW * 0.75) + L8_K / (H100_BW * 0.9)
     got = float(recompute_time(_l8(), 1))
-    assert got == pytest.approx(byts / (H100_BW * 0.75) + 1.5e-3, rel=RTOL)
+    assert got == pytest.approx(t + 1.5e-3, rel=RTOL)
 
 
 def test_moe_memory_bound_prefill_and_recompute_by_hand():
@@ -341,10 +345,14 @@ def test_moe_memory_bound_prefill_and_recompute_by_hand():
     touched = 1 - (1 - 6 / 64) ** 16
     weights = 2 * (DS_EMBED + DS_BODY) + 2 * DS_ROUTED * touched  # head, not the input table
     k = 27 * 576 * 2
-    t_m = (weights + k * (16 + 16384)) / (A100_BW * 0.75)
-    assert prefill_time(_ds(), [16], [16384]) == pytest.approx(t_m + 1.5e-3, rel=RTOL)
-    t_m = (weights + k * 16) / (A100_BW * 0.75)
-    assert float(recompute_time(_ds(), 16)) == pytest.approx(t_m + 1.5e-3, rel=RTOL)
+    t_w = weights / (A100_BW * 0.75)
+    # attention over the 16k prefix: its FLOPs (0.357 ms) outlast its KV read (0.278 ms)
+    t_a = 2 * 27 * 16 * 320 * (16 * 16384 + 16 * 17 / 2) / (A100_FLOPS * 0.65)
+    assert t_a > k * (16 + 16384) / (A100_BW * 0.9)
+    assert prefill_time(_ds(), [16], [16384]) == pytest.approx(t_w + t_a + 1.5e-3, rel=RTOL)
+    t_kv = k * 16 / (A100_BW * 0.9)  # 16 tokens' attention: the KV write outlasts the FLOPs
+    assert t_kv > 2 * 27 * 16 * 320 * 16 * 17 / 2 / (A100_FLOPS * 0.65)
+    assert float(recompute_time(_ds(), 16)) == pytest.approx(t_w + t_kv + 1.5e-3, rel=RTOL)
 
 
 # DeepSeek-V2 config.json (huggingface.co/deepseek-ai/DeepSeek-V2): 60 layers, hidden 5120,
@@ -395,12 +403,12 @@ def test_decode_iteration_qwen2_15b_on_l4_by_hand():
     batch, context = 8, 8 * 1000  # 8 sequences of 1000 tokens
     weights = 1_543_714_304 * 2  # bf16 bytes
     # FLOPs: 2 per weight per token (tied LM head included once) + attention 2·L·H·(dk+dv) per pair.
-    flops = batch * 2 * 1_543_714_304 + 2 * 28 * 12 * (128 + 128) * context
-    byts = weights + 28672 * context
-    t_compute = flops / (121e12 * 0.5)  # 0.431 ms
-    t_memory = byts / (300e9 * 0.7)  # 15.79 ms
-    expected = max(t_compute, t_memory) + 1e-3
-    assert expected == pytest.approx(0.0167943, rel=1e-5)
+    gemm = batch * 2 * 1_543_714_304
+    attn = 2 * 28 * 12 * (128 + 128) * context
+    t_gemm = max(gemm * (8 + 100) / (8 * 121e12 * 0.5), weights / (300e9 * 0.7))  # 14.70 ms
+    t_attn = max(attn / (121e12 * 0.6), 28672 * context / (300e9 * 0.9))  # KV: 0.849 ms
+    expected = t_gemm + t_attn + 1e-3
+    assert expected == pytest.approx(0.0165516, rel=1e-5)
     assert float(decode_iteration_time(cost, batch, context)) == pytest.approx(expected, rel=1e-12)
 
 
@@ -445,15 +453,14 @@ def test_series_time_equals_iteration_sum(model, dev, batch, context0, k, eff):
     assert series_time(coeffs, k) == pytest.approx(direct, rel=1e-9)
 
 
-def test_series_switches_compute_to_memory_midway():
-    # A large batch on a low-ridge device starts compute-bound; the growing KV read
-    # overtakes the attention FLOPs later in the series.
+def test_series_of_a_large_batch_matches_direct_iterations():
+    # Only attention depends on the iteration: its compute and KV terms both grow with
+    # the context, in proportion, so they never cross; the GEMMs' max sits in o.
     cost = InstanceCost.build(MODELS["qwen2-0.5b"], ACCELERATORS["a10g"], 1, EFF)
-    a1, s1, a2, s2, o = coeffs = decode_series_coeffs(cost, 512, 0)
-    assert a1 > a2 and s2 > s1
-    switch = (a1 - a2) / (s2 - s1)
-    k = int(switch * 2) + 2
-    direct = sum(float(decode_iteration_time(cost, 512, 512 * j)) for j in range(k))
+    a1, s1, a2, s2, o = coeffs = decode_series_coeffs(cost, 512, 512 * 100)
+    assert a1 * s2 == pytest.approx(a2 * s1, rel=1e-12)
+    k = 40
+    direct = sum(float(decode_iteration_time(cost, 512, 512 * (100 + j))) for j in range(k))
     assert series_time(coeffs, k) == pytest.approx(direct, rel=1e-9)
 
 
@@ -490,3 +497,29 @@ def test_iterations_within_any_elapsed(coeffs, k_max, elapsed):
 
 def test_iterations_within_negative_elapsed():
     assert iterations_within((1.0, 0.0, 0.5, 0.1, 0.0), -1.0, 10) == 0
+
+
+@pytest.mark.parametrize(
+    ("weights", "dev", "gemm_peak", "bf16_peak"),
+    [
+        # H100 SXM datasheet: FP8 Tensor Core 3,958 TFLOPS with sparsity (1,979 dense),
+        # BF16 1,979 with sparsity (989.5 dense)
+        ("fp8", "h100-sxm", 1979e12, 989.5e12),
+        # L4 datasheet: INT8 Tensor Core 485 TOPS with sparsity (242.5 dense), BF16 121
+        ("int8", "l4", 242.5e12, 121e12),
+        # W4A16: the int4 weights are dequantised to bf16, the GEMMs run at the bf16 peak
+        ("int4", "h100-sxm", 989.5e12, 989.5e12),
+    ],
+)
+def test_quantized_gemms_run_at_their_dtype_peak_by_hand(weights, dev, gemm_peak, bf16_peak):
+    # Llama-3.1-8B with its linear layers quantized, one 8,192-token prompt: the GEMMs
+    # compute-bound at the format's tensor peak, attention (bf16 activations and KV) at the
+    # bf16 peak.
+    from prefixbench.catalog.formats import with_formats
+
+    m = with_formats(MODELS["llama-3.1-8b"], weights=weights)
+    cost = InstanceCost.build(m, ACCELERATORS[dev], 1, EFF_D)
+    n = 8192
+    t_gemm = (n * L8_F_LIN + L8_F_HEAD) * (n + 64) / (n * gemm_peak * 0.55)
+    t_attn = L8_A * n * (n + 1) / 2 / (bf16_peak * 0.65)
+    assert prefill_time(cost, [n], [0]) == pytest.approx(t_gemm + t_attn + 1.5e-3, rel=RTOL)

@@ -131,8 +131,10 @@ def test_cli_uses_a_calibrated_efficiency_file(tmp_path):
     assert r.exit_code == 0, r.output
     d = json.loads(r.output)["decode"][0]
     # 16.06 GB of weights less the untied input table (128,256 × 4,096, bf16), which a step
-    # does not read, + 4096 · 131,072 B of KV at 0.9 × 3.35 TB/s, + 0.25 ms
-    expected = (2 * (8_030_261_248 - 128256 * 4096) + 4096 * 131072) / (0.9 * 3350e9) * 1e3 + 0.25
+    # does not read, at 0.9 × 3.35 TB/s, + 4096 · 131,072 B of KV at the KV stream's default
+    # 0.88 × 3.35 TB/s (the file sets the weights' MBU only), + 0.25 ms
+    weights = 2 * (8_030_261_248 - 128256 * 4096) / (0.9 * 3350e9)
+    expected = (weights + 4096 * 131072 / (0.88 * 3350e9)) * 1e3 + 0.25
     assert d["ms"] == pytest.approx(expected, rel=1e-9)
 
 

@@ -133,11 +133,13 @@ def test_block_ids_direct_or_ranked():
 
 
 def _prefill_time(cost, n_new: int, hit: int = 0) -> float:
-    """One request's prefill step from the cost coefficients: roofline + overhead."""
-    flops = n_new * cost.linear_flops + cost.lm_head_flops
-    flops += cost.attn_coef * (n_new * hit + n_new * (n_new + 1) / 2)
-    bytes_ = cost.weights + cost.kv_bpt * (n_new + hit)
-    return max(flops / cost.flops_rate_prefill, bytes_ / cost.byte_rate) + cost.prefill_overhead
+    """One request's prefill step from the cost coefficients: the GEMMs at eff(n_new)
+    against the weights, plus attention against its KV, plus the overhead."""
+    gemm = (n_new * cost.linear_flops + cost.lm_head_flops) * (n_new + cost.gemm_half) / n_new
+    attn = cost.attn_coef * (n_new * hit + n_new * (n_new + 1) / 2)
+    t_gemm = max(gemm / cost.flops_rate_prefill, cost.weights / cost.byte_rate)
+    t_attn = max(attn / cost.attn_rate, cost.kv_bpt * (n_new + hit) / cost.kv_rate)
+    return t_gemm + t_attn + cost.prefill_overhead
 
 
 def test_colocated_single_request_by_hand():

@@ -137,15 +137,23 @@ def pair(model, p_acc, p_dev, d_acc, d_dev, eff, **data):
 
 
 def compute_poor(acc: AcceleratorSpec, model, devices: int, eff, batch: int, context: float):
-    """``acc`` with its peak FLOP/s lowered so a decode batch of ``batch`` turns compute-bound
-    when its context passes ``context`` (real catalog devices never cross the ridge within a
-    few hundred iterations, so the closed-form series' switch branch would go untested).
-    Computed with the reference roofline: the spec is data both sides read."""
+    """``acc`` with its peak FLOP/s (every dtype's, in proportion) lowered so a decode batch
+    of ``batch`` at ``context`` has as much compute (GEMMs at eff(batch), attention) as
+    memory time (weights, KV): around it the operators take either side (real catalog
+    devices keep decode memory-bound). Computed with the reference roofline: the spec is
+    data both sides read."""
     r = roofline(model, acc, devices, efficiency(eff))
-    flops = batch * (r.f_lin + r.f_head) + r.attn * context
-    nbytes = r.weights_read(batch) + r.kv * context
-    peak = r.hbm * r.eff.mbu * flops / nbytes / r.eff.mfu_decode / devices
-    return acc.model_copy(update={"name": "compute-poor", "peak_tflops": peak / 1e12})
+    e, per_group = r.eff, batch / r.replicas
+    gemm = batch * (r.f_lin + r.f_head) * (per_group + e.gemm_half_tokens) / per_group
+    gemm *= acc.peak_tflops * 1e12 * devices / r.gemm_peak  # in bf16-peak FLOPs
+    compute = gemm / e.mfu_decode + r.attn * context / e.mfu_attention
+    memory = r.weights_read(batch) / (r.hbm * e.mbu) + r.kv * context / (r.hbm * e.mbu_kv)
+    scale = compute / memory / devices / (acc.peak_tflops * 1e12)
+    update = {"name": "compute-poor", "peak_tflops": acc.peak_tflops * scale}
+    for k in ("peak_fp8_tflops", "peak_int8_tflops"):
+        if getattr(acc, k):
+            update[k] = getattr(acc, k) * scale
+    return acc.model_copy(update=update)
 
 
 def _link(draw) -> dict:
@@ -852,14 +860,23 @@ def test_single_request_timeline_by_hand():
     a = 2.0 * layers * 14 * (64 + 64)
     k = 2 * layers * 2 * 64 * 2
     weights = (body + vocab * h) * 2
-    peak, bw = 121e12 * 0.5, 300e9 * 0.7
+    # per operator (docs/model/cost-model.md): GEMMs at 0.5 · T / (T + 96) of the peak
+    # against the weights at 0.7; attention at 0.72 of the peak against the KV at 0.88
+    peak, bw, th = 121e12 * 0.5, 300e9 * 0.7, 96
+    peak_a, bw_kv = 121e12 * 0.72, 300e9 * 0.88
     n = 300
-    step = max((n * f_lin + f_head + a * n * (n + 1) / 2) / peak, (weights + k * n) / bw) + 1e-3
+    step = (
+        max((n * f_lin + f_head) * (n + th) / (n * peak), weights / bw)
+        + max(a * n * (n + 1) / 2 / peak_a, k * n / bw_kv)
+        + 1e-3
+    )
     assert cols["t_prefill_end"][0] == pytest.approx(0.1 + step, rel=1e-12)
     land = cols["t_prefill_end"][0] + n * k / 3.125e9 + 1e-4
     assert cols["t_transfer_end"][0] == pytest.approx(land, rel=1e-12)
     its = [
-        max((f_lin + f_head + a * (n + j)) / peak, (weights + k * (n + j)) / bw) + 1e-3
+        max((f_lin + f_head) * (1 + th) / peak, weights / bw)
+        + max(a * (n + j) / peak_a, k * (n + j) / bw_kv)
+        + 1e-3
         for j in range(4)
     ]
     assert cols["t_first_token"][0] == pytest.approx(land + its[0], rel=1e-12)
@@ -932,8 +949,8 @@ def test_prefix_affinity_follows_the_replica():
 
 
 def test_decode_series_crossing_the_roofline_ridge():
-    """Batches whose iterations turn from memory- to compute-bound mid-segment (the closed-form
-    series' switch branch) still match the one-iteration-at-a-time reference."""
+    """Batches on a device whose decode steps sit at the ridge (GEMMs and attention on
+    either side as the context grows) still match the one-iteration-at-a-time reference."""
     req = make_requests(
         [0.0, 0.3, 2.0, 2.05], [1000, 1100, 900, 1000], [400, 300, 500, 450], [[]] * 4
     )
@@ -945,16 +962,12 @@ def test_decode_series_crossing_the_roofline_ridge():
         res = simulate(req, cfg).columns
         assert_same(res, ReferenceSim(req, ref_cfg).run(), f"ridge b={b}")
         assert np.all(res["outcome"] == 1)
-        r = ref_cfg.decode
-        # request 0 alone crosses the ridge: memory-bound at its start, compute-bound at its end
-        if b == 1:
-            start, end = 1000, 1000 + 399
-            assert r.attn * start + r.f_lin + r.f_head < r.peak * r.eff.mfu_decode * (
-                (r.weights_read(1) + r.kv * start) / (r.hbm * r.eff.mbu)
-            )
-            assert r.attn * end + r.f_lin + r.f_head > r.peak * r.eff.mfu_decode * (
-                (r.weights_read(1) + r.kv * end) / (r.hbm * r.eff.mbu)
-            )
+        r, e = ref_cfg.decode, ref_cfg.decode.eff
+        if b == 1:  # request 0 alone: its GEMMs compute-bound, its attention memory-bound
+            assert (r.f_lin + r.f_head) * (1 + e.gemm_half_tokens) / (
+                r.gemm_peak * e.mfu_decode
+            ) > r.weights_read(1) / (r.hbm * e.mbu)
+            assert r.attn / (r.peak * e.mfu_attention) < r.kv / (r.hbm * e.mbu_kv)
 
 
 def test_request_landing_exactly_on_a_boundary_joins_the_next_one():
@@ -1014,10 +1027,11 @@ def test_costmodel_functions_match_reference_roofline(model_name, eff):
         return int(_inverse(*(float(c) for c in coeffs), float(elapsed), int(k_max)))
 
     model = model_spec(model_name)
-    # (tp, pp, ep, product fabric, its GB/s and µs as the reference reads them, §2.8)
+    # (tp, pp, ep, product fabric, its GB/s and µs as the reference reads them, and its
+    # measured all-reduce α µs and GB/s where the catalog has them, §2.8)
     splits = {
         "ideal": None,
-        "tp2-pp2-ep2": (2, 2, 2, "nvlink4", 450.0, 0.6),
+        "tp2-pp2-ep2": (2, 2, 2, "nvlink4", 450.0, 0.6, 8.6, 190.7),
         "tp4-pcie": (4, 1, 1, "pcie4-x16", 31.5, 1.0),
     }
     for acc_name, devices, split in (
@@ -1031,8 +1045,7 @@ def test_costmodel_functions_match_reference_roofline(model_name, eff):
         par = ref_split = None
         if sp is not None:
             par = Parallelism(tp=sp[0], pp=sp[1], ep=sp[2], fabric=get_fabric(sp[3]))
-            fab = get_fabric(sp[3])  # a measured all-reduce where the catalog has one (§2.8)
-            ref_split = Split(*sp[:3], sp[4], sp[5], fab.allreduce_alpha_us, fab.allreduce_gbps)
+            ref_split = Split(*sp[:3], *sp[4:])
         cost = InstanceCost.build(model, acc, devices, efficiency(eff), par)
         r = roofline(model, acc, devices, efficiency(eff), ref_split)
         for new, cached in ((1, 0), (512, 0), (2048, 0), (8192, 0), (32768, 0), (256, 2048)):

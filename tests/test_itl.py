@@ -28,7 +28,12 @@ KV = 28672
 # NVIDIA L4 datasheet: 300 GB/s GDDR6; efficiencies spelled out (MBU 0.7, 1 ms overhead)
 BW, MBU, OVH = 300e9, 0.7, 1e-3
 EFF = Efficiency(
-    mfu_prefill=0.5, mfu_decode=0.5, mbu=MBU, prefill_overhead_ms=1.0, decode_overhead_ms=1.0
+    mfu_prefill=0.5,
+    mfu_decode=0.5,
+    mbu=MBU,
+    prefill_overhead_ms=1.0,
+    decode_overhead_ms=1.0,
+    mbu_kv=MBU,  # the KV at the weights' MBU: a memory-bound step is (W + KV) / (BW · MBU)
 )
 COST = InstanceCost.build(catalog.get_model("qwen2-1.5b"), catalog.get_accelerator("l4"), 1, EFF)
 

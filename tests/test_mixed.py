@@ -23,8 +23,9 @@ from prefixbench.system.runner import EngineConfig, simulate
 QWEN05 = catalog.get_model("qwen2-0.5b")
 L4 = catalog.get_accelerator("l4")
 EFF = Efficiency(
-    mfu_prefill=0.5, mfu_decode=0.5, mbu=0.7, prefill_overhead_ms=1.0, decode_overhead_ms=1.0
-)
+    mfu_prefill=0.5, mfu_decode=0.5, mbu=0.7, prefill_overhead_ms=1.0, decode_overhead_ms=1.0,
+    gemm_half_tokens=96, mfu_attention=0.72, mbu_kv=0.88,
+)  # fmt: skip
 GAMMA, ALPHA = 2, 0.75
 
 
@@ -59,7 +60,8 @@ def test_mixed_iteration_by_hand():
     from the cache and under recompute_on_decode the decode instance rebuilds those 512
     tokens as chunks beside A. Every number from the raw config (Qwen2-0.5B: 24 layers,
     hidden 896, 14 heads of 64, 2 KV heads, MLP 4864, vocab 151,936, tied embeddings, QKV
-    bias; L4 121 TFLOP/s, 300 GB/s; MFU 0.5, MBU 0.7, 1 ms per pass; MTP: one layer of the
+    bias; L4 121 TFLOP/s, 300 GB/s; GEMMs at 0.5 · T / (T + 96) against the weights at 0.7,
+    attention at 0.72 against the KV at 0.88, 1 ms per pass; MTP: one layer of the
     target's shape with its LM head; γ = 2, α = 0.75)."""
     prefix = 512
     req = make_requests(
@@ -80,14 +82,18 @@ def test_mixed_iteration_by_hand():
     w_mtp = (layer + h + vocab * h) * 2  # one layer, final norm, LM head
     k_mtp = 2 * 1 * 2 * 64 * 2
     fr, br = 121e12 * 0.5, 300e9 * 0.7
+    ar, kr = 121e12 * 0.72, 300e9 * 0.88
     g = GAMMA + 1
     tau = 1 + ALPHA + ALPHA**2  # expected tokens: 2.3125
 
-    def draft(ctx):  # γ memory-bound MTP steps
-        return GAMMA * (w_mtp + k_mtp * ctx) / br
+    def draft(ctx):  # γ memory-bound MTP steps: weights and KV at their bandwidths
+        return GAMMA * (w_mtp / br + k_mtp * ctx / kr)
+
+    def ops(gemm, tokens, attn, kv):  # the GEMMs at eff(tokens), plus attention
+        return max(gemm * (tokens + 96) / (tokens * fr), w / br) + max(attn / ar, kv / kr)
 
     def plain(ctx):  # A alone: one speculative iteration, per token
-        verify = max((g * (f_lin + f_head) + a * g * ctx) / fr, (w + k * ctx) / br)
+        verify = ops(g * (f_lin + f_head), g, a * g * ctx, k * ctx)
         return (verify + draft(ctx) + g * 1e-3) / tau
 
     # the chunk budget less A's g = 3 tokens, over tau: floor(507 / 2.3125) = 219 per engine
@@ -113,15 +119,16 @@ def test_mixed_iteration_by_hand():
     compute_bound = []
     for (t0, t1, _, _), c in zip(stalls, want_chunks, strict=True):
         # one REAL iteration: A's 3 tokens verified plus tau x c chunk tokens, then / tau
-        chunk = c * f_lin + a * (c * done + c * (c + 1) / 2)  # the engine chunk's FLOPs
-        flops = g * (f_lin + f_head) + a * g * ctx + tau * chunk
-        nbytes = w + k * ctx + k * (done + tau * c)  # prefix read once, tau x c written
-        dur = (max(flops / fr, nbytes / br) + draft(ctx) + g * 1e-3) / tau
+        tokens = g + tau * c
+        gemm = g * (f_lin + f_head) + tau * c * f_lin
+        attn = a * g * ctx + tau * a * (c * done + c * (c + 1) / 2)
+        kv = k * ctx + k * (done + tau * c)  # prefix read once, tau x c written
+        dur = (ops(gemm, tokens, attn, kv) + draft(ctx) + g * 1e-3) / tau
         assert t1 - t0 == pytest.approx(dur, rel=1e-9)
-        compute_bound.append(flops / fr > nbytes / br)
+        compute_bound.append(gemm * (tokens + 96) / (tokens * fr) > w / br)
         done += c
         ctx += 1
-    assert compute_bound == [True, True, False]  # both roofline branches priced
+    assert compute_bound == [True, True, False]  # both GEMM roofline branches priced
     assert cols["t_recompute_end"][1] == stalls[-1][1]
     assert cols["recompute_tokens"][1] == prefix
 

@@ -37,7 +37,9 @@ NVL4_BPS, NVL4_LAT = 450e9, 0.6e-6
 # NVLink 4 all-reduce, measured (vllm-project/vllm pulls 24111 and 22086, H100 TP 6 and
 # TP 2, 0.5-4 MiB): 8.6 µs + bytes / 190.7 GB/s, whatever the TP degree
 AR_ALPHA, AR_BPS = 8.6e-6, 190.7e9
-EFF = Efficiency()  # MFU 0.5, MBU 0.7, 1 ms overheads
+# GEMM MFU 0.5, MBU 0.7 for weights and KV alike (so a memory-bound step is one bytes /
+# bandwidth below), 1 ms overheads
+EFF = Efficiency(mfu_prefill=0.5, mfu_decode=0.5, mbu=0.7, mbu_kv=0.7)
 
 # Llama-3.1-70B by hand (config.json): per layer q 8192², k and v 2·8192·1024, o 8192²,
 # MLP 3·8192·28672, two norms of 8192; 80 layers, a final norm; embeddings and LM head
@@ -102,7 +104,8 @@ def test_decode_iteration_tp8_is_roofline_over_8_plus_comm():
     # the closed form's constant carries the same comm term
     a1, s1, a2, s2, o = decode_series_coeffs(cost, b, ctx)
     assert max(a1, a2) + o == pytest.approx(want, rel=1e-12)
-    assert o == pytest.approx(1e-3 + comm, rel=1e-12)
+    # (o also holds the GEMM operator, constant for the batch: the weights' read)
+    assert o == pytest.approx(L70_READ_BYTES / (3350e9 * 8 * 0.7) + 1e-3 + comm, rel=1e-12)
 
 
 def test_prefill_step_tp8_adds_the_all_reduces_of_its_new_tokens():
@@ -223,7 +226,8 @@ def test_zero_cost_fabric_is_bit_identical_to_ideal_tensor_parallelism(name):
     """The multi-device presets (splitwise_hetero: 8× H100 prefill, 8× A100 decode;
     optical_mac: 4 devices each) on the ideal fabric reproduce the goldens stored BEFORE
     communication was modelled, exactly (== on every float); their recompute_on_decode rows
-    were regenerated when recompute became chunks in decode iterations."""
+    were regenerated when recompute became chunks in decode iterations, and every row when
+    steps became per-operator rooflines (docs/model/cost-model.md)."""
     want = json.loads((GOLDEN / f"{name}_ideal_fabric.json").read_text())
     # ... and with the link and the request as they were then: line rate, no connector
     # setup, no per-request fixed cost (docs/model.md "KV transfer cost", §2.14); those runs
@@ -264,12 +268,14 @@ def test_engine_step_times_carry_the_comm_terms_by_hand():
     cols = simulate(make_requests([0.0], [n], [out], [[]]), cfg).columns
     f_lin, f_head = 2.0 * L70_BODY, 2.0 * 128256 * 8192
     attn = 2.0 * 80 * 64 * (128 + 128)
-    # prefill: compute-bound on 8 devices, plus 160 all-reduces of 2,048 tokens (tp 8)
-    flops = n * f_lin + f_head + attn * n * (n + 1) / 2
-    step = max(
-        flops / (989.5e12 * 8 * 0.5), (L70_READ_BYTES + L70_KV_PER_TOKEN * n) / (3350e9 * 8 * 0.7)
-    )
-    step += 1e-3 + 160 * ((n * 8192 * 2) / AR_BPS + AR_ALPHA)
+    # prefill: per operator on 8 devices (one tp-8 group: T½ = 96 tokens), the GEMMs and
+    # attention compute-bound (attention at the default 0.72), plus 160 all-reduces of
+    # 2,048 tokens (tp 8)
+    gemm = (n * f_lin + f_head) * (n + 96) / (n * 989.5e12 * 8 * 0.5)
+    assert gemm > L70_READ_BYTES / (3350e9 * 8 * 0.7)
+    t_attn = attn * n * (n + 1) / 2 / (989.5e12 * 8 * 0.72)
+    assert t_attn > L70_KV_PER_TOKEN * n / (3350e9 * 8 * 0.7)
+    step = gemm + t_attn + 1e-3 + 160 * ((n * 8192 * 2) / AR_BPS + AR_ALPHA)
     assert cols["t_prefill_end"][0] == pytest.approx(step, rel=1e-12)
     land = step + n * L70_KV_PER_TOKEN / 3.125e9
     assert cols["t_transfer_end"][0] == pytest.approx(land, rel=1e-12)
@@ -277,9 +283,10 @@ def test_engine_step_times_carry_the_comm_terms_by_hand():
     # stage boundary
     comm = 160 * ((8192 * 2) / AR_BPS + AR_ALPHA) + (8192 * 2 / NVL4_BPS + NVL4_LAT)
     its = [
-        max(
-            (f_lin + f_head + attn * (n + j)) / (989.5e12 * 4 * 0.5),
-            (L70_READ_BYTES + L70_KV_PER_TOKEN * (n + j)) / (3350e9 * 4 * 0.7),
+        max((f_lin + f_head) * (1 + 96) / (989.5e12 * 4 * 0.5), L70_READ_BYTES / (3350e9 * 4 * 0.7))
+        + max(
+            attn * (n + j) / (989.5e12 * 4 * 0.72),
+            L70_KV_PER_TOKEN * (n + j) / (3350e9 * 4 * 0.7),
         )
         + 1e-3
         + comm

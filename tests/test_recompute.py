@@ -13,7 +13,7 @@ import math
 import pytest
 from enginecases import make_requests
 from test_engine_reference import _compare
-from test_streaming import BW, F_LIN, PEAK, WEIGHTS, A, K
+from test_streaming import F_LIN, A, K, ops
 
 from prefixbench.engine.config import EngineConfig, check_engine_config
 from prefixbench.errors import SimulationError
@@ -23,11 +23,11 @@ BLK = [(7, 600)]
 
 def chunk_step(m: int, done: int, batch: int = 0, ctx: int = 0, head: float = 0.0) -> float:
     """A decode iteration of ``batch`` sequences (``ctx`` tokens attended) carrying a
-    recompute chunk of ``m`` tokens after ``done``: one roofline at decode efficiency, the
-    chunk without logits, 1 ms decode overhead."""
-    flops = batch * (F_LIN + head) + A * ctx + m * F_LIN + A * (m * done + m * (m + 1) / 2)
-    nbytes = WEIGHTS + K * ctx + K * (done + m)
-    return max(flops / PEAK, nbytes / BW) + 1e-3
+    recompute chunk of ``m`` tokens after ``done``: the per-operator roofline at decode
+    efficiency (the GEMMs at batch + m tokens), the chunk without logits, 1 ms overhead."""
+    gemm = batch * (F_LIN + head) + m * F_LIN
+    attn = A * ctx + A * (m * done + m * (m + 1) / 2)
+    return ops(gemm, batch + m, attn, K * ctx + K * (done + m)) + 1e-3
 
 
 def _run(req, **kw):

@@ -22,13 +22,23 @@ F_LIN, F_HEAD = 2.0 * BODY, 2.0 * VOCAB * H
 A = 2.0 * LAYERS * 14 * (64 + 64)
 K = 2 * LAYERS * 2 * 64 * 2  # 12,288 B/token
 WEIGHTS = (BODY + VOCAB * H) * 2
-PEAK, BW = 121e12 * 0.5, 300e9 * 0.7
+PEAK, BW = 121e12 * 0.5, 300e9 * 0.7  # the GEMMs at 0.5 · T / (T + 96), the weights at 0.7
+PEAK_ATTN, BW_KV = 121e12 * 0.72, 300e9 * 0.88  # attention and the KV stream (defaults)
+
+
+def ops(gemm: float, tokens: float, attn: float, kv: float) -> float:
+    """A step by hand: the GEMMs' max(compute at eff(tokens), weights) plus attention's
+    max(compute, KV bytes) (docs/model/cost-model.md "Per-operator roofline")."""
+    t_gemm = max(gemm * (tokens + 96) / (tokens * PEAK), WEIGHTS / BW)
+    return t_gemm + max(attn / PEAK_ATTN, kv / BW_KV)
+
+
 LAT = 1e-4
 
 
 def prefill_step(new: int, hit: int) -> float:
-    flops = new * F_LIN + F_HEAD + A * (new * hit + new * (new + 1) / 2)
-    return max(flops / PEAK, (WEIGHTS + K * (new + hit)) / BW) + 1e-3
+    attn = A * (new * hit + new * (new + 1) / 2)
+    return ops(new * F_LIN + F_HEAD, new, attn, K * (new + hit)) + 1e-3
 
 
 def _run(req, **kw):
@@ -92,8 +102,7 @@ def test_one_step_streams_its_requests_layer_by_layer():
     n, bw = 1000, 12.5e9
     req = make_requests([0.0, 0.001, 0.0011], [100, n, n], [2, 2, 2], [[], [], []])
     ts = prefill_step(100, 0)
-    flops = 2 * (n * F_LIN + F_HEAD + A * n * (n + 1) / 2)
-    step = max(flops / PEAK, (WEIGHTS + K * 2 * n) / BW) + 1e-3
+    step = ops(2 * (n * F_LIN + F_HEAD), 2 * n, 2 * A * n * (n + 1) / 2, K * 2 * n) + 1e-3
     chunk = n * K / LAYERS / bw
     assert 2 * chunk < step / LAYERS
     cols = _run(req, link_bytes_per_s=bw, streaming="layerwise")

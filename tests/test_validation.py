@@ -49,18 +49,20 @@ def test_every_point_has_a_source_and_a_split():
     assert len(sources) >= 4, sources
 
 
-@pytest.mark.parametrize("group", ["allreduce", "vllm_tpot", "vllm_ttft"])
+@pytest.mark.parametrize(
+    "group",
+    ["allreduce", "vllm_tpot", "vidur_linear", "attention_prefill", "attention_decode"],
+)
 def test_held_out_accuracy(group):
     _accurate(group)
 
 
 UNFINISHED = {
-    # The per-operator roofline (token-dependent GEMM efficiency, separate weight and KV
-    # bandwidth) is not built yet: one flat MFU and MBU per phase (docs/validation.md).
-    "vidur_linear": "flat MFU: 0.87× near the ridge, 1.3× at 4k tokens",
-    "attention_prefill": "flat MFU 0.5 against FlashAttention's 0.64–0.77: 1.28–1.46×",
-    "attention_decode": "one MBU for weights and KV; KV streams at ~0.9: 1.19–1.34×",
     "kv_transfer": "one η per link kind: a single 400G NIC reaches 0.84, eight 0.475",
+    # The GEMM curve is fitted to Vidur's kernels (0.68 saturated); vLLM's end-to-end
+    # prefill runs slower than its summed kernels (calibrate on the fit rows: 0.49), so
+    # long prompts come out 0.71–0.83× at the defaults (docs/validation.md).
+    "vllm_ttft": "kernel-fitted GEMM MFU 0.68 vs vLLM end-to-end ≈0.49: 0.82× held out",
 }
 
 
@@ -83,3 +85,52 @@ def test_fit_points_reproduce_their_constants():
             if r["group"] == group and r["split"] == "fit":
                 ratio = r["prefixbench_ms"] / r["measured_ms"]
                 assert abs(ratio - 1.0) <= tol, (r["config"], ratio)
+
+
+def _profile(path, split: str) -> None:
+    """The vLLM end-to-end points of ``split`` as a calibrate CSV: client-side TTFT and
+    TPOT as a batch-1 decode iteration at the mean context (tests/measured.py)."""
+    from measured import _read
+
+    lines = ["phase,tokens,batch,context,devices,ms,model"]
+    for r in _read("blis_vllm_h100_sync.csv"):
+        if r["split"] != split:
+            continue
+        new, cached, out = (int(r[k]) for k in ("prompt_tokens", "prefix_tokens", "output_tokens"))
+        lines.append(f"ttft,{new},,{cached},{r['tp']},{r['ttft_ms']},{r['model']}")
+        ctx = round(new + cached + out / 2)
+        lines.append(f"decode,,1,{ctx},{r['tp']},{r['tpot_ms']},{r['model']}")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _log_error(eff: Efficiency, groups: tuple[str, ...]) -> float:
+    errs = [
+        abs(math.log(r["prefixbench_ms"] / r["measured_ms"]))
+        for r in all_rows(eff)
+        if r["group"] in groups and r["split"] == "held-out"
+    ]
+    return sum(errs) / len(errs)
+
+
+def test_calibrate_on_the_fit_set_does_not_get_worse_held_out(tmp_path):
+    # The fit set has 4 end-to-end rows (two Llama-2-7B TP 1 runs: TTFT and TPOT each), too
+    # few for calibrate's six parameters, so the fit is restricted to the three they
+    # determine: prefill MFU and the per-request cost (the TTFT rows), MBU (the TPOT rows).
+    from prefixbench.physics.calibrate import fit, read_profiles
+
+    _profile(tmp_path / "fit.csv", "fit")
+    ms = read_profiles([str(tmp_path / "fit.csv")], None, "h100-sxm", 1, None)
+    assert len(ms) == 4
+    res = fit(ms, params=("mfu_prefill", "request_overhead_ms", "mbu"))
+    assert sorted(res.constrained) == ["mbu", "mfu_prefill", "request_overhead_ms"]
+    for groups in (("vllm_ttft",), ("vllm_tpot",), ("vllm_ttft", "vllm_tpot")):
+        assert _log_error(res.efficiency, groups) <= _log_error(EFF, groups), groups
+    # and the fitted block meets the held-out target the defaults miss on TTFT
+    ratios = [
+        r["prefixbench_ms"] / r["measured_ms"]
+        for r in all_rows(res.efficiency)
+        if r["group"] == "vllm_ttft" and r["split"] == "held-out"
+    ]
+    gmean = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+    assert 0.90 <= gmean <= 1.10
+    assert sum(abs(x - 1.0) <= 0.20 for x in ratios) / len(ratios) >= 0.80

@@ -2,7 +2,10 @@
 
 ``peak_tflops`` is the dense BF16 tensor-core peak: NVIDIA datasheets print the 2:4
 structured-sparsity figure first ("with sparsity"), so dense = sparse / 2. Bandwidth is in
-GB/s and memory in GB as printed (10^9 bytes).
+GB/s and memory in GB as printed (10^9 bytes). ``peak_fp8_tflops`` and ``peak_int8_tflops``
+are the same datasheets' dense FP8 and INT8 tensor peaks (sparse / 2; None where the part
+has no such cores or the datasheet prints none): an FP8 (W8A8) or INT8 (W8A8) checkpoint's
+GEMMs run at them (docs/model/cost-model.md "Per-operator roofline").
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ _PRESETS = [
         name="l4",
         vendor="NVIDIA",
         peak_tflops=121.0,  # datasheet: BF16 Tensor Core 242 TFLOPS with sparsity
+        peak_fp8_tflops=242.5,  # datasheet: FP8 Tensor Core 485 TFLOPS with sparsity
+        peak_int8_tflops=242.5,  # datasheet: INT8 Tensor Core 485 TOPS with sparsity
         hbm_gbps=300.0,  # GDDR6, 300 GB/s
         memory_gb=24.0,
         source="https://www.nvidia.com/en-us/data-center/l4/",
@@ -61,6 +66,8 @@ _PRESETS = [
         name="l40s",
         vendor="NVIDIA",
         peak_tflops=362.05,  # datasheet: BF16 Tensor Core 362.05 dense | 733 with sparsity
+        peak_fp8_tflops=733.0,  # datasheet: FP8 Tensor Core 733 | 1,466 with sparsity
+        peak_int8_tflops=733.0,  # datasheet: INT8 Tensor Core 733 | 1,466 with sparsity
         hbm_gbps=864.0,  # GDDR6, 864 GB/s
         memory_gb=48.0,
         source="https://www.nvidia.com/en-us/data-center/l40s/",
@@ -73,6 +80,7 @@ _PRESETS = [
         name="a100-40gb",
         vendor="NVIDIA",
         peak_tflops=312.0,  # datasheet: BFLOAT16 Tensor Core 312 | 624 with sparsity
+        peak_int8_tflops=624.0,  # datasheet: INT8 Tensor Core 624 | 1,248 with sparsity (no FP8)
         hbm_gbps=1555.0,  # A100 40GB SXM: 1,555 GB/s HBM2
         memory_gb=40.0,
         source=(
@@ -88,6 +96,7 @@ _PRESETS = [
         name="a100-80gb",
         vendor="NVIDIA",
         peak_tflops=312.0,  # same compute as the 40 GB part
+        peak_int8_tflops=624.0,  # datasheet: INT8 Tensor Core 624 | 1,248 with sparsity (no FP8)
         hbm_gbps=2039.0,  # A100 80GB SXM: 2,039 GB/s HBM2e (the PCIe card is 1,935)
         memory_gb=80.0,
         source=(
@@ -103,6 +112,8 @@ _PRESETS = [
         name="h100-sxm",
         vendor="NVIDIA",
         peak_tflops=989.5,  # datasheet: BF16 Tensor Core 1,979 TFLOPS with sparsity (SXM)
+        peak_fp8_tflops=1979.0,  # datasheet: FP8 Tensor Core 3,958 TFLOPS with sparsity
+        peak_int8_tflops=1979.0,  # datasheet: INT8 Tensor Core 3,958 TOPS with sparsity
         hbm_gbps=3350.0,  # HBM3, 3.35 TB/s
         memory_gb=80.0,
         source="https://www.nvidia.com/en-us/data-center/h100/",
@@ -115,6 +126,8 @@ _PRESETS = [
         name="h200",
         vendor="NVIDIA",
         peak_tflops=989.5,  # datasheet: BF16 Tensor Core 1,979 TFLOPS with sparsity (SXM)
+        peak_fp8_tflops=1979.0,  # datasheet: FP8 Tensor Core 3,958 TFLOPS with sparsity
+        peak_int8_tflops=1979.0,  # datasheet: INT8 Tensor Core 3,958 TOPS with sparsity
         hbm_gbps=4800.0,  # HBM3e, 4.8 TB/s
         memory_gb=141.0,
         source="https://www.nvidia.com/en-us/data-center/h200/",
@@ -131,6 +144,8 @@ _PRESETS = [
         # Cross-checked with https://glennklockwood.com/garden/processors/B200 (HGX B200 BF16:
         # 2250 dense / 4500 sparse TFLOPS).
         peak_tflops=2250.0,
+        peak_fp8_tflops=4500.0,  # HGX B200: FP8/FP6 Tensor Core 9 PFLOPS with sparsity
+        peak_int8_tflops=4500.0,  # HGX B200: INT8 Tensor Core 9 POPS with sparsity
         hbm_gbps=7700.0,
         memory_gb=180.0,
         source="https://www.nvidia.com/en-us/data-center/hgx/",

@@ -116,6 +116,12 @@ class AcceleratorSpec(_Spec):
     peak_tflops: float = Field(
         gt=0, le=1e6, description="Dense BF16 tensor peak, TFLOP/s (no sparsity)."
     )
+    peak_fp8_tflops: float | None = Field(
+        None, gt=0, le=1e6, description="Dense FP8 tensor peak, TFLOP/s (None: no FP8 cores)."
+    )
+    peak_int8_tflops: float | None = Field(
+        None, gt=0, le=1e6, description="Dense INT8 tensor peak, TOP/s (None: not published)."
+    )
     hbm_gbps: float = Field(gt=0, le=1e6, description="Memory bandwidth, GB/s (10^9 bytes/s).")
     memory_gb: float = Field(gt=0, le=1e5, description="Memory capacity, GB (10^9 bytes).")
     source: str = Field("", description="Datasheet the numbers come from.")

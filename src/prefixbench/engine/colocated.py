@@ -36,7 +36,7 @@ from .disagg import least_loaded, mem_changed
 from .jit import jit, sig
 from .power import decode_record, power_work
 from .queues import batch_pop, batch_push, push, step_append, wq_append, wq_remove
-from .series import comm, prefill_step_time, prompt_flops, roofline, weights_read
+from .series import comm, op_time, prefill_step_time, weights_read
 from .timeline import record
 from .window import in_energy_window, in_window
 
@@ -209,7 +209,7 @@ def prefill_step(IS, F, R, B32, TLF, TLI, bid, bt, i, t):
     maxb, budget = IS[L.IP_MAXB], IS[L.IP_TOKB]
     first, last, count = -1, -1, 0
     new_sum = 0
-    flops = 0.0
+    gemm, attn = 0.0, 0.0
     kv_io = 0.0
     while IS[b + L.D_B] + count < maxb:
         rid = admit_head(IS, F, R, B32, TLF, TLI, bid, bt, i, t)
@@ -225,11 +225,13 @@ def prefill_step(IS, F, R, B32, TLF, TLI, bid, bt, i, t):
         last = rid
         count += 1
         new_sum += n_new
-        flops += prompt_flops(lf, lmh, att, n_new, hit)
+        gemm += n_new * lf + lmh
+        attn += att * (n_new * hit + n_new * (n_new + 1) / 2.0)
         kv_io += kv * prompt
     if count == 0:
         return -1.0
-    dur = prefill_step_time(F, c0, flops, new_sum, kv_io)
+    flops = gemm + attn
+    dur = prefill_step_time(F, c0, gemm, attn, new_sum, kv_io)
     if in_window(F, t):
         add_work(F, L.DF0 + i * L.NDF + L.DF_FLOPS, flops, weights_read(F, c0, new_sum) + kv_io)
     if in_energy_window(F, t):
@@ -268,8 +270,8 @@ def chunk_candidate(IS, F, R, B32, TLF, TLI, bid, bt, i, t, cur):
 @jit
 def gather_chunks(IS, F, R, B32, TLF, TLI, bid, bt, i, t):
     """Fill the step's token budget with prefill chunks of waiting prompts (FIFO), linked
-    from ``first``; returns (first, chunks, chunk tokens, FLOPs, KV bytes) of the step, the
-    running batch's decode tokens included."""
+    from ``first``; returns (first, chunks, chunk tokens, GEMM FLOPs, attention FLOPs, KV
+    bytes) of the step, the running batch's decode tokens included."""
     n, ft = IS[L.IP_N], IS[L.H_FT]
     b = L.DI0 + i * L.NDI
     c0 = L.FP_DC
@@ -277,7 +279,7 @@ def gather_chunks(IS, F, R, B32, TLF, TLI, bid, bt, i, t):
     maxb = IS[L.IP_MAXB]
     nb, ctx = IS[b + L.D_B], IS[b + L.D_CTX]
     room = IS[L.IP_TOKB] - nb
-    flops = nb * (lf + lmh) + att * ctx
+    gemm, attn = nb * (lf + lmh), att * ctx
     kv_io = kv * ctx
     first, last, count = -1, -1, 0
     chunk_sum = 0
@@ -297,11 +299,12 @@ def gather_chunks(IS, F, R, B32, TLF, TLI, bid, bt, i, t):
         chunk_sum += m
         if math.isnan(F[ft + L.T_PS * n + rid]):
             F[ft + L.T_PS * n + rid] = t
-        flops += m * lf + att * (m * done + m * (m + 1) / 2.0)
+        gemm += m * lf
+        attn += att * (m * done + m * (m + 1) / 2.0)
         kv_io += kv * (done + m)
         room -= m
         cur = rid
-    return first, count, chunk_sum, flops, kv_io
+    return first, count, chunk_sum, gemm, attn, kv_io
 
 
 @jit
@@ -317,17 +320,16 @@ def finishing_chunks(R, first):
 
 
 @jit
-def price_mixed(F, i, t, nb, chunk_sum, flops, kv_io):
-    """The mixed step's roofline time plus its fabric traffic, its work and power counted
-    when ``t`` is in the window."""
+def price_mixed(F, i, t, nb, chunk_sum, gemm, attn, kv_io):
+    """The mixed step's operators (GEMMs at its nb + chunk tokens, attention) plus its
+    fixed cost and fabric traffic, its work and power counted when ``t`` is in the
+    window."""
     c0 = L.FP_DC
-    dur = roofline(
-        flops,
-        weights_read(F, c0, nb + chunk_sum) + kv_io,
-        F[c0 + L.C_FRD],
-        F[c0 + L.C_BR],
-        F[c0 + L.C_DOV],
-    ) + comm(F, c0, float(nb + chunk_sum))
+    tokens = float(nb + chunk_sum)
+    wbytes = weights_read(F, c0, nb + chunk_sum)
+    dur = op_time(F, c0, gemm, tokens, F[c0 + L.C_FRD], wbytes, attn, kv_io) + F[c0 + L.C_DOV]
+    dur += comm(F, c0, tokens)
+    flops = gemm + attn
     if in_window(F, t):
         pw = L.DF0 + i * L.NDF + L.DF_FLOPS
         add_work(F, pw, flops, weights_read(F, c0, nb + chunk_sum) + kv_io)
@@ -346,11 +348,13 @@ def chunked_step(IS, F, R, B32, TLF, TLI, bid, bt, i, t):
     is waiting (plain decode: the closed form handles it)."""
     b = L.DI0 + i * L.NDI
     nb = IS[b + L.D_B]
-    first, count, chunk_sum, flops, kv_io = gather_chunks(IS, F, R, B32, TLF, TLI, bid, bt, i, t)
+    first, count, chunk_sum, gemm, attn, kv_io = gather_chunks(
+        IS, F, R, B32, TLF, TLI, bid, bt, i, t
+    )
     if count == 0:
         return -1.0
-    flops += finishing_chunks(R, first) * F[L.FP_DC + L.C_LMH]
-    dur = price_mixed(F, i, t, nb, chunk_sum, flops, kv_io)
+    gemm += finishing_chunks(R, first) * F[L.FP_DC + L.C_LMH]
+    dur = price_mixed(F, i, t, nb, chunk_sum, gemm, attn, kv_io)
     end = t + dur
     stall_gaps(IS, F, i, end, True)  # running sequences emit one token in this step
     IS[b + L.D_IT] += 1  # the step is one decode iteration for the running batch

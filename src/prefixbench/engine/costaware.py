@@ -87,11 +87,11 @@ def recompute_time(IS, F, d, m, h):
         c = room if room < m else m
         plain = 0.0
         if nb > 0:
-            pf, pk = mixed_open(F, nb, ctx)
-            plain = mixed_close(F, nb, ctx, 0, pf, pk)[0]
-        flops, kv_io = mixed_open(F, nb, ctx)
-        flops, kv_io = chunk_add(F, nb, flops, kv_io, c, done, True)
-        dur = mixed_close(F, nb, ctx, c, flops, kv_io)[0]
+            pg, pa, pk = mixed_open(F, nb, ctx)
+            plain = mixed_close(F, nb, ctx, 0, pg, pa, pk)[0]
+        gemm, attn, kv_io = mixed_open(F, nb, ctx)
+        gemm, attn, kv_io = chunk_add(F, nb, gemm, attn, kv_io, c, done, True)
+        dur = mixed_close(F, nb, ctx, c, gemm, attn, kv_io)[0]
         total += dur
         extra += dur - plain
         done += c

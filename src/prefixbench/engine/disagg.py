@@ -69,7 +69,6 @@ from .recompute import mark_ready, mixed_step, queue_job, resolve_shared
 from .series import (
     coeffs,
     prefill_step_time,
-    prompt_flops,
     series_time,
     weights_read,
 )
@@ -180,7 +179,7 @@ def start_prefill(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, p, t):
     c0 = L.FP_PC
     lf, lmh, att, kv = F[c0 + L.C_LF], F[c0 + L.C_LMH], F[c0 + L.C_ATT], F[c0 + L.C_KV]
     new_sum = 0
-    flops = 0.0
+    gemm, attn = 0.0, 0.0
     kv_io = 0.0
     replayed = 0.0  # --- ced
     first = -1
@@ -206,11 +205,13 @@ def start_prefill(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, p, t):
         new_sum += n_new
         IS[io + L.O_PH * n + rid] = hit
         F[ft + L.T_PS * n + rid] = t
-        flops += prompt_flops(lf, lmh, att, n_new, hit)
+        gemm += n_new * lf + lmh
+        attn += att * (n_new * hit + n_new * (n_new + 1) / 2.0)
         kv_io += kv * prompt
-        flops += ced.replay_flops(F, c0, prompt)  # --- ced: replay window (0 without)
+        gemm += ced.replay_flops(F, c0, prompt)  # --- ced: replay window (0 without)
         replayed += ced.replay_tokens(F, c0, prompt)
-    dur = prefill_step_time(F, c0, flops, new_sum, kv_io) + F[c0 + L.C_CEDC] * replayed
+    flops = gemm + attn
+    dur = prefill_step_time(F, c0, gemm, attn, new_sum, kv_io) + F[c0 + L.C_CEDC] * replayed
     if in_window(F, t):
         F[IS[L.H_FPB] + p] += clipped(F, t, t + dur)
         pw = IS[L.H_FCH] + IS[L.IP_NP] * IS[L.IP_ND] * IS[L.IP_NC] + 2 * p

@@ -280,11 +280,16 @@ COST_FIELDS = (
     "ced_prompt_lin",
     "ced_prompt_attn",
     "ced_prompt_kv",
+    # --- per-operator roofline: appended
+    "attn_rate",
+    "kv_rate",
+    "gemm_half",
 )
 C_CLK, C_JF, C_JB, C_IDLE, C_DVFS, C_VF = range(14, 20)  # --- power
 C_SG, C_STAU, C_SDW, C_SDKV, C_SDF, C_SDA = range(20, 26)  # --- speculative
 C_CEDW, C_CEDL, C_CEDA, C_CEDC = range(26, 30)  # --- ced: engine/ced.py
 C_CEDPL, C_CEDPA, C_CEDPK = range(30, 33)  # --- ced: a recomputed prefix's prompt pass
+C_AR, C_KR, C_GH = range(33, 36)  # attention FLOP/s, KV bytes/s, GEMM half tokens
 NCF = len(COST_FIELDS)
 FP_PC = 4  # prefill InstanceCost fields
 FP_DC = FP_PC + NCF  # decode InstanceCost fields (colocated: the instance's cost)

@@ -25,7 +25,7 @@ import numpy as np
 
 from . import layout as L
 from .jit import jit
-from .series import comm, roofline, weights_read_tokens
+from .series import comm, op_time, weights_read_tokens
 
 # τ comes from a closed form here and may differ from another computation of it in the last
 # bit: a quotient within this of an integer counts as that integer (so 68 / 1.7 is 40)
@@ -53,17 +53,17 @@ def chunk_room(IS, F, nb):
 
 @jit
 def mixed_open(F, nb, ctx):
-    """(FLOPs, KV bytes) of the batch's part of an engine iteration: its verify pass over
-    nb·g tokens attending to ``ctx``, over τ."""
+    """(GEMM FLOPs, attention FLOPs, KV bytes) of the batch's part of an engine iteration:
+    its verify pass over nb·g tokens attending to ``ctx``, over τ."""
     c0 = L.FP_DC
     g, tau = spec_of(F, nb)
-    flops = (nb * g * (F[c0 + L.C_LF] + F[c0 + L.C_LMH]) + F[c0 + L.C_ATT] * g * ctx) / tau
-    return flops, (F[c0 + L.C_KV] * ctx) / tau
+    gemm = (nb * g * (F[c0 + L.C_LF] + F[c0 + L.C_LMH])) / tau
+    return gemm, (F[c0 + L.C_ATT] * g * ctx) / tau, (F[c0 + L.C_KV] * ctx) / tau
 
 
 @jit
-def chunk_add(F, nb, flops, kv_io, m, done, prompt):
-    """(FLOPs, KV bytes) after adding a chunk of ``m`` tokens after ``done`` computed ones:
+def chunk_add(F, nb, gemm, attn, kv_io, m, done, prompt):
+    """(GEMM FLOPs, attention FLOPs, KV bytes) after adding a chunk of ``m`` tokens after ``done`` computed ones:
     its own FLOPs (no logits), its KV written and its prefix read once per real iteration.
     ``prompt``: a recomputed prefix, which for a CED model is its prompt pass (the encoder
     and the decoder's K/V projections, attending over the encoder layers' KV, §2.12); a
@@ -72,31 +72,37 @@ def chunk_add(F, nb, flops, kv_io, m, done, prompt):
     tau = spec_of(F, nb)[1]
     if prompt and F[c0 + L.C_CEDPL] > 0.0:
         att = F[c0 + L.C_CEDPA]
-        flops += m * F[c0 + L.C_CEDPL] + att * (m * done + m * (m + 1) / 2.0)
+        gemm += m * F[c0 + L.C_CEDPL]
+        attn += att * (m * done + m * (m + 1) / 2.0)
         kv_io += F[c0 + L.C_CEDPK] * done / tau + F[c0 + L.C_KV] * m
-        return flops, kv_io
+        return gemm, attn, kv_io
     att = F[c0 + L.C_ATT]
-    flops += m * F[c0 + L.C_LF] + att * (m * done + m * (m + 1) / 2.0)
+    gemm += m * F[c0 + L.C_LF]
+    attn += att * (m * done + m * (m + 1) / 2.0)
     kv_io += F[c0 + L.C_KV] * (done / tau + m)
-    return flops, kv_io
+    return gemm, attn, kv_io
 
 
 @jit
-def mixed_close(F, nb, ctx, chunks, flops, kv_io):
-    """(Duration, FLOPs, bytes) of the engine iteration: one roofline over the verify pass
-    and the chunks, the draft steps (memory-bound), the overheads of the g passes and the
+def mixed_close(F, nb, ctx, chunks, gemm, attn, kv_io):
+    """(Duration, FLOPs, bytes) of the engine iteration: the operators (GEMMs at the real
+    iteration's nb·g + τ·chunks tokens, attention) over the verify pass and the chunks,
+    the draft steps (memory-bound: weights and KV at their bandwidths), the overheads of the g passes and the
     fabric of the real iteration's nb·g + τ·chunks tokens, all but the chunks' work over
     τ; the FLOPs and bytes returned include the draft's (for MFU, MBU and energy)."""
     c0 = L.FP_DC
     g, tau = spec_of(F, nb)
     br = F[c0 + L.C_BR]
     real = nb * g + tau * chunks
-    bytes_ = weights_read_tokens(F, c0, nb * g + tau * chunks) / tau + kv_io
-    dur = roofline(flops, bytes_, F[c0 + L.C_FRD], br, F[c0 + L.C_DOV] * g / tau)
+    wbytes = weights_read_tokens(F, c0, nb * g + tau * chunks) / tau
+    bytes_ = wbytes + kv_io
+    flops = gemm + attn
+    dur = op_time(F, c0, gemm, real, F[c0 + L.C_FRD], wbytes, attn, kv_io)
+    dur += F[c0 + L.C_DOV] * g / tau
     dw, dkv, df, da = 0.0, 0.0, 0.0, 0.0
     if nb > 0:
         dw, dkv, df, da = F[c0 + L.C_SDW], F[c0 + L.C_SDKV], F[c0 + L.C_SDF], F[c0 + L.C_SDA]
-    dur += (dw + dkv * ctx) / br / tau
+    dur += (dw / br + dkv * ctx / F[c0 + L.C_KR]) / tau
     dur += comm(F, c0, real) / tau
     work_f = flops + (nb * df + da * ctx) / tau
     work_b = bytes_ + (dw + dkv * ctx) / tau

@@ -41,7 +41,7 @@ from .hostpath import host_path_move
 from .jit import jit
 from .power import decode_record, power_work
 from .queues import batch_push, push, q_append, q_popleft
-from .series import coeffs, comm, iterations_within, roofline, series_time, weights_read
+from .series import coeffs, comm, iterations_within, op_time, series_time, weights_read
 from .timeline import record
 from .window import in_energy_window, in_window
 
@@ -427,15 +427,15 @@ def reprefill(IS, F, R, d, rid, start, t):
     m, c = reprefill_tokens(IS, R, rid)
     c0 = L.FP_DC
     lf, att, kv = F[c0 + L.C_LF], F[c0 + L.C_ATT], F[c0 + L.C_KV]
-    flops = m * lf + att * (m * c + m * (m + 1) / 2.0)
-    bytes_ = weights_read(F, c0, m) + kv * (m + c)
+    gemm, attn = m * lf, att * (m * c + m * (m + 1) / 2.0)
+    wbytes, kv_io = weights_read(F, c0, m), kv * (m + c)
     if in_window(F, t):
-        add_work(F, L.DF0 + d * L.NDF + L.DF_FLOPS, flops, bytes_)
+        add_work(F, L.DF0 + d * L.NDF + L.DF_FLOPS, gemm + attn, wbytes + kv_io)
     R[rid * L.NR + L.R_FLAGS] &= ~L.F_REPF
-    step = roofline(flops, bytes_, F[c0 + L.C_FRP], F[c0 + L.C_BR], F[c0 + L.C_POV])
+    step = op_time(F, c0, gemm, m * 1.0, F[c0 + L.C_FRP], wbytes, attn, kv_io) + F[c0 + L.C_POV]
     dur = step + comm(F, c0, float(m))
     if in_energy_window(F, t):  # --- power: a re-prefill draws like a prefill step
-        power_work(F, decode_record(F, d), c0, F[c0 + L.C_FRP], flops, bytes_, dur)
+        power_work(F, decode_record(F, d), c0, F[c0 + L.C_FRP], gemm + attn, wbytes + kv_io, dur)
     return start + dur
 
 

@@ -158,7 +158,7 @@ def mixed_step(IS, F, R, B8, bid, EHT, EHI, TLF, TLI, d, t, nj):
     c0 = L.FP_DC
     nb, ctx = IS[b + L.D_B], IS[b + L.D_CTX]
     room = chunk_room(IS, F, nb)
-    flops, kv_io = mixed_open(F, nb, ctx)
+    gemm, attn, kv_io = mixed_open(F, nb, ctx)
     chunks = 0
     a = IS[b + L.D_RQH]
     while a != -1:  # chunks, first come first served
@@ -172,9 +172,11 @@ def mixed_step(IS, F, R, B8, bid, EHT, EHI, TLF, TLI, d, t, nj):
             R[ar + L.R_RCH] = m
             chunks += m
             room -= m
-            flops, kv_io = chunk_add(F, nb, flops, kv_io, m, done, not ced.is_replay(R, a))
+            gemm, attn, kv_io = chunk_add(
+                F, nb, gemm, attn, kv_io, m, done, not ced.is_replay(R, a)
+            )
         a = R[ar + L.R_RQN]
-    dur, flops, bytes_ = mixed_close(F, nb, ctx, chunks, flops, kv_io)
+    dur, flops, bytes_ = mixed_close(F, nb, ctx, chunks, gemm, attn, kv_io)
     end = t + dur
     if in_window(F, t):  # MFU/MBU: steps started in the steady window (window.py)
         add_work(F, L.DF0 + d * L.NDF + L.DF_FLOPS, flops, bytes_)

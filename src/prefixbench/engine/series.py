@@ -14,6 +14,7 @@ import numpy as np
 
 from .jit import entry_sig, jit, sig
 from .layout import (
+    C_AR,
     C_ATT,
     C_BR,
     C_CFX,
@@ -23,6 +24,8 @@ from .layout import (
     C_EW,
     C_FRD,
     C_FRP,
+    C_GH,
+    C_KR,
     C_KV,
     C_LF,
     C_LMH,
@@ -64,6 +67,29 @@ def roofline(flops, bytes_, flops_rate, byte_rate, overhead):
     return t + overhead
 
 
+@sig("float64(float64[::1], int64, float64, float64, float64)")
+def gemm_time(F, c0, flops, tokens, rate):
+    """Compute time of a step's GEMMs at eff(T) (costmodel.gemm_time): 0 for no tokens."""
+    if tokens <= 0.0:
+        return 0.0
+    return flops * (tokens + F[c0 + C_GH]) / (tokens * rate)
+
+
+@sig("float64(float64[::1], int64, float64, float64, float64, float64, float64, float64)")
+def op_time(F, c0, gemm, tokens, rate, wbytes, attn, kv_io):
+    """Σ over the step's operators of max(compute, memory) (costmodel.operator_time): the
+    GEMMs (``wbytes`` of weights) plus attention (``kv_io`` bytes of KV)."""
+    tg = gemm_time(F, c0, gemm, tokens, rate)
+    mem = wbytes / F[c0 + C_BR]
+    if mem > tg:
+        tg = mem
+    ta = attn / F[c0 + C_AR]
+    kvt = kv_io / F[c0 + C_KR]
+    if kvt > ta:
+        ta = kvt
+    return tg + ta
+
+
 @sig("float64(float64[::1], int64, float64)")
 def comm(F, c0, tokens):
     """Fabric time of a step of ``tokens`` tokens (InstanceCost.comm_time): TP all-reduces,
@@ -71,17 +97,28 @@ def comm(F, c0, tokens):
     return tokens * F[c0 + C_CPT] + F[c0 + C_CFX]
 
 
-@sig("float64(float64[::1], int64, float64, int64, float64)")
-def prefill_step_time(F, c0, flops, new_tokens, kv_io):
-    """A prefill step of ``new_tokens`` (summed over its prompts, ``flops`` and ``kv_io``
-    bytes of KV written and read): the roofline with the prefill rates, plus the fabric."""
-    return roofline(
-        flops,
-        weights_read(F, c0, new_tokens) + kv_io,
-        F[c0 + C_FRP],
-        F[c0 + C_BR],
-        F[c0 + C_POV],
-    ) + comm(F, c0, float(new_tokens))
+@sig("float64(float64[::1], int64, float64, float64, int64, float64)")
+def prefill_step_time(F, c0, gemm, attn, new_tokens, kv_io):
+    """A prefill step of ``new_tokens`` (summed over its prompts: ``gemm`` and ``attn``
+    FLOPs, ``kv_io`` bytes of KV written and read): the operators at the prefill rates
+    (costmodel.prefill_times), plus the fixed cost and the fabric."""
+    t = new_tokens * 1.0
+    return (
+        op_time(F, c0, gemm, t, F[c0 + C_FRP], weights_read(F, c0, new_tokens), attn, kv_io)
+        + F[c0 + C_POV]
+        + comm(F, c0, t)
+    )
+
+
+@sig("float64(float64[::1], int64, float64, float64)")
+def decode_fixed(F, c0, batch, g):
+    """The GEMM operator of a decode iteration verifying ``g`` tokens per sequence
+    (costmodel.decode_fixed)."""
+    tokens = batch * g
+    gemm = tokens * (F[c0 + C_LF] + F[c0 + C_LMH])
+    t_c = gemm * (tokens + F[c0 + C_GH]) / (tokens * F[c0 + C_FRD])
+    t_m = weights_read_tokens(F, c0, tokens) / F[c0 + C_BR]
+    return t_c if t_c > t_m else t_m
 
 
 @sig("float64(float64, float64, float64, int64, int64)")
@@ -172,17 +209,23 @@ def coeffs(F, batch, ctx):
     """(a1, s1, a2, s2, overhead) of a decode batch (costmodel.decode_series_coeffs); the
     overhead includes the batch's fabric time, constant while the batch is."""
     c0 = FP_DC
-    fr, br = F[c0 + C_FRD], F[c0 + C_BR]
+    ar, kr, br = F[c0 + C_AR], F[c0 + C_KR], F[c0 + C_BR]
     att, kv = F[c0 + C_ATT], F[c0 + C_KV]
-    # --- speculative decoding (exactly the plain iteration with the defaults
-    # g = tau = 1, draft terms 0): verify g tokens per sequence, the draft's memory-bound
-    # steps added to both roofline terms, all divided by the expected tokens tau
     g, tau = F[c0 + C_SG], F[c0 + C_STAU]
     ver = batch * int(g)
-    dkv = F[c0 + C_SDKV] / br
-    a1 = ((batch * g * (F[c0 + C_LF] + F[c0 + C_LMH]) + att * g * ctx) / fr + dkv * ctx) / tau
-    s1 = (att * g * batch / fr + dkv * batch) / tau
-    a2 = ((weights_read(F, c0, ver) + kv * ctx) / br + dkv * ctx) / tau
-    s2 = (kv * batch / br + dkv * batch) / tau
-    o = (F[c0 + C_DOV] * g + comm(F, c0, float(ver)) + F[c0 + C_SDW] / br) / tau
+    fixed = decode_fixed(F, c0, float(batch), g)
+    if g == 1.0 and tau == 1.0:  # plain decode: only attention depends on j
+        a1 = att * ctx / ar
+        s1 = att * batch / ar
+        a2 = kv * ctx / kr
+        s2 = kv * batch / kr
+        return a1, s1, a2, s2, fixed + F[c0 + C_DOV] + (batch * F[c0 + C_CPT] + F[c0 + C_CFX])
+    # --- speculative decoding: verify g tokens per sequence, the draft's memory-bound
+    # steps added to both attention terms, all divided by the expected tokens tau
+    dkv = F[c0 + C_SDKV] / kr
+    a1 = (att * g * ctx / ar + dkv * ctx) / tau
+    s1 = (att * g * batch / ar + dkv * batch) / tau
+    a2 = (kv * ctx / kr + dkv * ctx) / tau
+    s2 = (kv * batch / kr + dkv * batch) / tau
+    o = (fixed + F[c0 + C_DOV] * g + comm(F, c0, float(ver)) + F[c0 + C_SDW] / br) / tau
     return a1, s1, a2, s2, o

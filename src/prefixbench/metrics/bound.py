@@ -60,16 +60,16 @@ class Prices:
 
     def recompute(self, m, h):
         """Rebuild ``m`` tokens after ``h`` resident ones (engine/costaware.recompute_time)."""
-        from prefixbench.physics.costmodel import recompute_rates
+        from prefixbench.physics.costmodel import operator_time, recompute_rates
 
         c = self.cost
         m = np.asarray(m, dtype=np.float64)
         h = np.asarray(h, dtype=np.float64)
         lin, att = recompute_rates(c)  # a CED model's prompt pass (§2.12)
         kv_h = c.ced_prompt_kv if c.ced_prompt_lin else c.kv_bpt  # what attending h reads
-        flops = m * lin + att * m * (m + 1) / 2.0 + att * m * h
-        nbytes = c.weights_read(m) + c.kv_bpt * m + kv_h * h
-        t = np.maximum(flops / c.flops_rate_prefill, nbytes / c.byte_rate) + c.prefill_overhead
+        attn = att * m * (m + 1) / 2.0 + att * m * h
+        kv_io = c.kv_bpt * m + kv_h * h
+        t = operator_time(c, m * lin, m, c.flops_rate_prefill, attn, kv_io) + c.prefill_overhead
         return np.where(m > 0, t + c.comm_time(m), 0.0)
 
     def best(self, prompt, ph, h):

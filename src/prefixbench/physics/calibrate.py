@@ -2,9 +2,13 @@
 
 A profile is a plain CSV (one measured step per row) or the result JSON of vLLM's
 ``vllm bench latency --output-json`` or ``vllm bench serve --save-result``. Every measurement
-becomes a sum of roofline steps, each ``max(a·x, b·y) + o``, where ``a`` is the step's FLOPs
-over the peak, ``b`` its bytes over the bandwidth, ``x = 1/MFU`` of its phase, ``y = 1/MBU``
-and ``o`` the phase's overhead. For a fixed assignment of steps to their binding term the
+becomes a sum of roofline steps, each ``max(a·x, b·y) + c + o``, where ``a`` is the step's
+GEMM FLOPs over the tensor peak at the default eff(T) curve, ``b`` its weight bytes over the
+bandwidth, ``x = 1/MFU`` of its phase, ``y = 1/MBU`` of the weights, ``c`` its attention
+operator at the default attention and KV efficiencies and ``o`` the phase's overhead. The
+fit restricts itself to those six parameters: T½, ``mfu_attention`` and ``mbu_kv`` keep the
+values fitted to kernel measurements (docs/validation.md), as step and TTFT/TPOT profiles of
+a few rows cannot separate them from the MFU and MBU. For a fixed assignment of steps to their binding term the
 model is linear in ``(x_prefill, x_decode, y, o_prefill, o_decode, o_request)``, so the fit alternates:
 assign each step to the term that binds at the current estimate, solve the bounded linear
 least-squares problem on relative errors, repeat until the assignment is stable. Exact data
@@ -29,7 +33,13 @@ from pathlib import Path
 import numpy as np
 
 from prefixbench.errors import PrefixbenchError
-from prefixbench.physics.costmodel import Efficiency, InstanceCost, decode_series_coeffs
+from prefixbench.physics.costmodel import (
+    Efficiency,
+    InstanceCost,
+    attention_time,
+    decode_series_coeffs,
+    gemm_time,
+)
 
 PARAMS = (
     "mfu_prefill",
@@ -65,16 +75,22 @@ class Measurement:
     b: np.ndarray = field(repr=False)
     phase: np.ndarray = field(repr=False)
     requests: float = 0.0  # client-side requests in it: each pays request_overhead_ms
+    c: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))  # attention, s
 
     def predict(self, eff: Efficiency) -> float:
         x = np.where(self.phase == 0, 1.0 / eff.mfu_prefill, 1.0 / eff.mfu_decode)
         o = np.where(self.phase == 0, eff.prefill_overhead_ms, eff.decode_overhead_ms)
         steps = float(np.sum(np.maximum(self.a * x, self.b / eff.mbu)) * 1e3 + o.sum())
-        return steps + self.requests * eff.request_overhead_ms
+        return steps + self.attention_ms() + self.requests * eff.request_overhead_ms
+
+    def attention_ms(self) -> float:
+        """The steps' attention operators (fixed efficiencies: not fitted), ms."""
+        return float(self.c.sum()) * 1e3
 
 
 def _unit_cost(model, dev, devices: int) -> InstanceCost:
-    """Roofline coefficients at efficiency 1 and no overhead (times are then a and b)."""
+    """Roofline coefficients at GEMM and weight efficiency 1 and no overhead (times are then
+    a and b); attention at its default efficiencies (c)."""
     one = Efficiency(
         mfu_prefill=1,
         mfu_decode=1,
@@ -87,19 +103,24 @@ def _unit_cost(model, dev, devices: int) -> InstanceCost:
 
 
 def prefill_steps(cost: InstanceCost, tokens: int, cached: int, requests: int = 1):
-    """(a, b) of one prefill step over ``requests`` prompts of ``tokens`` new tokens each."""
-    flops, kv_io = cost.prefill_parts(tokens, cached)
-    a = float(flops) * requests / cost.flops_rate_prefill
-    b = (float(cost.weights_read(tokens * requests)) + float(kv_io) * requests) / cost.byte_rate
-    return a, b
+    """(a, b, c) of one prefill step over ``requests`` prompts of ``tokens`` new tokens each."""
+    gemm, attn, kv_io = cost.prefill_split(tokens, cached)
+    total = tokens * requests
+    a = float(gemm_time(cost, float(gemm) * requests, total, cost.flops_rate_prefill))
+    b = float(cost.weights_read(total)) / cost.byte_rate
+    c = float(attention_time(cost, float(attn) * requests, float(kv_io) * requests))
+    return a, b, c
 
 
 def decode_steps(cost: InstanceCost, batch: int, context: float, iterations: int = 1):
-    """(a, b) arrays of ``iterations`` decode iterations of ``batch`` sequences whose
+    """(a, b, c) arrays of ``iterations`` decode iterations of ``batch`` sequences whose
     total context starts at ``batch · context`` and grows by ``batch`` per iteration."""
     a1, s1, a2, s2, _ = decode_series_coeffs(cost, batch, batch * context)
     j = np.arange(iterations, dtype=np.float64)
-    return a1 + s1 * j, a2 + s2 * j
+    gemm = batch * (cost.linear_flops + cost.lm_head_flops)
+    a = float(gemm_time(cost, gemm, batch, cost.flops_rate_decode))
+    b = float(cost.weights_read(batch)) / cost.byte_rate
+    return np.full(iterations, a), np.full(iterations, b), np.maximum(a1 + s1 * j, a2 + s2 * j)
 
 
 def _measurement(kind, ms, where, label, steps, requests: float = 0.0) -> Measurement:
@@ -108,7 +129,8 @@ def _measurement(kind, ms, where, label, steps, requests: float = 0.0) -> Measur
     ph = np.concatenate(
         [np.full(np.atleast_1d(np.asarray(s[0])).shape, s[2], dtype=np.int8) for s in steps]
     )
-    return Measurement(kind, ms, where, label, a, b, ph, requests)
+    c = np.concatenate([np.atleast_1d(np.asarray(s[3], dtype=float)) for s in steps])
+    return Measurement(kind, ms, where, label, a, b, ph, requests, c)
 
 
 # ---------------------------------------------------------------- reading profiles
@@ -242,15 +264,17 @@ def read_csv_profile(path: Path, ctx: _Context) -> list[Measurement]:
         context = _number(row, "context", where, default=0, positive=False)
         if phase in ("prefill", "ttft"):  # ttft: client-side, one request's overhead too
             n = _number(row, "tokens", where)
-            a, b = prefill_steps(cost, n, context)
+            a, b, c = prefill_steps(cost, n, context)
             client = float(phase == "ttft")
             label = f"{tag}{phase} {n}+{context}"
-            out.append(_measurement(phase, ms, where, label, [(a, b, 0)], client))
+            out.append(_measurement(phase, ms, where, label, [(a, b, 0, c)], client))
         elif phase == "decode":
             bsz = _number(row, "batch", where)
-            a, b = decode_steps(cost, bsz, context)
+            a, b, c = decode_steps(cost, bsz, context)
             out.append(
-                _measurement("decode", ms, where, f"{tag}decode b={bsz} ctx={context}", [(a, b, 1)])
+                _measurement(
+                    "decode", ms, where, f"{tag}decode b={bsz} ctx={context}", [(a, b, 1, c)]
+                )
             )
         else:
             raise ProfileError(
@@ -346,12 +370,12 @@ def _serve_rows(data: dict, path: Path, ctx: _Context, model) -> list[Measuremen
     tpot = data.get("median_tpot_ms", data.get("mean_tpot_ms"))
     ttft = _field({"ttft": ttft}, "ttft", path)
     tpot = _field({"tpot": tpot}, "tpot", path)
-    a, b = prefill_steps(cost, round(n_in), 0)
+    a, b, c = prefill_steps(cost, round(n_in), 0)
     label = f"TTFT {n_in:.0f} tokens"  # client-side: one request's overhead
-    out = [_measurement("ttft", ttft, str(path), label, [(a, b, 0)], 1.0)]
+    out = [_measurement("ttft", ttft, str(path), label, [(a, b, 0, c)], 1.0)]
     ctx_mid = n_in + n_out / 2
-    a, b = decode_steps(cost, 1, ctx_mid)
-    out.append(_measurement("decode", tpot, str(path), f"TPOT ctx {ctx_mid:.0f}", [(a, b, 1)]))
+    a, b, c = decode_steps(cost, 1, ctx_mid)
+    out.append(_measurement("decode", tpot, str(path), f"TPOT ctx {ctx_mid:.0f}", [(a, b, 1, c)]))
     return out
 
 
@@ -371,11 +395,11 @@ def _latency_rows(data: dict, path: Path, ctx: _Context, model, lengths) -> list
         _check_range(k, v, 1, MAX_TOKENS, str(path))
     n_in, n_out, bsz = (int(merged[k]) for k in ("input_len", "output_len", "batch_size"))
     cost = ctx.cost(model, None, ctx.devices, str(path))
-    a, b = prefill_steps(cost, n_in, 0, requests=bsz)
-    da, db = decode_steps(cost, bsz, n_in + 1, n_out - 1)
+    a, b, c = prefill_steps(cost, n_in, 0, requests=bsz)
+    da, db, dc = decode_steps(cost, bsz, n_in + 1, n_out - 1)
     ms = _field(data, "avg_latency", path) * 1e3
     label = f"latency b={bsz} in={n_in} out={n_out}"
-    return [_measurement("sequence", ms, str(path), label, [(a, b, 0), (da, db, 1)])]
+    return [_measurement("sequence", ms, str(path), label, [(a, b, 0, c), (da, db, 1, dc)])]
 
 
 # ---------------------------------------------------------------- the fit
@@ -411,6 +435,12 @@ def _design(ms: list[Measurement], theta: np.ndarray) -> tuple[np.ndarray, bytes
             ]
         )
     return np.array(rows), b"|".join(sig)
+
+
+def _active(design: np.ndarray, params: tuple[str, ...]) -> np.ndarray:
+    """Indices of the parameters some row depends on, among those to fit."""
+    allowed = np.array([p in params for p in PARAMS])
+    return np.flatnonzero((np.abs(design).sum(axis=0) > 0) & allowed)
 
 
 def _theta(eff: Efficiency) -> np.ndarray:
@@ -458,8 +488,14 @@ def _mape(ms: list[Measurement], eff: Efficiency) -> dict[str, float]:
     return {k: 100 * float(np.mean(v)) for k, v in by.items()}
 
 
-def fit(ms: list[Measurement], start: Efficiency | None = None, max_iter: int = 100) -> Fit:
-    """Least-squares fit of the efficiency block (relative errors), as the module says."""
+def fit(
+    ms: list[Measurement],
+    start: Efficiency | None = None,
+    max_iter: int = 100,
+    params: tuple[str, ...] = PARAMS,
+) -> Fit:
+    """Least-squares fit of the efficiency block (relative errors), as the module says;
+    only ``params`` are fitted, the others keep their ``start`` values."""
     from scipy.optimize import lsq_linear
 
     start = start or Efficiency()
@@ -470,6 +506,7 @@ def fit(ms: list[Measurement], start: Efficiency | None = None, max_iter: int = 
             fix="measure at least one step per parameter (2 or more different steps)",
         )
     meas = np.array([m.ms for m in ms])
+    attn = np.array([m.attention_ms() for m in ms])  # fixed: not a fitted parameter
     theta = _theta(start)
     lower = np.array([1.0, 1.0, 1.0, 0.0, 0.0, 0.0])
     seen: set[bytes] = set()
@@ -477,7 +514,7 @@ def fit(ms: list[Measurement], start: Efficiency | None = None, max_iter: int = 
     while it < max_iter:
         it += 1
         design, regimes = _design(ms, theta)
-        active = np.flatnonzero(np.abs(design).sum(axis=0) > 0)
+        active = _active(design, params)
         fixed = np.setdiff1d(np.arange(len(PARAMS)), active)
         if (n := _distinct(ms)) < active.size:  # a repeated row is one point, not two
             names = ", ".join(PARAMS[i] for i in active)
@@ -487,7 +524,7 @@ def fit(ms: list[Measurement], start: Efficiency | None = None, max_iter: int = 
                 fix="add measurements (both phases, short and long)",
             )
         w = design[:, active] / meas[:, None]  # relative residuals
-        rhs = 1.0 - (design[:, fixed] @ theta[fixed]) / meas
+        rhs = 1.0 - (design[:, fixed] @ theta[fixed] + attn) / meas
         sol = lsq_linear(w, rhs, bounds=(lower[active], np.inf), method="bvls", tol=1e-15)
         theta = theta.copy()
         theta[active] = sol.x
@@ -495,7 +532,7 @@ def fit(ms: list[Measurement], start: Efficiency | None = None, max_iter: int = 
             break  # the regimes the solution implies are those it was solved under
         seen.add(regimes)
     design, _ = _design(ms, theta)
-    active = [PARAMS[i] for i in np.flatnonzero(np.abs(design).sum(axis=0) > 0)]
+    active = [PARAMS[i] for i in _active(design, params)]
     eff = _efficiency(theta)
     return Fit(
         efficiency=eff,

@@ -1,6 +1,12 @@
 """Roofline cost model (BRIEF §3), as plain functions over numpy arrays or floats.
 
-step time = max(FLOPs / (peak · MFU), bytes / (HBM bandwidth · MBU)) + overhead
+step time = Σ over operators of max(FLOPs / rate, bytes / bandwidth) + overhead
+
+Two operator groups (docs/model/cost-model.md "Per-operator roofline"): the GEMMs (QKV/O
+projections, MLP or experts, LM head, norms: 2 FLOPs per weight per token, their weights
+read once) at the weight format's tensor peak with an efficiency that rises with the step's
+tokens per device, eff(T) = MFU · T / (T + T½), and at the weights' bandwidth share; and
+attention, at its own FLOP share and the KV stream's bandwidth share.
 
 Units: seconds, bytes, FLOPs, tokens. An instance of ``d`` devices has ``d`` times the
 peak, bandwidth and memory of one, divided by the pipeline depth (one stage works at a
@@ -29,28 +35,65 @@ from prefixbench.errors import CatalogError
 REQUEST_OVERHEAD_MS = 7.0
 
 
+# The per-operator roofline's constants, fitted on the FIT points of docs/validation.md
+# only (tests/data/measured/, split column): Vidur's profiled linear layers (Llama-2-7B on
+# H100 and A100, Llama-3-8B on A100 at 2–2,048 tokens; microsoft/vidur
+# data/profiling/compute/*/mlp.csv) give the saturated GEMM fraction 0.68 and the half-
+# saturation 96 tokens per device (least squares in log ratio, weights at MBU 0.7);
+# InferSim/BLIS's FlashAttention kernels (H100, bf16) give attention 0.72 of the bf16 peak
+# (geometric mean of the fit rows of at least 4,096 tokens) and the KV stream 0.88 of HBM
+# bandwidth (fit rows of at least 256 MB per layer; FlashInfer reports decode attention
+# at 85–90 % of H100 bandwidth, flashinfer.ai/2024/02/02/introduce-flashinfer.html).
+GEMM_MFU = 0.68
+GEMM_HALF_TOKENS = 96.0
+ATTENTION_MFU = 0.72
+KV_MBU = 0.88
+
+
 class Efficiency(BaseModel):
-    """Calibration knobs of the roofline. Defaults are typical of vLLM/SGLang on recent GPUs."""
+    """Calibration knobs of the roofline. Defaults are fitted to public kernel measurements
+    (docs/validation.md, fit set)."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     mfu_prefill: float = Field(
-        0.5,
+        GEMM_MFU,
         ge=0.001,
         le=1,
-        description="Fraction of peak FLOP/s a prefill (or recompute) step reaches (0.001 to 1).",
+        description="Fraction of the weight format's tensor peak a prefill (or recompute) "
+        "step's GEMMs reach at many tokens (0.001 to 1).",
     )
     mfu_decode: float = Field(
-        0.5,
+        GEMM_MFU,
         ge=0.001,
         le=1,
-        description="Fraction of peak FLOP/s a decode step reaches (0.001 to 1).",
+        description="Fraction of the tensor peak a decode step's GEMMs reach at many tokens "
+        "(0.001 to 1).",
+    )
+    gemm_half_tokens: float = Field(
+        GEMM_HALF_TOKENS,
+        ge=0,
+        le=1e6,
+        description="Tokens per device at which a GEMM reaches half its MFU: "
+        "eff(T) = MFU · T / (T + this) (0 to 10⁶).",
+    )
+    mfu_attention: float = Field(
+        ATTENTION_MFU,
+        ge=0.001,
+        le=1,
+        description="Fraction of the bf16 tensor peak attention reaches (0.001 to 1).",
     )
     mbu: float = Field(
         0.7,
         ge=0.001,
         le=1,
-        description="Fraction of HBM bandwidth a step reaches (decode is bound by it; 0.001 to 1).",
+        description="Fraction of HBM bandwidth reading the weights reaches (0.001 to 1).",
+    )
+    mbu_kv: float = Field(
+        KV_MBU,
+        ge=0.001,
+        le=1,
+        description="Fraction of HBM bandwidth streaming the KV cache reaches (0.001 to 1).",
     )
     prefill_overhead_ms: float = Field(
         1.0,
@@ -273,6 +316,18 @@ def flops_per_token(m: ModelSpec, context=0):
     )
 
 
+def gemm_peak_tflops(m: ModelSpec, dev: AcceleratorSpec) -> float:
+    """Dense tensor peak the model's GEMMs run at: FP8 or INT8 (W8A8) checkpoints at the
+    device's FP8 or INT8 peak where it has one, everything else (bf16, fp16, W4A16 int4,
+    which dequantises to bf16) at the bf16 peak (docs/model/cost-model.md)."""
+    fmt = m.weight_format.split(" ")[0].lower() if m.quant_bytes else ""
+    if fmt == "fp8" and dev.peak_fp8_tflops:
+        return dev.peak_fp8_tflops
+    if fmt == "int8" and dev.peak_int8_tflops:
+        return dev.peak_int8_tflops
+    return dev.peak_tflops
+
+
 def ridge_point(dev: AcceleratorSpec) -> float:
     """FLOPs per byte at which the roofline turns from memory- to compute-bound."""
     return dev.peak_tflops * 1e12 / (dev.hbm_gbps * 1e9)
@@ -342,9 +397,9 @@ def comm_coeffs(m: ModelSpec, devices: int, par: Parallelism) -> tuple[float, fl
 class InstanceCost:
     """Precomputed roofline coefficients of one model on one instance (floats, seconds)."""
 
-    flops_rate_prefill: float  # effective FLOP/s for prefill and recompute
-    flops_rate_decode: float
-    byte_rate: float  # effective bytes/s
+    flops_rate_prefill: float  # saturated GEMM FLOP/s for prefill and recompute
+    flops_rate_decode: float  # saturated GEMM FLOP/s for decode
+    byte_rate: float  # effective bytes/s reading weights
     prefill_overhead: float
     decode_overhead: float
     linear_flops: float  # per token
@@ -357,6 +412,11 @@ class InstanceCost:
     memory_bytes: float  # instance HBM capacity
     comm_per_token: float = 0.0  # TP/PP/EP fabric seconds per token of a step (§2.8)
     comm_fixed: float = 0.0  # TP/PP/EP fabric latency seconds per step
+    # --- per-operator roofline (docs/model/cost-model.md); the defaults price attention
+    # like the GEMMs' saturated decode rate would not, so build() always sets them
+    attn_rate: float = 1e30  # attention FLOP/s (bf16 peak · mfu_attention)
+    kv_rate: float = 1e30  # bytes/s streaming KV (HBM · mbu_kv)
+    gemm_half: float = 0.0  # step tokens at which GEMM efficiency is half (T½ · groups)
     # --- power (docs/model.md §2.11; power.py fills them, defaults: not modelled)
     clock: float = 1.0  # core clock under the power cap, fraction of nominal (rates include it)
     j_per_flop: float = 0.0  # dynamic energy of one FLOP at nominal clock and voltage, J
@@ -404,10 +464,14 @@ class InstanceCost:
         par = par or Parallelism(tp=devices)
         working = devices // par.pp  # one pipeline stage works at a time (§2.8)
         comm_per_token, comm_fixed = comm_coeffs(m, devices, par)
+        peak = gemm_peak_tflops(m, dev) * 1e12 * working
         return cls(
-            flops_rate_prefill=dev.peak_tflops * 1e12 * working * eff.mfu_prefill,
-            flops_rate_decode=dev.peak_tflops * 1e12 * working * eff.mfu_decode,
+            flops_rate_prefill=peak * eff.mfu_prefill,
+            flops_rate_decode=peak * eff.mfu_decode,
             byte_rate=dev.hbm_gbps * 1e9 * working * eff.mbu,
+            attn_rate=dev.peak_tflops * 1e12 * working * eff.mfu_attention,
+            kv_rate=dev.hbm_gbps * 1e9 * working * eff.mbu_kv,
+            gemm_half=eff.gemm_half_tokens * (devices // (par.tp * par.pp)),
             prefill_overhead=eff.prefill_overhead_ms / 1e3,
             decode_overhead=eff.decode_overhead_ms / 1e3,
             linear_flops=linear_flops_per_token(m),
@@ -451,6 +515,18 @@ class InstanceCost:
             flops = flops + self.ced_replay_flops(n + c)
         return flops, kv_io
 
+    def prefill_split(self, new_tokens, cached_tokens):
+        """(GEMM FLOPs, attention FLOPs, KV bytes) of prefilling one request's
+        ``new_tokens`` after ``cached_tokens``: the operator groups of operator_time. A CED
+        replay window's FLOPs count as GEMM work (docs/model/cost-model.md)."""
+        n = np.asarray(new_tokens, dtype=np.float64)
+        c = np.asarray(cached_tokens, dtype=np.float64)
+        gemm = n * self.linear_flops + self.lm_head_flops
+        attn = self.attn_coef * (n * c + n * (n + 1.0) / 2.0)
+        if self.ced_window:  # --- ced: the replay window through the decoder layers
+            gemm = gemm + self.ced_replay_flops(n + c)
+        return gemm, attn, self.kv_bpt * (n + c)
+
     def ced_replay_tokens(self, prompt):
         """--- ced: tokens of each prompt the prefill step replays (min(W, prompt))."""
         return np.minimum(self.ced_window, np.asarray(prompt, dtype=np.float64))
@@ -461,6 +537,34 @@ class InstanceCost:
         s = np.asarray(prompt, dtype=np.float64)
         w = self.ced_replay_tokens(s)
         return w * self.ced_lin + self.ced_attn * (w * (s - w) + w * (w + 1.0) / 2.0)
+
+
+def gemm_time(cost: InstanceCost, flops, tokens, rate: float):
+    """Compute time of a step's GEMMs: FLOPs at eff(T) = rate · T / (T + T½) for T step
+    tokens, written flops · (T + T½) / (T · rate); 0 for a step of no tokens."""
+    t = np.asarray(tokens, dtype=np.float64)
+    safe = np.where(t > 0.0, t, 1.0)
+    return np.where(t > 0.0, flops * (t + cost.gemm_half) / (safe * rate), 0.0)
+
+
+def gemm_operator_time(cost: InstanceCost, flops, tokens, weight_bytes, rate: float):
+    """One GEMM operator (or several of the same intensity) over ``tokens`` tokens:
+    max(FLOPs at eff(T), its ``weight_bytes`` at the weights' bandwidth)."""
+    return np.maximum(gemm_time(cost, flops, tokens, rate), weight_bytes / cost.byte_rate)
+
+
+def attention_time(cost: InstanceCost, flops, kv_io):
+    """The attention operator: max(FLOPs at the attention rate, KV bytes at the KV
+    stream's bandwidth)."""
+    return np.maximum(flops / cost.attn_rate, kv_io / cost.kv_rate)
+
+
+def operator_time(cost: InstanceCost, gemm_flops, tokens, rate: float, attn_flops, kv_io):
+    """Σ over the step's operators of max(compute, memory) (docs/model/cost-model.md):
+    the GEMMs (FLOPs at eff(T), the weights ``tokens`` touch at the weights' bandwidth) plus
+    attention (its FLOPs at the attention rate, ``kv_io`` KV bytes at the KV bandwidth)."""
+    t_gemm = gemm_operator_time(cost, gemm_flops, tokens, cost.weights_read(tokens), rate)
+    return t_gemm + attention_time(cost, attn_flops, kv_io)
 
 
 def prefill_time(cost: InstanceCost, new_tokens, cached_tokens):
@@ -477,16 +581,16 @@ def prefill_times(cost: InstanceCost, new_tokens, cached_tokens, starts):
     the end) form step k; per-request arrays as in prefill_time."""
     n = np.atleast_1d(np.asarray(new_tokens, dtype=np.float64))
     c = np.atleast_1d(np.asarray(cached_tokens, dtype=np.float64))
-    flops, kv_io = cost.prefill_parts(n, c)
-    flops = np.add.reduceat(np.broadcast_to(flops, n.shape), starts)
+    gemm, attn, kv_io = cost.prefill_split(n, c)
+    gemm = np.add.reduceat(np.broadcast_to(gemm, n.shape), starts)
+    attn = np.add.reduceat(np.broadcast_to(attn, n.shape), starts)
     kv_io = np.add.reduceat(kv_io, starts)
     tokens = np.add.reduceat(n, starts)
-    t_compute = flops / cost.flops_rate_prefill
-    t_memory = (cost.weights_read(tokens) + kv_io) / cost.byte_rate
+    t = operator_time(cost, gemm, tokens, cost.flops_rate_prefill, attn, kv_io)
     comm = cost.comm_time(tokens)
     if cost.ced_window:  # --- ced: the replay window's decoder-layer traffic
         comm = comm + cost.ced_comm * np.add.reduceat(cost.ced_replay_tokens(n + c), starts)
-    return np.maximum(t_compute, t_memory) + cost.prefill_overhead + comm
+    return t + cost.prefill_overhead + comm
 
 
 def recompute_time(cost: InstanceCost, prefix_tokens):
@@ -494,9 +598,8 @@ def recompute_time(cost: InstanceCost, prefix_tokens):
     logits; a CED model's prompt pass, §2.12)."""
     n = np.asarray(prefix_tokens, dtype=np.float64)
     lin, attn = recompute_rates(cost)
-    flops = n * lin + attn * n * (n + 1.0) / 2.0
-    t = np.maximum(
-        flops / cost.flops_rate_prefill, (cost.weights_read(n) + cost.kv_bpt * n) / cost.byte_rate
+    t = operator_time(
+        cost, n * lin, n, cost.flops_rate_prefill, attn * n * (n + 1.0) / 2.0, cost.kv_bpt * n
     )
     return np.where(n > 0, t + cost.prefill_overhead + cost.comm_time(n), 0.0)
 
@@ -515,10 +618,11 @@ def decode_iteration_time(cost: InstanceCost, batch, context):
     ctx = np.asarray(context, dtype=np.float64)
     if cost.spec_tau != 1.0 or cost.spec_tokens != 1.0:  # --- speculative
         return speculative_iteration_time(cost, b, ctx)
-    flops = b * (cost.linear_flops + cost.lm_head_flops) + cost.attn_coef * ctx
-    byts = cost.weights_read(b) + cost.kv_bpt * ctx
-    t = np.maximum(flops / cost.flops_rate_decode, byts / cost.byte_rate) + cost.decode_overhead
-    return t + cost.comm_time(b)
+    gemm = b * (cost.linear_flops + cost.lm_head_flops)
+    t = operator_time(
+        cost, gemm, b, cost.flops_rate_decode, cost.attn_coef * ctx, cost.kv_bpt * ctx
+    )
+    return t + cost.decode_overhead + cost.comm_time(b)
 
 
 def link_rate(link: LinkSpec, nics: int = 1) -> float:
@@ -546,18 +650,37 @@ def transfer_time(link: LinkSpec, nbytes, nics: int = 1):
 def decode_series_coeffs(cost: InstanceCost, batch: int, context0: float) -> tuple[float, ...]:
     """Iteration j of a fixed batch takes max(a1 + s1·j, a2 + s2·j) + overhead.
 
-    The context grows by ``batch`` tokens per iteration, so both roofline terms are linear in j.
-    Returns (a1, s1, a2, s2, overhead); the overhead includes the batch's fabric time,
-    constant while the batch is (§2.8).
+    The context grows by ``batch`` tokens per iteration, so only attention depends on j:
+    (a1, s1) and (a2, s2) are its compute and KV-stream terms, linear in j. The GEMM
+    operator's max(compute, memory) is constant for the batch and sits in the overhead
+    with the fixed cost and the batch's fabric time (§2.8). Returns (a1, s1, a2, s2, o).
     """
-    fr, br = cost.flops_rate_decode, cost.byte_rate
     if cost.spec_tau != 1.0 or cost.spec_tokens != 1.0:  # --- speculative
         return speculative_series_coeffs(cost, batch, context0)
-    a1 = (batch * (cost.linear_flops + cost.lm_head_flops) + cost.attn_coef * context0) / fr
-    s1 = cost.attn_coef * batch / fr
-    a2 = (float(cost.weights_read(batch)) + cost.kv_bpt * context0) / br
-    s2 = cost.kv_bpt * batch / br
-    return a1, s1, a2, s2, cost.decode_overhead + (batch * cost.comm_per_token + cost.comm_fixed)
+    ar, kr = cost.attn_rate, cost.kv_rate
+    a1 = cost.attn_coef * context0 / ar
+    s1 = cost.attn_coef * batch / ar
+    a2 = cost.kv_bpt * context0 / kr
+    s2 = cost.kv_bpt * batch / kr
+    return (
+        a1,
+        s1,
+        a2,
+        s2,
+        decode_fixed(cost, batch, 1.0)
+        + cost.decode_overhead
+        + (batch * cost.comm_per_token + cost.comm_fixed),
+    )
+
+
+def decode_fixed(cost: InstanceCost, batch: int, g: float) -> float:
+    """The GEMM operator of a decode iteration verifying ``g`` tokens per sequence:
+    max(GEMM FLOPs at eff(batch · g), weights read / weights' bandwidth)."""
+    tokens = float(batch * g)
+    gemm = tokens * (cost.linear_flops + cost.lm_head_flops)
+    t_c = gemm * (tokens + cost.gemm_half) / (tokens * cost.flops_rate_decode)
+    t_m = float(cost.weights_read(batch * g)) / cost.byte_rate
+    return t_c if t_c > t_m else t_m
 
 
 # ---------------------------------------------------------------- asymmetric models (CED)
@@ -732,29 +855,30 @@ def check_draft_bound(cost: InstanceCost, max_batch: int) -> None:
 
 def speculative_iteration_time(cost: InstanceCost, b, ctx):
     """Time per token per sequence of a speculative iteration (docs/model.md §2.13):
-    [max(verify FLOPs / rate, verify bytes / bandwidth) + draft bytes / bandwidth
-    + (γ+1) overheads + fabric of the verify pass] / τ."""
+    [the verify pass's operators (operator_time) + draft weights / weights' bandwidth
+    + draft KV / KV bandwidth + (γ+1) overheads + fabric of the verify pass] / τ."""
     g, tau = cost.spec_tokens, cost.spec_tau
-    vflops = b * g * (cost.linear_flops + cost.lm_head_flops) + cost.attn_coef * g * ctx
-    vbytes = cost.weights_read(b * g) + cost.kv_bpt * ctx
-    verify = np.maximum(vflops / cost.flops_rate_decode, vbytes / cost.byte_rate)
-    draft = (cost.draft_weights + cost.draft_kv_bpt * ctx) / cost.byte_rate
+    vgemm = b * g * (cost.linear_flops + cost.lm_head_flops)
+    verify = operator_time(
+        cost, vgemm, b * g, cost.flops_rate_decode, cost.attn_coef * g * ctx, cost.kv_bpt * ctx
+    )
+    draft = cost.draft_weights / cost.byte_rate + cost.draft_kv_bpt * ctx / cost.kv_rate
     return (verify + draft + g * cost.decode_overhead + cost.comm_time(b * g)) / tau
 
 
 def speculative_series_coeffs(cost: InstanceCost, batch: int, context0: float):
     """decode_series_coeffs of a speculative decode instance (engine.series.coeffs)."""
     g, tau = cost.spec_tokens, cost.spec_tau
-    fr, br = cost.flops_rate_decode, cost.byte_rate
-    dkv = cost.draft_kv_bpt / br
-    lf = cost.linear_flops + cost.lm_head_flops
-    a1 = ((batch * g * lf + cost.attn_coef * g * context0) / fr + dkv * context0) / tau
-    s1 = (cost.attn_coef * g * batch / fr + dkv * batch) / tau
-    a2 = (
-        (float(cost.weights_read(batch * g)) + cost.kv_bpt * context0) / br + dkv * context0
-    ) / tau
-    s2 = (cost.kv_bpt * batch / br + dkv * batch) / tau
+    ar, kr, br = cost.attn_rate, cost.kv_rate, cost.byte_rate
+    dkv = cost.draft_kv_bpt / kr
+    a1 = (cost.attn_coef * g * context0 / ar + dkv * context0) / tau
+    s1 = (cost.attn_coef * g * batch / ar + dkv * batch) / tau
+    a2 = (cost.kv_bpt * context0 / kr + dkv * context0) / tau
+    s2 = (cost.kv_bpt * batch / kr + dkv * batch) / tau
     o = (
-        cost.decode_overhead * g + float(cost.comm_time(batch * g)) + cost.draft_weights / br
+        decode_fixed(cost, batch, g)
+        + cost.decode_overhead * g
+        + float(cost.comm_time(batch * g))
+        + cost.draft_weights / br
     ) / tau
     return a1, s1, a2, s2, o

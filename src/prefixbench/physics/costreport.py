@@ -22,44 +22,38 @@ DEFAULT_CONTEXT = (1024, 4096)
 DEFAULT_LINKS = ("nvlink4", "ib-ndr400", "roce-200g", "roce-100g", "eth-25g", "eth-10g")
 
 
-def _roof(
-    flops: float,
-    nbytes: float,
-    flops_rate: float,
-    byte_rate: float,
-    overhead: float,
-    comm: float = 0.0,
-):
-    """The roofline of one step as a dict: parts, bound, fabric time and total (seconds)."""
-    t_c, t_m = flops / flops_rate, nbytes / byte_rate
+def _roof(cost: cm.InstanceCost, gemm, tokens, rate, attn, kv_io, overhead, comm=0.0):
+    """One step's operators as a dict (docs/model/cost-model.md "Per-operator roofline"):
+    each group's compute and memory time, the step's bound (the side that sets the larger
+    share of the time), fabric time and total (seconds)."""
+    g_c = float(cm.gemm_time(cost, gemm, tokens, rate))
+    g_m = float(cost.weights_read(tokens)) / cost.byte_rate
+    a_c, a_m = float(attn) / cost.attn_rate, float(kv_io) / cost.kv_rate
+    compute = max(g_c, g_m) if g_c >= g_m else 0.0
+    compute += max(a_c, a_m) if a_c >= a_m else 0.0
+    total = max(g_c, g_m) + max(a_c, a_m)
     return {
-        "flops": flops,
-        "bytes": nbytes,
-        "compute_ms": t_c * 1e3,
-        "memory_ms": t_m * 1e3,
+        "flops": float(gemm + attn),
+        "bytes": float(cost.weights_read(tokens)) + float(kv_io),
+        "gemm_ms": max(g_c, g_m) * 1e3,
+        "attention_ms": max(a_c, a_m) * 1e3,
+        "compute_ms": (g_c + a_c) * 1e3,
+        "memory_ms": (g_m + a_m) * 1e3,
         "overhead_ms": overhead * 1e3,
-        "bound": "compute" if t_c >= t_m else "memory",
+        "bound": "compute" if compute >= total - compute else "memory",
         "comm_ms": comm * 1e3,  # TP/PP/EP fabric time (docs/model.md §2.8)
-        "ms": (max(t_c, t_m) + overhead + comm) * 1e3,
+        "ms": (total + overhead + comm) * 1e3,
     }
 
 
 def prefill_row(cost: cm.InstanceCost, tokens: int) -> dict:
     """One prefill step of a single ``tokens``-token prompt, nothing cached."""
-    flops, kv_io = cost.prefill_parts(tokens, 0)
-    nbytes = float(cost.weights_read(tokens)) + float(kv_io)
+    gemm, attn, kv_io = cost.prefill_split(tokens, 0)
     row = {"tokens": tokens}
-    row.update(
-        _roof(
-            float(flops),
-            nbytes,
-            cost.flops_rate_prefill,
-            cost.byte_rate,
-            cost.prefill_overhead,
-            float(cost.comm_time(tokens)),
-        )
-    )
-    row["attention_flops_share"] = cost.attn_coef * tokens * (tokens + 1) / 2 / float(flops)
+    comm = float(cost.comm_time(tokens))
+    rate = cost.flops_rate_prefill
+    row.update(_roof(cost, gemm, tokens, rate, attn, kv_io, cost.prefill_overhead, comm))
+    row["attention_flops_share"] = float(attn) / float(gemm + attn)
     row["ms"] = cm.prefill_time(cost, [tokens], [0]) * 1e3  # the simulator's own figure
     return row
 
@@ -67,12 +61,20 @@ def prefill_row(cost: cm.InstanceCost, tokens: int) -> dict:
 def decode_row(cost: cm.InstanceCost, batch: int, context: int) -> dict:
     """One decode iteration: ``batch`` sequences of ``context`` tokens each."""
     total = batch * context
-    flops = batch * (cost.linear_flops + cost.lm_head_flops) + cost.attn_coef * total
-    nbytes = float(cost.weights_read(batch)) + cost.kv_bpt * total
+    gemm = batch * (cost.linear_flops + cost.lm_head_flops)
     row = {"batch": batch, "context": context}
     comm = float(cost.comm_time(batch))
     row.update(
-        _roof(flops, nbytes, cost.flops_rate_decode, cost.byte_rate, cost.decode_overhead, comm)
+        _roof(
+            cost,
+            gemm,
+            batch,
+            cost.flops_rate_decode,
+            cost.attn_coef * total,
+            cost.kv_bpt * total,
+            cost.decode_overhead,
+            comm,
+        )  # fmt: skip
     )
     row["ms"] = float(cm.decode_iteration_time(cost, batch, total)) * 1e3
     row["tokens_per_s"] = batch / (row["ms"] / 1e3)
@@ -81,12 +83,20 @@ def decode_row(cost: cm.InstanceCost, batch: int, context: int) -> dict:
 
 def recompute_row(cost: cm.InstanceCost, tokens: int) -> dict:
     """Rebuilding the KV of a ``tokens``-token prefix on the decode instance (no logits)."""
-    flops = tokens * cost.linear_flops + cost.attn_coef * tokens * (tokens + 1) / 2
-    nbytes = float(cost.weights_read(tokens)) + cost.kv_bpt * tokens
+    attn = cost.attn_coef * tokens * (tokens + 1) / 2
     row = {"tokens": tokens}
     comm = float(cost.comm_time(tokens))
     row.update(
-        _roof(flops, nbytes, cost.flops_rate_prefill, cost.byte_rate, cost.prefill_overhead, comm)
+        _roof(
+            cost,
+            tokens * cost.linear_flops,
+            tokens,
+            cost.flops_rate_prefill,
+            attn,
+            cost.kv_bpt * tokens,
+            cost.prefill_overhead,
+            comm,
+        )  # fmt: skip
     )
     row["ms"] = float(cm.recompute_time(cost, tokens)) * 1e3
     # Link bandwidth below which recomputing beats moving the prefix's KV (latency ignored).

@@ -113,6 +113,7 @@ def with_power(cost, dev, devices: int, eff, cap_w: float | None, dvfs: bool, wh
         rates = {
             "flops_rate_prefill": cost.flops_rate_prefill * clock,
             "flops_rate_decode": cost.flops_rate_decode * clock,
+            "attn_rate": cost.attn_rate * clock,
         }
     return replace(
         cost,

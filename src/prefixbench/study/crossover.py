@@ -30,6 +30,7 @@ from prefixbench.physics.costmodel import (
     InstanceCost,
     kv_bytes_per_token,
     link_rate,
+    operator_time,
     recompute_time,
     transfer_fixed,
     transfer_time,
@@ -74,10 +75,9 @@ def suffix_prefill_time(cost: InstanceCost, suffix: int, prefix_lengths: np.ndar
     """The prefill step of one request's ``suffix`` new tokens after each cached prefix
     length (costmodel.prefill_time, vectorised over the prefix length)."""
     n = np.full_like(prefix_lengths, float(suffix))
-    flops, kv_io = cost.prefill_parts(n, prefix_lengths)
-    compute = flops / cost.flops_rate_prefill
-    memory = (cost.weights_read(float(suffix)) + kv_io) / cost.byte_rate
-    return np.maximum(compute, memory) + cost.prefill_overhead + cost.comm_time(float(suffix))
+    gemm, attn, kv_io = cost.prefill_split(n, prefix_lengths)
+    t = operator_time(cost, gemm, float(suffix), cost.flops_rate_prefill, attn, kv_io)
+    return t + cost.prefill_overhead + cost.comm_time(float(suffix))
 
 
 def analytic_row(
