@@ -57,16 +57,6 @@ def weights_read(F, c0, batch):
     return weights_read_tokens(F, c0, float(batch))
 
 
-@sig("float64(float64, float64, float64, float64, float64)")
-def roofline(flops, bytes_, flops_rate, byte_rate, overhead):
-    """One step: the slower of compute and memory, plus the fixed overhead."""
-    t = flops / flops_rate
-    mem = bytes_ / byte_rate
-    if mem > t:
-        t = mem
-    return t + overhead
-
-
 @sig("float64(float64[::1], int64, float64, float64, float64)")
 def gemm_time(F, c0, flops, tokens, rate):
     """Compute time of a step's GEMMs at eff(T) (costmodel.gemm_time): 0 for no tokens."""
@@ -119,13 +109,6 @@ def decode_fixed(F, c0, batch, g):
     t_c = gemm * (tokens + F[c0 + C_GH]) / (tokens * F[c0 + C_FRD])
     t_m = weights_read_tokens(F, c0, tokens) / F[c0 + C_BR]
     return t_c if t_c > t_m else t_m
-
-
-@sig("float64(float64, float64, float64, int64, int64)")
-def prompt_flops(lin, lm_head, attn, n_new, hit):
-    """FLOPs of prefilling ``n_new`` tokens of one prompt that attend to ``hit`` cached ones
-    (and to each other, causally), its logits token included."""
-    return n_new * lin + lm_head + attn * (n_new * hit + n_new * (n_new + 1) / 2.0)
 
 
 @jit
