@@ -39,3 +39,17 @@ def test_the_walker_finds_a_long_function(tmp_path):
 def test_no_function_over_80_lines():
     offenders = long_functions()
     assert not offenders, "split these into named steps:\n" + "\n".join(offenders)
+
+
+def test_every_package_is_installed():
+    """A wheel carries only the packages pyproject.toml lists: a package missing there works
+    in an editable install and is absent from `pip install .` (it happened once)."""
+    import tomllib
+
+    root = Path(__file__).resolve().parents[1]
+    listed = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    src = root / "src"
+    found = {
+        ".".join(p.parent.relative_to(src).parts) for p in (src / "prefixbench").rglob("__init__.py")
+    }
+    assert found <= listed, f"add to [tool.setuptools] packages: {sorted(found - listed)}"
