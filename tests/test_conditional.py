@@ -11,15 +11,15 @@ import pytest
 from enginecases import make_requests
 from test_engine_reference import _compare
 from test_recompute import chunk_step
-from test_streaming import BW, F_HEAD, F_LIN, PEAK, WEIGHTS, A, K, prefill_step
+from test_streaming import F_HEAD, F_LIN, A, K, ops, prefill_step
 
 BLK = [(7, 600)]
 
 
 def decode_step(batch: int, ctx: int) -> float:
-    """A plain decode iteration of ``batch`` sequences attending to ``ctx`` tokens."""
-    flops = batch * (F_LIN + F_HEAD) + A * ctx
-    return max(flops / PEAK, (WEIGHTS + K * ctx) / BW) + 1e-3
+    """A plain decode iteration of ``batch`` sequences attending to ``ctx`` tokens: the
+    per-operator roofline (docs/model/cost-model.md), 1 ms overhead."""
+    return ops(batch * (F_LIN + F_HEAD), batch, A * ctx, K * ctx) + 1e-3
 
 
 def _run(req, **kw):
