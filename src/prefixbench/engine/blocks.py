@@ -123,6 +123,35 @@ def rs_match(B8, U, d, bid, i0, i1):
 
 
 @jit
+def prefill_hit(IS, R, B32, p, bid, bt, rid):
+    """Tokens of ``rid``'s prompt in prefill instance ``p``'s prefix cache, at most
+    ``prompt − 1``: the last prompt token is always computed (docs/model.md §1.4)."""
+    ptr = IS[L.H_PTR]
+    i0, i1 = IS[ptr + rid], IS[ptr + rid + 1]
+    prompt = R[rid * L.NR + L.R_PROMPT]
+    hit = 0
+    if i1 > i0:
+        hit = pc_match(IS, B32, p, bid, bt, i0, i1)
+        if prompt - 1 < hit:
+            hit = prompt - 1
+    return hit
+
+
+@jit
+def decode_hit(IS, B8, bid, bt, rid, d):
+    """(Blocks, tokens) of ``rid``'s leading run resident and ready on decode ``d``."""
+    ptr = IS[L.H_PTR]
+    i0, i1 = IS[ptr + rid], IS[ptr + rid + 1]
+    k = 0
+    if i1 > i0:
+        k = rs_match(B8, IS[L.IP_U], d, bid, i0, i1)
+    tok = 0
+    for j in range(i0, i0 + k):
+        tok += bt[j]
+    return k, tok
+
+
+@jit
 def rs_drop(IS, B32, B8, d, h):
     U = IS[IP_U]
     rec = 4 * U * d + 4 * h

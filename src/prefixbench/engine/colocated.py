@@ -31,7 +31,7 @@ from .batch import (
     schedule,
     stall_gaps,
 )
-from .blocks import pc_insert, pc_match
+from .blocks import pc_insert, prefill_hit
 from .disagg import least_loaded, mem_changed
 from .jit import jit, sig
 from .power import decode_record, power_work
@@ -98,14 +98,7 @@ def reserve(IS, F, R, B32, TLF, TLI, bid, bt, rid, i, t, need):
     R[rid * L.NR + L.R_PRIV] = need
     F[IS[L.H_FT] + L.T_AD * n + rid] = t
     mem_changed(IS, F, TLF, TLI, i, t)
-    ptr = IS[L.H_PTR]
-    i0, i1 = IS[ptr + rid], IS[ptr + rid + 1]
-    hit = 0
-    if i1 > i0:
-        hit = pc_match(IS, B32, i, bid, bt, i0, i1)
-        prompt = R[rid * L.NR + L.R_PROMPT]
-        if prompt - 1 < hit:
-            hit = prompt - 1
+    hit = prefill_hit(IS, R, B32, i, bid, bt, rid)
     IS[IS[L.H_O] + L.O_PH * n + rid] = hit
     R[rid * L.NR + R_DONE] = hit
 

@@ -23,22 +23,8 @@ lacks crosses the link, and every block a request brings stays resident (trimmed
 from __future__ import annotations
 
 from . import layout as L
-from .blocks import rs_match
+from .blocks import decode_hit
 from .jit import jit
-
-
-@jit
-def decode_hit(IS, B8, bid, bt, rid, d):
-    """(Blocks, tokens) of ``rid``'s leading run resident and ready on decode ``d``."""
-    ptr = IS[L.H_PTR]
-    i0, i1 = IS[ptr + rid], IS[ptr + rid + 1]
-    k = 0
-    if i1 > i0:
-        k = rs_match(B8, IS[L.IP_U], d, bid, i0, i1)
-    tok = 0
-    for j in range(i0, i0 + k):
-        tok += bt[j]
-    return k, tok
 
 
 @jit

@@ -41,7 +41,7 @@ from .batch import (
 )
 from .blocks import (
     pc_insert,
-    pc_match,
+    prefill_hit,
     rs_acquire,
     rs_add_pending,
     rs_idle_tokens,
@@ -173,7 +173,7 @@ def prefill_on_decode(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t)
 @jit
 def start_prefill(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, p, t):
     """Batch whole queued prompts up to the token budget and schedule the step's end."""
-    n, ptr, io, ft = IS[L.IP_N], IS[L.H_PTR], IS[L.H_O], IS[L.H_FT]
+    n, io, ft = IS[L.IP_N], IS[L.H_O], IS[L.H_FT]
     pb = IS[L.H_PI] + p * L.NPI
     budget = IS[L.IP_TOKB]
     c0 = L.FP_PC
@@ -187,13 +187,8 @@ def start_prefill(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, p, t):
     count = 0
     while IS[pb + L.P_QH] != -1:
         rid = IS[pb + L.P_QH]
-        i0, i1 = IS[ptr + rid], IS[ptr + rid + 1]
         prompt = R[rid * L.NR + L.R_PROMPT]
-        hit = 0
-        if i1 > i0:
-            hit = pc_match(IS, B32, p, bid, bt, i0, i1)
-            if prompt - 1 < hit:
-                hit = prompt - 1  # the last prompt token is always computed
+        hit = prefill_hit(IS, R, B32, p, bid, bt, rid)
         n_new = prompt - hit
         if first != -1 and new_sum + n_new > budget:
             break

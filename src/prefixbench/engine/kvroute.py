@@ -24,21 +24,15 @@ Ties go to the lowest index. ``w = 0`` is pure load balancing.
 from __future__ import annotations
 
 from . import layout as L
-from .blocks import pc_match, rs_match
+from .blocks import decode_hit, prefill_hit
 from .jit import jit
 
 
 @jit
 def prefill_cost(IS, F, R, B32, bid, bt, rid, p):
     """Prefill instance ``p``'s score for ``rid`` (lower is better)."""
-    ptr = IS[L.H_PTR]
-    i0, i1 = IS[ptr + rid], IS[ptr + rid + 1]
     prompt = R[rid * L.NR + L.R_PROMPT]
-    hit = 0
-    if i1 > i0:
-        hit = pc_match(IS, B32, p, bid, bt, i0, i1)
-        if prompt - 1 < hit:
-            hit = prompt - 1
+    hit = prefill_hit(IS, R, B32, p, bid, bt, rid)
     load = IS[IS[L.H_PI] + p * L.NPI + L.P_LOAD]
     return F[L.FP_KVW] * (prompt - hit) + load
 
@@ -46,15 +40,8 @@ def prefill_cost(IS, F, R, B32, bid, bt, rid, p):
 @jit
 def decode_cost(IS, F, R, B8, bid, bt, rid, d):
     """Decode instance ``d``'s score for ``rid`` (lower is better)."""
-    ptr = IS[L.H_PTR]
-    i0, i1 = IS[ptr + rid], IS[ptr + rid + 1]
     prompt = R[rid * L.NR + L.R_PROMPT]
-    k = 0
-    if i1 > i0:
-        k = rs_match(B8, IS[L.IP_U], d, bid, i0, i1)
-    hit = 0
-    for j in range(i0, i0 + k):
-        hit += bt[j]
+    _, hit = decode_hit(IS, B8, bid, bt, rid, d)
     return F[L.FP_KVW] * (prompt - hit) + IS[L.DI0 + d * L.NDI + L.D_ACT]
 
 

@@ -110,24 +110,51 @@ def _opt(words: list[str], flag: str, value) -> None:
         words += [flag, f"{value:.4g}" if isinstance(value, float) else str(value)]
 
 
-def _vllm_words(s, role: str) -> list[str]:
+# The flags both stacks take, by what they set (vLLM's name, SGLang's name).
+_SHARED = {
+    "tp": ("--tensor-parallel-size", "--tp-size"),
+    "pp": ("--pipeline-parallel-size", "--pp-size"),
+    "dp": ("--data-parallel-size", "--dp-size"),
+    "memory": ("--gpu-memory-utilization", "--mem-fraction-static"),
+    "kv_dtype": ("--kv-cache-dtype", "--kv-cache-dtype"),
+    "quantization": ("--quantization", "--quantization"),
+    "block": ("--block-size", "--page-size"),
+    "batched_tokens": ("--max-num-batched-tokens", "--chunked-prefill-size"),
+    "max_seqs": ("--max-num-seqs", "--max-running-requests"),
+    "no_prefix_cache": ("--no-enable-prefix-caching", "--disable-radix-cache"),
+}
+
+
+def _shared_words(w: list[str], s, role: str, stack: int) -> None:
+    """The flags both stacks share, under ``stack``'s names (0 vLLM, 1 SGLang)."""
     c, g = s.cluster, (s.cluster.prefill if role == "prefill" else s.cluster.decode)
-    w = ["vllm", "serve", _hf(s.model)]
-    _opt(w, "--tensor-parallel-size", _set(g, "tp"))
-    _opt(w, "--pipeline-parallel-size", g.pp if g.pp > 1 else None)
+    kv = (VLLM_KV, SGLANG_KV)[stack]
+
+    def flag(what: str, value) -> None:
+        _opt(w, _SHARED[what][stack], value)
+
+    flag("tp", _set(g, "tp"))
+    flag("pp", g.pp if g.pp > 1 else None)
     n = c.prefill_instances if role == "prefill" else c.decode_instances
-    _opt(w, "--data-parallel-size", n if n > 1 else None)
-    _opt(w, "--gpu-memory-utilization", _memory_share(s, role))
-    _opt(w, "--kv-cache-dtype", VLLM_KV.get(s.model_format.kv_dtype or ""))
-    _opt(w, "--quantization", WEIGHTS.get(s.model_format.weights or ""))
-    _opt(w, "--block-size", _set(c, "block_size"))
+    flag("dp", n if n > 1 else None)
+    flag("memory", _memory_share(s, role))
+    flag("kv_dtype", kv.get(s.model_format.kv_dtype or ""))
+    flag("quantization", WEIGHTS.get(s.model_format.weights or ""))
+    flag("block", _set(c, "block_size"))
     if role == "prefill":
-        _opt(w, "--max-num-batched-tokens", _set(c, "prefill_token_budget"))
+        flag("batched_tokens", _set(c, "prefill_token_budget"))
         if c.prefill_cache_fraction == 0:
-            w.append("--no-enable-prefix-caching")
+            w.append(_SHARED["no_prefix_cache"][stack])
     else:
-        _opt(w, "--max-num-seqs", _set(c, "max_decode_batch"))
-        _opt(w, "--max-num-batched-tokens", _set(c, "chunk_token_budget"))
+        flag("max_seqs", _set(c, "max_decode_batch"))
+        flag("batched_tokens", _set(c, "chunk_token_budget"))
+
+
+def _vllm_words(s, role: str) -> list[str]:
+    g = s.cluster.prefill if role == "prefill" else s.cluster.decode
+    w = ["vllm", "serve", _hf(s.model)]
+    _shared_words(w, s, role, 0)
+    if role == "decode":
         sp = g.speculative
         if sp is not None:
             cfg = {"method": "mtp"} if sp.method == "mtp" else {
@@ -138,23 +165,10 @@ def _vllm_words(s, role: str) -> list[str]:
 
 
 def _sglang_words(s, role: str) -> list[str]:
-    c, g = s.cluster, (s.cluster.prefill if role == "prefill" else s.cluster.decode)
+    g = s.cluster.prefill if role == "prefill" else s.cluster.decode
     w = ["python", "-m", "sglang.launch_server", "--model-path", _hf(s.model)]
-    _opt(w, "--tp-size", _set(g, "tp"))
-    _opt(w, "--pp-size", g.pp if g.pp > 1 else None)
-    n = c.prefill_instances if role == "prefill" else c.decode_instances
-    _opt(w, "--dp-size", n if n > 1 else None)
-    _opt(w, "--mem-fraction-static", _memory_share(s, role))
-    _opt(w, "--kv-cache-dtype", SGLANG_KV.get(s.model_format.kv_dtype or ""))
-    _opt(w, "--quantization", WEIGHTS.get(s.model_format.weights or ""))
-    _opt(w, "--page-size", _set(c, "block_size"))
-    if role == "prefill":
-        _opt(w, "--chunked-prefill-size", _set(c, "prefill_token_budget"))
-        if c.prefill_cache_fraction == 0:
-            w.append("--disable-radix-cache")
-    else:
-        _opt(w, "--max-running-requests", _set(c, "max_decode_batch"))
-        _opt(w, "--chunked-prefill-size", _set(c, "chunk_token_budget"))
+    _shared_words(w, s, role, 1)
+    if role == "decode":
         sp = g.speculative
         if sp is not None:
             w += ["--speculative-algorithm", "NEXTN" if sp.method == "mtp" else "STANDALONE"]
