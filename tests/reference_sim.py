@@ -216,6 +216,7 @@ class Req:
     host_hit_blocks: int = 0
     link_blocks: int = 0
     host_hit_tokens: int = 0
+    l3_hit_blocks: int = 0  # replicate_tiered with an L3 store: chain blocks read from it
     preemptions: int = 0
     preempt_tokens: int = 0  # re-prefilled (recompute) or swapped out (swap)
     preempt_delay_s: float = 0.0
@@ -301,6 +302,7 @@ INT_COLUMNS = (
     "host_hit_tokens",
     "preemptions",
     "preempt_tokens",
+    "l3_hit_blocks",
 )
 
 
@@ -349,6 +351,9 @@ class RefConfig:
     queue_timeout_s: float | None = None
     cache_generated: bool = False  # a finished request's answer blocks become replicas
     host_write_policy: str = "write_back"  # tiered: when an HBM block's host copy is written
+    # replicate_tiered: the shared L3 store, capacity (tokens, 0: none) and its queue's rate
+    l3_store_tokens: int = 0
+    l3_store_bytes_per_s: float = 25.0e9
     # colocated mode
     instances: int = 1
     scheduler: str = "prefill_priority"
@@ -392,6 +397,8 @@ DATA_FIELDS = (
     "queue_timeout_s",
     "cache_generated",
     "host_write_policy",
+    "l3_store_tokens",
+    "l3_store_bytes_per_s",
 )
 
 
@@ -595,6 +602,8 @@ def scenario_config(prep) -> RefConfig:
         queue_timeout_s=m.queue_timeout_s,
         cache_generated=m.cache_generated,
         host_write_policy=m.host_write_policy,
+        l3_store_tokens=int(min(m.l3_store_gb * 1e9 / d_roof.kv, 2**62)),
+        l3_store_bytes_per_s=m.l3_store_gbps * 1e9 / 8,
         instances=n,
         scheduler=c.colocated_scheduler,
         step_token_budget=c.prefill_token_budget
@@ -672,6 +681,8 @@ class ReferenceSim:
         self.rr_decode = 0
         self.clock = 0  # logical clock for LRU stamps
         self.host_decisions: list[bool] = []  # replicate_tiered: promoted (True) or sent
+        self.l3: dict[int, list[int]] = {}  # the shared L3 store: hash -> [tokens, last use]
+        self.l3_free = 0.0  # when its queue is next free
         self.aseq = 0  # paged: admission (and resume) counter
         self.events: list = []
         self.seq = 0
@@ -1071,11 +1082,19 @@ class ReferenceSim:
             free += rep.tokens
             if tier:
                 self.demote(dec, victim, rep.tokens, t, not rep.backed)
+                self.l3_put(victim, rep.tokens, t)
         # write-back: the HBM the trim freed takes this KV once the demotions are copied
         gate = dec.host_free + cfg.host_path_latency_s if dec.host_free != path_before else None
         if tier:  # a chain block past a gap, trimmed and
             for h, _ in r.chain[len(hit_blocks) :]:  # demoted, goes back to HBM now
                 dec.host.pop(h, None)
+        l3_run: list[int] = []  # the L3 store continues the HBM and host runs (after the trim)
+        if self.l3_on:
+            for h, _ in r.chain[len(hit_blocks) + len(host_run) :]:
+                if h not in self.l3:
+                    break
+                l3_run.append(h)
+        l3_tok = sum(tok for _, tok in r.chain[len(hit_blocks) + len(host_run) :][: len(l3_run)])
         persisted = 0
         pinned = list(hit_blocks)
         if self.refreshing:
@@ -1109,6 +1128,7 @@ class ReferenceSim:
             xfer, rc = 0, r.prompt - hit
         else:
             xfer, rc = r.prompt - hit, 0
+        xfer -= l3_tok  # the L3 run is read from the store, never sent
         promo_land = None
         if host_run and cfg.policy == "cost_aware":
             if promote:
@@ -1133,12 +1153,20 @@ class ReferenceSim:
                 promo_land = self.host_move(dec, t, host_tok * kv)
                 r.promo_land = promo_land
                 r.host_hit_blocks, r.host_hit_tokens = len(host_run), host_tok
+        if l3_run:
+            for h in l3_run:  # each read refreshes it, root first
+                self.l3[h][1] = self.tick()
+            land3 = self.l3_move(t, sum(self.l3[h][0] for h in l3_run) * cfg.decode.kv)
+            r.l3_hit_blocks = len(l3_run)
+            if promo_land is None or land3 > promo_land:
+                promo_land = land3
+                r.promo_land = land3
         if gate is not None and (promo_land is None or gate > promo_land):
             promo_land = gate
             r.promo_land = gate
         if self.uses_replicas():
             r.hbm_hit_blocks = len(hit_blocks)
-            r.link_blocks = len(r.chain) - len(hit_blocks) - r.host_hit_blocks
+            r.link_blocks = len(r.chain) - len(hit_blocks) - r.host_hit_blocks - r.l3_hit_blocks
             if r.local:
                 r.link_blocks = 0
         elif cfg.policy == "recompute_on_decode":
@@ -1346,6 +1374,34 @@ class ReferenceSim:
         if copy:
             self.host_move(dec, t, tok * self.cfg.decode.kv)
 
+    # ------------------------------------------------------------------ the L3 store
+
+    @property
+    def l3_on(self) -> bool:
+        return self.cfg.policy == "replicate_tiered" and self.cfg.l3_store_tokens > 0
+
+    def l3_move(self, t: float, nbytes: float) -> float:
+        """FCFS on the store's one queue; lands the link's latency after the move."""
+        start = max(t, self.l3_free)
+        self.l3_free = start + nbytes / self.cfg.l3_store_bytes_per_s
+        return self.l3_free + self.cfg.link_latency_s
+
+    def l3_put(self, h: int, tok: int, t: float) -> None:
+        """The decode node writes block ``h``: a stored block is refreshed; a new one is
+        the freshest (LRU ones dropped over capacity) and its copy takes the store's queue."""
+        if not self.l3_on:
+            return
+        if h in self.l3:
+            self.l3[h][1] = self.tick()
+            return
+        cap = self.cfg.l3_store_tokens
+        if tok > cap:
+            return
+        self.l3[h] = [tok, self.tick()]
+        while sum(v[0] for v in self.l3.values()) > cap:
+            del self.l3[min(self.l3, key=lambda k: self.l3[k][1])]
+        self.l3_move(t, tok * self.cfg.decode.kv)
+
     def write_through(self, dec: DecodeInstance, h: int, t: float) -> None:
         """An HBM block's host copy, written once (write_through, _selective)."""
         rep = dec.replicas[h]
@@ -1546,6 +1602,8 @@ class ReferenceSim:
         dec.running.remove(r)
         r.private = 0
         self.keep_answer(r, dec)
+        for h, tok in r.answer if self.cfg.cache_generated else []:
+            self.l3_put(h, tok, t)  # its answer is written to the L3 store, root first
         if self.cfg.host_write_policy == "write_through" and self.cfg.policy in (
             "replicate_tiered",
             "cost_aware",
@@ -1622,6 +1680,7 @@ class ReferenceSim:
             rep = dec.replicas.pop(victim)
             if self.cfg.policy in ("replicate_tiered", "cost_aware"):
                 self.demote(dec, victim, rep.tokens, t, not rep.backed)
+                self.l3_put(victim, rep.tokens, t)
 
     def take_blocks(self, d: int, t: float) -> None:
         """An iteration starts: each running sequence takes the blocks its context now

@@ -262,6 +262,29 @@ def _host_tier(cfg: EngineConfig, IS: np.ndarray, F: np.ndarray) -> None:
     dF[:, L.DF_HP_LAT] = cfg.host_path_latency_s
 
 
+def _l3_store(r: _Run, cfg: EngineConfig) -> None:
+    """The shared L3 store (l3store.py), under replicate_tiered only: its capacity, its
+    block records appended to ``B32`` and its queue's rate."""
+    if cfg.policy != "replicate_tiered" or cfg.l3_store_tokens <= 0:
+        return
+    u = int(r.IS[L.IP_U])
+    r.IS[L.IP_L3CAP] = cfg.l3_store_tokens
+    r.IS[L.H_L3] = r.B32.shape[0]
+    r.B32 = np.concatenate((r.B32, np.zeros(4 * u, dtype=np.int32)))
+    r.F[L.FP_L3_BPS] = cfg.l3_store_bytes_per_s
+
+
+def _l3_stats(IS: np.ndarray, F: np.ndarray, window: float) -> dict:
+    """The L3 store's figures: capacity and peak (tokens), bytes moved after warm-up, the
+    queue's busy share of the steady window (0 without a store)."""
+    return {
+        "l3_store_tokens": float(IS[L.IP_L3CAP]),
+        "peak_l3_tokens": float(IS[L.GI_L3PEAK]),
+        "l3_bytes": float(F[L.FP_L3_BYTES]),
+        "l3_util": float(F[L.FP_L3_BUSY]) / window,
+    }
+
+
 def _host_stats(cfg: EngineConfig, IS: np.ndarray, F: np.ndarray, window: float) -> dict:
     """Host tier figures: mean (over instances and the window) and peak host KV tokens,
     bytes over the host paths in the window, the busiest path's busy share."""
@@ -336,6 +359,7 @@ def simulate(
     dI[:, L.D_LREP] = dI[:, L.D_USED]
     dI[:, L.D_LUSED] = dI[:, L.D_USED]
     _host_tier(cfg, IS, F)
+    _l3_store(r, cfg)
     args = lambda: (IS, F, r.R, r.B32, r.B8, r.EHT, r.EHI, r.TLF, r.TLI, r.bid, r.bt)  # noqa: E731
     while (status := _run_disaggregated(*args())) != DONE:
         r.grow(status)
@@ -436,6 +460,7 @@ def _disagg_stats(r: _Run, cfg: EngineConfig, t_warm, t_steady, prewarm_s) -> di
         **_work(IS, F, cfg.n_prefill, n_dec),
         **_itl_stats(F),
         **_host_stats(cfg, IS, F, window),
+        **_l3_stats(IS, F, window),
         **_prewarm_stats(r, cfg, prewarm_s),
         "host_busy_s": [float(F[L.DF0 + d * L.NDF + L.DF_HP_BUSY]) for d in range(n_dec)],
     }

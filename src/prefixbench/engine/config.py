@@ -117,6 +117,10 @@ class EngineConfig:
     # docs/model.md §1.13): write_back at its trim, write_through when its request finishes,
     # write_through_selective on its first reuse
     host_write_policy: str = "write_back"
+    # --- l3: the shared L3 store (engine/l3store.py; replicate_tiered only): capacity in
+    # tokens (0: no store) and its one FCFS queue's rate (bytes/s); latency: the link's
+    l3_store_tokens: int = 0
+    l3_store_bytes_per_s: float = 25.0e9
 
 
 @dataclass
@@ -218,6 +222,12 @@ def check_engine_config(cfg: EngineConfig) -> None:
             "cluster.decode.host_path",
             "pick a host path from the catalog",
         )
+    if not cfg.l3_store_bytes_per_s > 0:
+        _refuse(
+            f"L3 store bandwidth {cfg.l3_store_bytes_per_s!r} B/s",
+            "memory.l3_store_gbps",
+            "give a positive bandwidth",
+        )
     if cfg.admission not in ADMISSIONS:
         _refuse(f"unknown admission '{cfg.admission}'", "memory.admission", "use paged or reserve")
     if cfg.host_write_policy not in HOST_WRITE_POLICIES:
@@ -233,6 +243,7 @@ def check_engine_config(cfg: EngineConfig) -> None:
     _check_ints(
         [
             ("memory.host_kv_gb", cfg.host_kv_tokens, 0, INT32_MAX),
+            ("memory.l3_store_gb", cfg.l3_store_tokens, 0, 2**62),
             ("cluster.block_size", cfg.block_size, 1, INT32_MAX),
             ("cluster.prefill_token_budget", cfg.prefill_token_budget, 1, 2**62),
             ("prefill_cache_tokens", min(cfg.prefill_cache_tokens, 2**61), 0, 2**62),

@@ -53,6 +53,7 @@ from .generated import keep_answer, write_through_finished
 from .hostpath import host_path_move
 from .hosttier import ht_account, ht_match, ht_take, ht_write_run, promote_or_send
 from .jit import jit, sig
+from .l3store import l3_match, l3_read, l3_write_answer
 from .nics import free_at, hold
 from .power import power_work, prefill_record
 from .queues import (
@@ -506,18 +507,32 @@ def _book(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t, nhit, hit_t
 
 
 @jit
-def _split(IS, F, R, rid, d, t, prompt, hit_tok, nhost, host_tok):
+def _split(IS, F, R, rid, d, t, prompt, hit_tok, nhost, host_tok, l3_tok):
     """The policy's hand-off: (tokens over the link, tokens recomputed on decode, the host
-    run promoted or not)."""
+    run promoted or not); the L3 run's ``l3_tok`` never cross the link."""
     if IS[L.IP_POLICY] == L.POL_COST_AWARE:  # transfer, promote or recompute (costaware.py)
         return ca.choose(IS, F, R, rid, d, t, prompt, hit_tok, host_tok)
     xfer, rc = handoff(IS, R, rid, prompt, hit_tok)
+    xfer -= l3_tok
     promote = nhost > 0 and promote_or_send(
         IS, F, d, t, link_start(IS, F, rid, d, t), xfer - host_tok, host_tok
     )
     if promote:
         xfer -= host_tok
     return xfer, rc, promote
+
+
+@jit
+def _l3_run(IS, B32, bid, bt, j0, i1):
+    """The L3 run (blocks, tokens): the store's leading blocks of ``bid[j0:i1]``, past the
+    HBM and host runs, matched after the admission's trim (its writes included)."""
+    if IS[L.IP_L3CAP] <= 0 or j0 >= i1:
+        return 0, np.int64(0)
+    k = l3_match(IS, B32, bid, j0, i1)
+    tok = np.int64(0)
+    for j in range(j0, j0 + k):
+        tok += bt[j]
+    return k, tok
 
 
 @jit
@@ -542,16 +557,21 @@ def _send(IS, F, R, EHT, EHI, TLF, TLI, rid, d, t, xfer, promo_land):
 
 
 @jit
-def _hand_over(IS, F, R, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t, nhit, hit_tok, nhost,
-               host_tok, gate):  # fmt: skip
+def _hand_over(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t, nhit, hit_tok,
+               nhost, host_tok, gate):  # fmt: skip
     """Move the KV the decode instance lacks (link, host path) and queue its recompute."""
     n, ptr, io, ft = IS[L.IP_N], IS[L.H_PTR], IS[L.H_O], IS[L.H_FT]
     i0, i1 = IS[ptr + rid], IS[ptr + rid + 1]
     prompt = np.int64(R[rid * L.NR + L.R_PROMPT])
-    xfer, rc, promote = _split(IS, F, R, rid, d, t, prompt, hit_tok, nhost, host_tok)
+    n3, l3_tok = _l3_run(IS, B32, bid, bt, i0 + nhit + nhost, i1)
+    xfer, rc, promote = _split(IS, F, R, rid, d, t, prompt, hit_tok, nhost, host_tok, l3_tok)
     promo_land = -1.0
+    if n3 > 0:  # --- l3: the L3 run is read from the store
+        promo_land = l3_read(IS, F, B32, bid, i0 + nhit + nhost, i0 + nhit + nhost + n3, t)
+        F[ft + L.T_PROMO * n + rid] = promo_land
+        IS[io + L.O_L3B * n + rid] = n3
     if promote:
-        promo_land = host_path_move(IS, F, d, t, host_tok * F[L.FP_DC + L.C_KV])
+        promo_land = max(promo_land, host_path_move(IS, F, d, t, host_tok * F[L.FP_DC + L.C_KV]))
         F[ft + L.T_PROMO * n + rid] = promo_land
         IS[io + L.O_HOSTB * n + rid] = nhost
         IS[io + L.O_HOSTT * n + rid] = host_tok
@@ -562,7 +582,7 @@ def _hand_over(IS, F, R, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t, nhit, hit_t
         F[ft + L.T_PROMO * n + rid] = gate
     if IS[L.IP_POLICY] >= L.POL_HOTSET:
         IS[io + L.O_HBMB * n + rid] = nhit
-    IS[io + L.O_LINKB * n + rid] = link_blocks(IS, R, bt, rid, i0, i1, nhit) - nhost
+    IS[io + L.O_LINKB * n + rid] = link_blocks(IS, R, bt, rid, i0, i1, nhit) - nhost - n3
     IS[io + L.O_XT * n + rid] = xfer
     IS[io + L.O_RC * n + rid] = rc
     _send(IS, F, R, EHT, EHI, TLF, TLI, rid, d, t, xfer, promo_land)
@@ -597,8 +617,8 @@ def admit(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t):
     if host_tok < 0:
         return False
     _book(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t, nhit, hit_tok, need)
-    _hand_over(IS, F, R, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t, nhit, hit_tok, nhost,
-               host_tok, gate)  # fmt: skip
+    _hand_over(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t, nhit, hit_tok,
+               nhost, host_tok, gate)  # fmt: skip
     return True
 
 
@@ -674,6 +694,8 @@ def finish(IS, F, R, B32, B8, bid, bt, rid, d, t):
     IS[b + L.D_PRIV] -= R[rr + L.R_PRIV]
     IS[b + L.D_ACT] -= np.int64(R[rr + L.R_PROMPT]) + R[rr + L.R_OUTPUT]  # --- kv routing
     keep_answer(IS, F, B32, B8, bid, bt, rid, d)  # generated.py: before the chain's release
+    ap = IS[L.H_PTR] + n + 1  # --- l3: its answer blocks are written to the store
+    l3_write_answer(IS, F, B32, bid, bt, IS[ap + rid], IS[ap + rid + 1], t)
     write_through_finished(IS, F, R, B32, B8, bid, rid, d, t)
     rs_release_chain(IS, R, B32, B8, bid, d, rid)
     IS[b + L.D_LOAD] -= 1

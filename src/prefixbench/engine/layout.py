@@ -144,7 +144,10 @@ IP_LOCMAX = 47
 # --- tiered: the host tier's write policy (hosttier.py): 0 write_back, 1 write_through,
 # 2 write_through_selective (SGLang --hicache-write-policy)
 IP_HWP = 48
-DI0 = 49
+# --- l3: the shared L3 store (l3store.py; replicate_tiered only, 0 = off): capacity in
+# tokens, tokens stored, its LRU head/tail, its peak, the offset of its block records in B32
+IP_L3CAP, GI_L3USED, GI_L3LRUH, GI_L3LRUT, GI_L3PEAK, H_L3 = range(49, 55)
+DI0 = 55
 # decode instance fields (queue head/tail pairs adjacent)
 (
     D_B,  # sequences in the batch
@@ -183,6 +186,7 @@ NPI = 8
 O_PI, O_DI, O_OUT, O_REA, O_PH, O_RH, O_RC, O_XT, O_PT = range(9)
 O_HBMB, O_HOSTB, O_LINKB, O_HOSTT = range(9, 13)  # --- tiered
 O_NPRE, O_PTOK = 13, 14  # --- paged: preemptions, tokens re-prefilled or swapped
+O_L3B = 15  # --- l3: chain blocks read from the shared L3 store
 INT_COLUMNS = (
     "prefill_instance",
     "decode_instance",
@@ -202,6 +206,8 @@ INT_COLUMNS = (
     # --- paged
     "preemptions",
     "preempt_tokens",
+    # --- l3
+    "l3_hit_blocks",
 )
 NIC = len(INT_COLUMNS)
 
@@ -309,7 +315,10 @@ FP_TSTEADY = G_ITL_H + ITL_NB
 # --- conditional: the decode hit share above which conditional_disagg prefills locally;
 # --- kv routing: the KV-aware routers' overlap weight (routing.py)
 FP_LOCHIT, FP_KVW = FP_TSTEADY + 1, FP_TSTEADY + 2
-DF0 = G_ITL_H + ITL_NB + 3
+# --- l3: the shared L3 store's FCFS queue (l3store.py): free time, busy time in the
+# steady window, bytes moved after warm-up, its rate (bytes/s)
+FP_L3_FREE, FP_L3_BUSY, FP_L3_BYTES, FP_L3_BPS = range(FP_TSTEADY + 3, FP_TSTEADY + 7)
+DF0 = G_ITL_H + ITL_NB + 7
 DF_TSEG, DF_STALL_END, DF_NEXT_T, DF_BUSY, DF_MEM_T = range(5)
 DF_FLOPS, DF_BYTES = 5, 6  # FLOPs and bytes of the steps started in the measured window
 # --- tiered: the host<->GPU path's FCFS queue (hostpath.py): free time, busy
@@ -339,6 +348,8 @@ ST_ACTIVE_MASK = 0xFF ^ ST_INACT  # clears ST_INACT in a uint8 (~ST_INACT is neg
 # --- tiered: host tier of decode d at 4·U·(D + P) + 4·U·d + 4·h: tokens, LRU
 # prev, LRU next, present
 HT_TOK, HT_PREV, HT_NEXT, HT_IN = range(4)
+# --- l3: the shared L3 store at IS[H_L3] + 4·h (after the host tiers): tokens, LRU prev,
+# LRU next, present (the host tier's record layout)
 
 
 def allocate(
@@ -374,6 +385,7 @@ def allocate(
     dI[:, [D_JQH, D_JQT, D_RQH, D_RQT, D_WQH, D_WQT, D_LRUH, D_LRUT]] = -1
     dI[:, [D_HLRUH, D_HLRUT]] = -1
     dI[:, [D_PQH, D_PQT, D_FQH, D_FQT]] = -1
+    IS[GI_L3LRUH], IS[GI_L3LRUT] = -1, -1
     IS[o_pi:o_dh].reshape(P, NPI)[:, [P_QH, P_QT, P_BH, P_LRUH, P_LRUT]] = -1
     IS[o_ptr : o_ptr + n + 1] = blk_ptr
     IS[o_ptr + n + 1 : o_out] = ans_ptr

@@ -62,6 +62,7 @@ SCHEMAS: dict[str, dict[str, pl.DataType]] = {
         "host_hit_blocks": I,
         "link_blocks": I,
         "host_hit_tokens": I,
+        "l3_hit_blocks": I,
         "warmup": B,
         "transfer_bytes": F,
         "host_bytes": F,
@@ -119,6 +120,9 @@ SCHEMAS: dict[str, dict[str, pl.DataType]] = {
         "peak_host_kv_gb": F,
         "host_path_gb": F,
         "host_path_util": F,
+        "l3_hit_rate": F,
+        "l3_gb": F,
+        "l3_util": F,
     },
 }
 
@@ -143,6 +147,7 @@ _FRACTIONS = (
     "replica_hit_rate",
     "hbm_hit_rate",
     "host_hit_rate",
+    "l3_hit_rate",
     "miss_rate",
 )
 # Metrics that cannot be negative (latencies, rates, sizes), those that cannot be 0 either

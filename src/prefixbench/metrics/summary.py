@@ -95,18 +95,21 @@ def _reusable_rate(prep: Prepared, admitted: pl.DataFrame) -> float:
 
 def _tiers(admitted: pl.DataFrame) -> dict:
     """Where the admitted requests' chain blocks came from (docs/model.md, "Metrics"): decode
-    HBM, the host tier, or neither (sent over the link or recomputed); null with no chains."""
+    HBM, the host tier, the L3 store, or none (sent over the link or recomputed); null with
+    no chains."""
     t = admitted.select(
         pl.col("chain_blocks").sum().alias("n"),
         pl.col("hbm_hit_blocks").sum().alias("hbm"),
         pl.col("host_hit_blocks").sum().alias("host"),
+        pl.col("l3_hit_blocks").sum().alias("l3"),
         (pl.col("host_bytes").mean() / 1e6).alias("host_mb_per_request"),
     ).row(0, named=True)
     n = t.pop("n") or 0
     out = {"host_mb_per_request": t["host_mb_per_request"]}
-    for k in ("hbm", "host"):
+    for k in ("hbm", "host", "l3"):
         out[f"{k}_hit_rate"] = t[k] / n if n else None
-    out["miss_rate"] = (n - t["hbm"] - t["host"]) / n if n else None  # exact, in [0, 1]
+    miss = n - t["hbm"] - t["host"] - t["l3"]
+    out["miss_rate"] = miss / n if n else None  # exact, in [0, 1]
     return out
 
 
@@ -118,6 +121,8 @@ def _host_tier(st: dict, gb: float) -> dict:
         "host_kv_gb": st.get("host_kv_tokens", 0.0) * gb,
         "host_path_gb": st.get("host_path_bytes", 0.0) / 1e9,
         "host_path_util": st.get("host_path_util", 0.0),
+        "l3_gb": st.get("l3_bytes", 0.0) / 1e9,  # --- l3: the shared store (§1.13.1)
+        "l3_util": st.get("l3_util", 0.0),
     }
 
 

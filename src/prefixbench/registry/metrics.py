@@ -78,6 +78,7 @@ METRICS: tuple[Metric, ...] = (
     # decode cache tiers
     _m("hbm_hit_rate", "fraction", "", "chain blocks served from decode HBM"),
     _m("host_hit_rate", "fraction", "", "chain blocks served from the host-DRAM tier"),
+    _m("l3_hit_rate", "fraction", "", "chain blocks read from the shared L3 store", "§1.13.1"),
     _m("miss_rate", "fraction", "", "chain blocks sent over the link or recomputed"),
     _m("host_mb_per_request", "MB", "", "host-tier promotions per request"),
     _m("mean_host_kv_gb", "GB", "", "host-tier blocks per decode instance, time-weighted mean"),
@@ -96,6 +97,8 @@ METRICS: tuple[Metric, ...] = (
     _m("mean_decode_batch", "sequences", "", "time-average sequences in a decode batch"),
     _m("host_path_util", "fraction", "", "busy time of the busiest decode host path"),
     _m("host_path_gb", "GB", "", "bytes over all host paths after warm-up"),
+    _m("l3_util", "fraction", "", "busy time of the shared L3 store's queue", "§1.13.1"),
+    _m("l3_gb", "GB", "", "bytes read from and written to the L3 store after warm-up"),
     # energy and power (§2.11)
     _m("energy_per_token_j", "J", "lower", "energy per output token", "§2.11"),
     _m("power_mean_w", "W", "lower", "mean power of every instance together", "§2.11"),

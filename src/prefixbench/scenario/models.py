@@ -763,6 +763,24 @@ class MemorySpec(_M):
         "trimmed it waits for the copy), write_through when its request finishes, "
         "write_through_selective on its first reuse (docs/model.md §1.13).",
     )
+    l3_store_gb: float = Field(
+        0.0,
+        ge=0,
+        le=1e9,
+        description="replicate_tiered: capacity of the shared L3 store under the decode "
+        "tiers, GB for the whole cluster (Mooncake Store, LMCache remote, HiCache L3 as "
+        "SGLang's --hicache-storage-backend); the decode node writes evicted and generated "
+        "blocks to it and reads a chain's blocks past its HBM and host runs from it "
+        "(docs/model.md §1.13.1). 0: no store (the behaviour before).",
+    )
+    l3_store_gbps: float = Field(
+        200.0,
+        gt=0,
+        le=1e6,
+        description="The L3 store's bandwidth, Gbit/s, one FCFS queue for every read and "
+        "write (default 200: one 200 Gb/s RDMA NIC, an NVIDIA ConnectX-7 port, as "
+        "Mooncake's transfer engine uses; an assumption, docs/model.md §1.13.1).",
+    )
     cache_generated: bool = Field(
         True,
         description="Decode-side caching of generated tokens: a finished request's full answer "

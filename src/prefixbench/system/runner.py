@@ -476,6 +476,8 @@ def engine_config(s: Scenario, k: Costs, req: Requests, budget: int) -> EngineCo
         queue_timeout_s=m.queue_timeout_s,
         cache_generated=m.cache_generated,
         host_write_policy=m.host_write_policy,
+        l3_store_tokens=int(min(m.l3_store_gb * 1e9 / k.kv_bpt, 2**62)),
+        l3_store_bytes_per_s=m.l3_store_gbps * 1e9 / 8,
     )
 
 
