@@ -306,6 +306,10 @@ def disagg_cases(draw, policies=POLICIES, tight: bool = False, speculative: bool
         ),
         host_path_bytes_per_s=draw(st.sampled_from([0.2e9, 3e9, 63e9, 450e9])),
         host_path_latency_s=draw(st.sampled_from([1e-6, 1e-3])),
+        # the shared L3 store (replicate_tiered): none, smaller than a chain, or unbounded;
+        # slower than the slowest link to a fast RDMA NIC, so its queue both binds and not
+        l3_store_tokens=draw(st.sampled_from([0, 0, 300, 2000, 10**6])),
+        l3_store_bytes_per_s=draw(st.sampled_from([0.2e9, 3e9, 25e9])),
         **_admission(draw),
     )
     if spec is not None:  # --- spec: each side prices the draft from its own shape
@@ -491,6 +495,29 @@ def test_tiered_matches_reference(case):
     link, host-path contention), with the reference's per-tier books checked at every
     admission (no block in two tiers, the host pool within its capacity)."""
     _check_disagg(case)
+
+
+@st.composite
+def l3_cases(draw):
+    """A tight replicate_tiered case with an L3 store always on and generated tokens
+    cached: trims and finished answers write to it, admissions read L3 runs from it."""
+    req, cfg, ref = draw(disagg_cases(policies=("replicate_tiered",), tight=True))
+    data = {
+        "l3_store_tokens": draw(st.sampled_from([64, 300, 2000, 10**6])),
+        "cache_generated": True,
+    }
+    return req, dataclasses.replace(cfg, **data), dataclasses.replace(ref, **data)
+
+
+@_settings(300)
+@given(l3_cases())
+def test_l3_store_matches_reference(case):
+    """The shared L3 store (docs/model.md §1.13.1): its writes (trims, answers), its LRU
+    over capacity, the L3 run read at admission and its FCFS queue agree on every
+    timestamp and column with the reference's."""
+    req, cfg, _ = case
+    _check_disagg(case)
+    event("l3: a run read" if simulate(req, cfg).columns["l3_hit_blocks"].any() else "l3: none")
 
 
 @st.composite
