@@ -217,6 +217,7 @@ class Req:
     link_blocks: int = 0
     host_hit_tokens: int = 0
     l3_hit_blocks: int = 0  # replicate_tiered with an L3 store: chain blocks read from it
+    l3_prefill_tokens: int = 0  # and prompt tokens its prefill step read from it
     preemptions: int = 0
     preempt_tokens: int = 0  # re-prefilled (recompute) or swapped out (swap)
     preempt_delay_s: float = 0.0
@@ -303,6 +304,7 @@ INT_COLUMNS = (
     "preemptions",
     "preempt_tokens",
     "l3_hit_blocks",
+    "l3_prefill_tokens",
 )
 
 
@@ -903,22 +905,38 @@ class ReferenceSim:
         inst = self.pf[p]
         batch: list[Req] = []
         total_new = 0
+        ready = t  # the step computes once its L3 reads have landed
         while inst.queue:
             r = inst.queue[0]
             hit = self.cache_hit(inst, r)
-            new = r.prompt - hit
+            run = self.l3_prefill_run(r, hit)
+            x3 = min(sum(tok for _, tok in run), r.prompt - 1 - hit)
+            new = r.prompt - hit - x3
             if batch and total_new + new > self.cfg.prefill_token_budget:
                 break
             inst.queue.pop(0)
             batch.append(r)
             total_new += new
             r.prefill_hit_tokens = hit
+            r.l3_prefill_tokens = x3
             r.t_prefill_start = t
+            if x3 > 0:
+                cum = 0
+                for h, tok in run:  # each block read refreshes it, root first
+                    if cum >= x3:
+                        break
+                    self.l3[h][1] = self.tick()
+                    cum += tok
+                ready = max(ready, self.l3_move(t, x3 * self.cfg.prefill.kv))
         step = self.cfg.prefill.prefill_step(
-            [(r.prompt - r.prefill_hit_tokens, r.prefill_hit_tokens) for r in batch]
-        )
+            [
+                (r.prompt - r.prefill_hit_tokens - r.l3_prefill_tokens,
+                 r.prefill_hit_tokens + r.l3_prefill_tokens)
+                for r in batch
+            ]
+        )  # fmt: skip
         inst.batch = batch
-        self.schedule(t + step, PREFILL, p)
+        self.schedule(ready + step, PREFILL, p)
         if self.cfg.streaming == "layerwise":
             for r in batch:
                 r.step_window = (t, t + step)
@@ -1082,7 +1100,6 @@ class ReferenceSim:
             free += rep.tokens
             if tier:
                 self.demote(dec, victim, rep.tokens, t, not rep.backed)
-                self.l3_put(victim, rep.tokens, t)
         # write-back: the HBM the trim freed takes this KV once the demotions are copied
         gate = dec.host_free + cfg.host_path_latency_s if dec.host_free != path_before else None
         if tier:  # a chain block past a gap, trimmed and
@@ -1386,6 +1403,22 @@ class ReferenceSim:
         self.l3_free = start + nbytes / self.cfg.l3_store_bytes_per_s
         return self.l3_free + self.cfg.link_latency_s
 
+    def l3_prefill_run(self, r: Req, hit: int) -> list[tuple[int, int]]:
+        """The store's leading run from the first chain block past the prefill cache's
+        ``hit`` (none without a store, or with layer-wise streaming)."""
+        if not self.l3_on or self.cfg.streaming == "layerwise":
+            return []
+        j, cum = 0, 0
+        while j < len(r.chain) and cum + r.chain[j][1] <= hit:
+            cum += r.chain[j][1]
+            j += 1
+        run = []
+        for h, tok in r.chain[j:]:
+            if h not in self.l3:
+                break
+            run.append((h, tok))
+        return run
+
     def l3_put(self, h: int, tok: int, t: float) -> None:
         """The decode node writes block ``h``: a stored block is refreshed; a new one is
         the freshest (LRU ones dropped over capacity) and its copy takes the store's queue."""
@@ -1602,8 +1635,9 @@ class ReferenceSim:
         dec.running.remove(r)
         r.private = 0
         self.keep_answer(r, dec)
-        for h, tok in r.answer if self.cfg.cache_generated else []:
-            self.l3_put(h, tok, t)  # its answer is written to the L3 store, root first
+        answer = r.answer if self.cfg.cache_generated else []
+        for h, tok in r.chain + answer:  # its chain, then its answer, to the L3 store
+            self.l3_put(h, tok, t)
         if self.cfg.host_write_policy == "write_through" and self.cfg.policy in (
             "replicate_tiered",
             "cost_aware",
@@ -1680,7 +1714,6 @@ class ReferenceSim:
             rep = dec.replicas.pop(victim)
             if self.cfg.policy in ("replicate_tiered", "cost_aware"):
                 self.demote(dec, victim, rep.tokens, t, not rep.backed)
-                self.l3_put(victim, rep.tokens, t)
 
     def take_blocks(self, d: int, t: float) -> None:
         """An iteration starts: each running sequence takes the blocks its context now

@@ -46,44 +46,73 @@ def _three():
     )
 
 
-def test_a_block_evicted_from_hbm_and_host_is_read_back_from_l3_at_its_rate_and_queue():
+def _step(new: int, cached: int) -> float:
+    """One prefill step's time by the reference roofline (tests/reference_roofline.py)."""
+    from reference_sim import roofline
+    from test_engine_reference import efficiency
+
+    from prefixbench import catalog
+
+    acc, model = catalog.get_accelerator("l4"), catalog.get_model("qwen2-0.5b")
+    return roofline(model, acc, 1, efficiency((0.5, 0.5, 0.7, 1.0, 1.0))).prefill_step(
+        [(new, cached)]
+    )
+
+
+def test_blocks_evicted_from_hbm_and_host_are_read_back_from_l3_at_its_rate_and_queue():
     """The budget is 400 tokens, the host pool 64 (one block), the store large.
 
-    Turn 0 finishes: its answer C, D, E joins HBM (A, B, C, D, E idle, 320 tokens) and is
-    written to the store (3 x 64 tokens on its queue). Request 1 needs 332 with 80 free:
-    the trim takes E, D, C, B (LRU: the answer first, then the chain tail first), each
-    demoted to the host pool, which keeps only the last (B); each written to the store
-    (E, D, C are there already: only B moves, 64 x 12,288 B = 39.3 ms from its admission
-    t1). Turn 1 waits for room and is admitted when request 1 finishes (t2): HBM run A,
-    host run B (promoted), then the trim of F..J (5 x 64 tokens written to the store), then
-    the L3 run C, D, E (192 tokens), read after those writes. Its KV is in when the read
-    lands: max(t2, t1 + 64·KV/rate) + (320 + 192)·KV/rate; only its 48-token suffix
-    crosses the link."""
+    Turn 0 finishes (long before t = 50): its answer C, D, E joins HBM (A..E idle, 320
+    tokens), and its chain and answer, A..E, are written to the store. Request 1 is
+    admitted when its prefill ends (t1) and needs 332 with 80 free: the trim takes E, D, C,
+    B (LRU: the answer first, then the chain tail first), each demoted to the host pool,
+    which keeps only the last (B): C, D, E are now in neither HBM nor the host tier.
+
+    Prefill side: turn 1's step starts at t1. Its prefix cache holds A, B (128 tokens); the
+    store continues with C, D, E, so the prefill reads 192 tokens (192 x 12,288 B / 2e7 B/s
+    = 118 ms, the queue idle) and computes from t1 + 192·KV/rate, 48 new tokens over 320
+    cached. Request 1 finishes meanwhile (t1f): F..J (320 tokens) are written, queued
+    behind that read.
+
+    Decode side: turn 1 is admitted at its prefill end (t2): HBM run A, host run B
+    (promoted), then the L3 run C, D, E (192 tokens), read behind request 1's writes: its
+    KV is in at max(t2, t1 + (192 + 320)·KV/rate) + 192·KV/rate, and only its 48-token
+    suffix crosses the link."""
     res = simulate(_three(), _cfg(10_000), keep_state=True)
     cols = res.columns
     assert cols["outcome"].tolist() == [L.OUT_COMPLETED] * 3
+    assert cols["prefill_hit_tokens"].tolist() == [0, 0, 128]
+    assert cols["l3_prefill_tokens"].tolist() == [0, 0, 192]
     assert cols["hbm_hit_blocks"].tolist() == [0, 0, 1]
     assert cols["host_hit_blocks"].tolist() == [0, 0, 1]
     assert cols["l3_hit_blocks"].tolist() == [0, 0, 3]
     assert cols["link_blocks"].tolist() == [2, 5, 0]
     assert cols["transfer_tokens"].tolist() == [138, 330, 48]
     t1, t2 = cols["t_admit"][1], cols["t_admit"][2]
-    assert t2 == cols["t_done"][1]  # it waited for request 1's memory
-    b_write = 64 * KV / L3_BPS
-    assert t1 + b_write > t2  # B's write is still on the store's queue: turn 1 queues
-    land = max(t2, t1 + b_write) + (320 + 192) * KV / L3_BPS
+    assert cols["t_prefill_start"][2] == t1 == cols["t_prefill_end"][1]
+    computes = t1 + 192 * KV / L3_BPS
+    assert cols["t_prefill_end"][2] == pytest.approx(computes + _step(48, 320), rel=1e-9)
+    assert t1 < cols["t_done"][1] < computes  # request 1's writes queue behind the read
+    assert t2 == cols["t_prefill_end"][2]
+    queued = t1 + (192 + 320) * KV / L3_BPS
+    assert queued > t2  # the decode read waits for the store's queue
+    land = queued + 192 * KV / L3_BPS
     assert cols["t_transfer_end"][2] == pytest.approx(land, rel=1e-12, abs=1e-12)
     st = res.stats
     assert st["l3_store_tokens"] == 10_000
-    assert st["peak_l3_tokens"] == 9 * 64  # C, D, E, B, then F..J (A never left HBM)
+    assert st["peak_l3_tokens"] == 10 * 64  # A..E, then F..J
     assert audit(res.state) == []
 
 
 def test_without_the_store_the_same_blocks_cross_the_link():
-    """Off (capacity 0): turn 1 finds A in HBM, B in the host pool, and sends C, D, E and
-    its suffix over the link: 192 + 48 = 240 tokens; nothing is read from a store."""
+    """Off (capacity 0): turn 1's prefill computes C, D, E and its suffix (240 new tokens
+    over 128 cached); its decode finds A in HBM, B in the host pool, and C, D, E and the
+    suffix cross the link: 240 tokens; nothing is read from a store."""
     cols = simulate(_three(), _cfg(0)).columns
     assert cols["l3_hit_blocks"].tolist() == [0, 0, 0]
+    assert cols["l3_prefill_tokens"].tolist() == [0, 0, 0]
+    step = cols["t_prefill_end"][2] - cols["t_prefill_start"][2]
+    assert step == pytest.approx(_step(240, 128), rel=1e-9)
     assert cols["transfer_tokens"].tolist() == [138, 330, 240]
     assert cols["link_blocks"].tolist() == [2, 5, 3]
 

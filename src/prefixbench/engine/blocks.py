@@ -22,7 +22,6 @@ import numpy as np
 from . import layout as L
 from .hosttier import ht_demote
 from .jit import entry, jit
-from .l3store import l3_put
 from .layout import (
     D_IDLE,
     D_LRUH,
@@ -183,8 +182,7 @@ def rs_release_one(IS, B32, B8, d, h):
 @jit
 def rs_trim(IS, F, B32, B8, d, need, now):
     """Trim idle blocks LRU until ``need`` tokens are free; replicate_tiered demotes each
-    to the host tier at ``now`` (hosttier.ht_demote) and writes it to the L3 store when
-    there is one (l3store.l3_put)."""
+    to the host tier at ``now`` (hosttier.ht_demote)."""
     base = 4 * IS[IP_U] * d
     b = DI0 + d * NDI
     tiered = IS[IP_POLICY] == POL_TIERED or IS[IP_POLICY] == POL_COST_AWARE
@@ -199,7 +197,6 @@ def rs_trim(IS, F, B32, B8, d, need, now):
         rs_drop(IS, B32, B8, d, h)
         if tiered:
             ht_demote(IS, F, B32, d, h, t, now, backed == 0)
-            l3_put(IS, F, B32, h, t, now)  # evicted blocks go to the L3 store (if any)
     return freed
 
 

@@ -53,7 +53,13 @@ from .generated import keep_answer, write_through_finished
 from .hostpath import host_path_move
 from .hosttier import ht_account, ht_match, ht_take, ht_write_run, promote_or_send
 from .jit import jit, sig
-from .l3store import l3_match, l3_read, l3_write_answer
+from .l3store import (
+    l3_match,
+    l3_prefill_read,
+    l3_prefill_tokens,
+    l3_read,
+    l3_write_run,
+)
 from .nics import free_at, hold
 from .power import power_work, prefill_record
 from .queues import (
@@ -172,25 +178,28 @@ def prefill_on_decode(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t)
 
 
 @jit
-def start_prefill(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, p, t):
-    """Batch whole queued prompts up to the token budget and schedule the step's end."""
-    n, io, ft = IS[L.IP_N], IS[L.H_O], IS[L.H_FT]
+def _take_batch(IS, F, R, B32, bid, bt, p, t):
+    """Pop whole queued prompts up to the token budget into a step; each computes what
+    neither the prefix cache nor the L3 store (read now, l3store.py) holds. Returns the
+    step's first request, count, new tokens, GEMM and attention FLOPs, KV bytes read,
+    replayed tokens (ced) and when its L3 reads land (``t`` if none)."""
+    n, io, ft, ptr = IS[L.IP_N], IS[L.H_O], IS[L.H_FT], IS[L.H_PTR]
     pb = IS[L.H_PI] + p * L.NPI
     budget = IS[L.IP_TOKB]
     c0 = L.FP_PC
     lf, lmh, att, kv = F[c0 + L.C_LF], F[c0 + L.C_LMH], F[c0 + L.C_ATT], F[c0 + L.C_KV]
     new_sum = 0
-    gemm, attn = 0.0, 0.0
-    kv_io = 0.0
+    gemm, attn, kv_io = 0.0, 0.0, 0.0
     replayed = 0.0  # --- ced
-    first = -1
-    last = -1
-    count = 0
+    first, last, count = -1, -1, 0
+    ready = t
     while IS[pb + L.P_QH] != -1:
         rid = IS[pb + L.P_QH]
         prompt = R[rid * L.NR + L.R_PROMPT]
         hit = prefill_hit(IS, R, B32, p, bid, bt, rid)
-        n_new = prompt - hit
+        i0, i1 = IS[ptr + rid], IS[ptr + rid + 1]
+        x3 = l3_prefill_tokens(IS, B32, bid, bt, i0, i1, hit, prompt)  # --- l3
+        n_new = prompt - hit - x3
         if first != -1 and new_sum + n_new > budget:
             break
         q_popleft(IS, R, pb + L.P_QH, L.R_PQN)
@@ -201,15 +210,32 @@ def start_prefill(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, p, t):
         new_sum += n_new
         IS[io + L.O_PH * n + rid] = hit
         F[ft + L.T_PS * n + rid] = t
+        if x3 > 0:
+            IS[io + L.O_L3P * n + rid] = x3
+            land = l3_prefill_read(IS, F, B32, bid, bt, i0, i1, hit, x3, t)
+            ready = land if land > ready else ready
         gemm += n_new * lf + lmh
-        attn += att * (n_new * hit + n_new * (n_new + 1) / 2.0)
+        attn += att * (n_new * (hit + x3) + n_new * (n_new + 1) / 2.0)
         kv_io += kv * prompt
         gemm += ced.replay_flops(F, c0, prompt)  # --- ced: replay window (0 without)
         replayed += ced.replay_tokens(F, c0, prompt)
+    return first, count, new_sum, gemm, attn, kv_io, replayed, ready
+
+
+@jit
+def start_prefill(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, p, t):
+    """Batch whole queued prompts up to the token budget and schedule the step's end; the
+    step computes once its L3 reads have landed (``c``; ``t`` without a store)."""
+    n, ft = IS[L.IP_N], IS[L.H_FT]
+    pb = IS[L.H_PI] + p * L.NPI
+    c0 = L.FP_PC
+    first, count, new_sum, gemm, attn, kv_io, replayed, c = _take_batch(
+        IS, F, R, B32, bid, bt, p, t
+    )
     flops = gemm + attn
     dur = prefill_step_time(F, c0, gemm, attn, new_sum, kv_io) + F[c0 + L.C_CEDC] * replayed
     if in_window(F, t):
-        F[IS[L.H_FPB] + p] += clipped(F, t, t + dur)
+        F[IS[L.H_FPB] + p] += clipped(F, c, c + dur)
         pw = IS[L.H_FCH] + IS[L.IP_NP] * IS[L.IP_ND] * IS[L.IP_NC] + 2 * p
         add_work(F, pw, flops, weights_read(F, c0, new_sum) + kv_io)
     if in_energy_window(F, t):
@@ -218,9 +244,9 @@ def start_prefill(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, p, t):
             weights_read(F, c0, new_sum) + kv_io, dur,
         )  # fmt: skip
     IS[pb + L.P_BH] = first
-    push(EHT, EHI, IS, t + dur, L.EV_PREFILL, p, 0)
+    push(EHT, EHI, IS, c + dur, L.EV_PREFILL, p, 0)
     if IS[L.IP_REC]:
-        record(TLF, TLI, IS, L.REC_PREFILL, p, t, t + dur, count, new_sum, 0)
+        record(TLF, TLI, IS, L.REC_PREFILL, p, c, c + dur, count, new_sum, 0)
         record(TLF, TLI, IS, L.REC_QUEUE, p, t, t, IS[pb + L.P_QN], 0, 0)
     if IS[L.IP_STREAM]:  # layer-wise: hand off now, stream as the step computes
         rid = first
@@ -694,8 +720,9 @@ def finish(IS, F, R, B32, B8, bid, bt, rid, d, t):
     IS[b + L.D_PRIV] -= R[rr + L.R_PRIV]
     IS[b + L.D_ACT] -= np.int64(R[rr + L.R_PROMPT]) + R[rr + L.R_OUTPUT]  # --- kv routing
     keep_answer(IS, F, B32, B8, bid, bt, rid, d)  # generated.py: before the chain's release
-    ap = IS[L.H_PTR] + n + 1  # --- l3: its answer blocks are written to the store
-    l3_write_answer(IS, F, B32, bid, bt, IS[ap + rid], IS[ap + rid + 1], t)
+    ptr = IS[L.H_PTR]  # --- l3: its chain, then its answer, are written to the store
+    l3_write_run(IS, F, B32, bid, bt, IS[ptr + rid], IS[ptr + rid + 1], t)
+    l3_write_run(IS, F, B32, bid, bt, IS[ptr + n + 1 + rid], IS[ptr + n + 2 + rid], t)
     write_through_finished(IS, F, R, B32, B8, bid, rid, d, t)
     rs_release_chain(IS, R, B32, B8, bid, d, rid)
     IS[b + L.D_LOAD] -= 1

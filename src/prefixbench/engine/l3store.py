@@ -2,10 +2,12 @@
 
 Mooncake Store, LMCache's remote backend and HiCache's L3 (3FS, Mooncake) as SGLang's
 decode HiCache uses them: one store for the cluster, reached over the network. The decode
-node writes blocks to it: a block trimmed from HBM (``rs_trim``) and a finished request's
-answer blocks (``l3_write_answer``). At admission, once the HBM run and the host run are
+node writes a finished request's blocks to it, its chain and then its answer
+(``l3_write_run``, SGLang's decode offload at finish): a block it later evicts from HBM and
+the host tier is there already. Decode admission: once the HBM run and the host run are
 matched, the store continues the leading run (the *L3 run*); those blocks are read from it
-instead of crossing the prefill→decode link. Every read and write queues FCFS on the
+instead of crossing the prefill→decode link. Prefill: the store continues the prefix
+cache's run, and the step computes only past it, once the read has landed. Every read and write queues FCFS on the
 store's one queue (``FP_L3_*``: its bandwidth, the link's latency, pipelined), as the NICs
 do. The store is LRU over its capacity in tokens; a block is stored once (a write of a
 stored block refreshes it and moves nothing), a read refreshes it too.
@@ -100,10 +102,52 @@ def l3_read(IS, F, B32, bid, i0, i1, t):
 
 
 @jit
-def l3_write_answer(IS, F, B32, bid, bt, a0, a1, t):
-    """A finished request's answer blocks ``bid[a0:a1]`` are written to the store, root
-    first (SGLang's decode offload at finish, ``decode_kvcache_offload_manager``)."""
+def l3_write_run(IS, F, B32, bid, bt, a0, a1, t):
+    """A finished request's blocks ``bid[a0:a1]`` (its chain, then its answer) are written
+    to the store at ``t``, root first, as SGLang's decode offload writes a finished
+    request's KV (``decode_kvcache_offload_manager.offload_kv_cache``)."""
     if IS[L.IP_L3CAP] <= 0:
         return
     for j in range(a0, a1):
         l3_put(IS, F, B32, bid[j], bt[j], t)
+
+
+@jit
+def _past_run(bt, i0, i1, hit):
+    """The first chain block past the leading ``hit`` tokens (whole blocks)."""
+    j, cum = i0, 0
+    while j < i1 and cum + bt[j] <= hit:
+        cum += bt[j]
+        j += 1
+    return j
+
+
+@jit
+def l3_prefill_tokens(IS, B32, bid, bt, i0, i1, hit, prompt):
+    """Prompt tokens the prefill node reads from the store: the store's leading run from
+    the first block past its prefix cache's ``hit``, at most ``prompt − 1 − hit`` (the
+    last prompt token is always computed). 0 without a store or with layer-wise streaming
+    (whose hand-off starts with the step)."""
+    if IS[L.IP_L3CAP] <= 0 or IS[L.IP_STREAM] or i1 <= i0:
+        return 0
+    j = _past_run(bt, i0, i1, hit)
+    k = l3_match(IS, B32, bid, j, i1)
+    tok = 0
+    for m in range(j, j + k):
+        tok += bt[m]
+    room = prompt - 1 - hit
+    return tok if tok < room else room
+
+
+@jit
+def l3_prefill_read(IS, F, B32, bid, bt, i0, i1, hit, tokens, t):
+    """The prefill node reads ``tokens`` past its ``hit`` from the store at ``t`` (each
+    block of the run refreshed, root first); returns when they land."""
+    j = _past_run(bt, i0, i1, hit)
+    base = IS[L.H_L3]
+    cum = 0
+    while j < i1 and cum < tokens and B32[base + 4 * bid[j] + L.HT_IN]:
+        _touch(IS, B32, bid[j])
+        cum += bt[j]
+        j += 1
+    return l3_move(IS, F, t, tokens * F[L.FP_PC + L.C_KV])

@@ -186,7 +186,8 @@ NPI = 8
 O_PI, O_DI, O_OUT, O_REA, O_PH, O_RH, O_RC, O_XT, O_PT = range(9)
 O_HBMB, O_HOSTB, O_LINKB, O_HOSTT = range(9, 13)  # --- tiered
 O_NPRE, O_PTOK = 13, 14  # --- paged: preemptions, tokens re-prefilled or swapped
-O_L3B = 15  # --- l3: chain blocks read from the shared L3 store
+O_L3B, O_L3P = 15, 16  # --- l3: chain blocks decode read from the store, prompt tokens
+# the prefill step read from it
 INT_COLUMNS = (
     "prefill_instance",
     "decode_instance",
@@ -208,6 +209,7 @@ INT_COLUMNS = (
     "preempt_tokens",
     # --- l3
     "l3_hit_blocks",
+    "l3_prefill_tokens",
 )
 NIC = len(INT_COLUMNS)
 

@@ -63,6 +63,7 @@ SCHEMAS: dict[str, dict[str, pl.DataType]] = {
         "link_blocks": I,
         "host_hit_tokens": I,
         "l3_hit_blocks": I,
+        "l3_prefill_tokens": I,
         "warmup": B,
         "transfer_bytes": F,
         "host_bytes": F,
@@ -121,6 +122,7 @@ SCHEMAS: dict[str, dict[str, pl.DataType]] = {
         "host_path_gb": F,
         "host_path_util": F,
         "l3_hit_rate": F,
+        "l3_prefill_rate": F,
         "l3_gb": F,
         "l3_util": F,
     },
@@ -148,6 +150,7 @@ _FRACTIONS = (
     "hbm_hit_rate",
     "host_hit_rate",
     "l3_hit_rate",
+    "l3_prefill_rate",
     "miss_rate",
 )
 # Metrics that cannot be negative (latencies, rates, sizes), those that cannot be 0 either

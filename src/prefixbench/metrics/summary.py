@@ -222,6 +222,9 @@ def _admitted(prep: Prepared, admitted: pl.DataFrame) -> dict:
         (pl.col("prefill_hit_tokens").sum() / pl.col("prompt_tokens").sum()).alias(
             "prefill_hit_rate"
         ),
+        (pl.col("l3_prefill_tokens").sum() / pl.col("prompt_tokens").sum()).alias(
+            "l3_prefill_rate"
+        ),
         (pl.col("transfer_bytes").mean() / 1e6).alias("transfer_mb_per_request"),
         pl.col("recompute_tokens").mean().alias("recompute_tokens_per_request"),
         pl.col("recompute_tokens").sum().alias("recompute_tokens_total"),

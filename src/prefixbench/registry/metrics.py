@@ -72,6 +72,13 @@ METRICS: tuple[Metric, ...] = (
     ),
     _m("replica_hit_rate", "fraction", "", "prompt tokens served from decode replicas"),
     _m("prefill_hit_rate", "fraction", "", "prompt tokens hit in the prefill prefix cache"),
+    _m(
+        "l3_prefill_rate",
+        "fraction",
+        "",
+        "prompt tokens the prefill step read from the shared L3 store",
+        "§1.13.1",
+    ),
     _m("mean_replica_kv_gb", "GB", "", "replica blocks per decode instance, time-weighted mean"),
     _m("peak_replica_kv_gb", "GB", "", "largest replica footprint of any decode instance"),
     _m("peak_kv_used_gb", "GB", "", "largest replicas + reservations of any decode instance"),
