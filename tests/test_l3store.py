@@ -166,3 +166,25 @@ def test_l3_fields_are_validated():
         load_scenario("multi_turn_chat", ["memory.l3_store_gb=-1"])
     with pytest.raises(ScenarioError):
         load_scenario("multi_turn_chat", ["memory.l3_store_gbps=0"])
+
+
+def test_a_saturated_l3_store_makes_the_run_unstable_and_is_named():
+    """The store's queue is a stage of the stability verdict (docs/model.md §5.4): at the
+    default 200 Gbit/s its reads and writes keep it a sliver busy; at 0.2 Gbit/s
+    (25 MB/s) they need more queue time than the run has: unstable, named."""
+    from prefixbench.metrics.stability import assess, unstable_line
+
+    over = ["model=qwen2-0.5b", "run.requests=600", "run.warmup_requests=60",
+            "memory.l3_store_gb=50"]  # fmt: skip
+    rows = {}
+    for gbps in (200, 0.2):
+        prep = prepare(load_scenario("multi_turn_chat", over + [f"memory.l3_store_gbps={gbps}"]))
+        df, res = _run(prep)
+        rows[gbps] = (assess(prep, df, res.stats), res.stats)
+    ok, st = rows[200]
+    assert ok.rho["l3_store"] is not None and ok.rho["l3_store"] < 0.1
+    assert ok.saturated != "l3_store"
+    bad, st = rows[0.2]
+    assert bad.rho["l3_store"] > 1.0
+    assert not bad.stable and bad.saturated == "l3_store"
+    assert "L3 store saturates" in unstable_line("replicate_tiered", bad.columns())

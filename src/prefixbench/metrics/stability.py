@@ -24,13 +24,14 @@ import polars as pl
 
 from prefixbench.physics.costmodel import decode_iteration_time, prefill_times, recompute_time
 
-STAGES = ("prefill", "link", "decode_slots", "decode_memory", "host_path")
+STAGES = ("prefill", "link", "decode_slots", "decode_memory", "host_path", "l3_store")
 LABELS = {
     "prefill": "prefill pool",
     "link": "KV link",
     "decode_slots": "decode batch slots",
     "decode_memory": "decode KV memory",
     "host_path": "host path",
+    "l3_store": "L3 store",
 }
 RHO_LIMIT = 1.0  # a queueing stage at or above this cannot keep up (see docs/model.md)
 TREND_BLOCKS = 12  # batch means over the measured window (4 per third)
@@ -282,6 +283,7 @@ def offered_load(prep, df, stats: dict) -> tuple[float, dict, bool]:
         budget = float(stats.get("budget_tokens", b.budget_tokens)) * b.n_decode
         rho["decode_memory"] = lam * float((need * hold).mean()) / budget
     rho["host_path"] = host_path_load(b, stats, span)
+    rho["l3_store"] = l3_store_load(b, stats, span)
     return lam, rho, _memory_sheds(s, paged)
 
 
@@ -297,6 +299,17 @@ def host_path_load(b, stats: dict, span: float) -> float | None:
     if nbytes <= 0 or rate <= 0 or window <= 0:
         return None
     return nbytes / rate / window / max(int(getattr(b, "n_decode", 1)), 1)
+
+
+def l3_store_load(b, stats: dict, span: float) -> float | None:
+    """ρ of the shared L3 store's one queue (docs/model.md §1.13.1): the seconds its reads
+    and writes after warm-up need (``l3_bytes`` / its rate) over the steady arrivals' span.
+    FCFS with nothing shed, like the host path; None when nothing used the store."""
+    nbytes = float(stats.get("l3_bytes", 0.0) or 0.0)
+    rate = float(getattr(b, "l3_store_bytes_per_s", 0.0) or 0.0)
+    if nbytes <= 0 or rate <= 0 or span <= 0:
+        return None
+    return nbytes / rate / span
 
 
 def _memory_sheds(s, paged: bool) -> bool:
