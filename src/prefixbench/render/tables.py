@@ -99,6 +99,17 @@ RUN_GROUPS: list[tuple[str, list[tuple[str, str, str]]]] = [
 # (column, label, format) of every metric the run comparison shows, in display order
 RUN_ROWS: list[tuple[str, str, str]] = [m for _, group in RUN_GROUPS for m in group]
 
+# --- l3: the shared L3 store's figures, shown when a row used one (docs/model.md §1.13.1)
+L3_GROUP: tuple[str, list[tuple[str, str, str]]] = (
+    "shared L3 store: what it served (fractions), its queue",
+    [
+        ("l3_hit_rate", "decode\nL3 hits", "{:.3f}"),
+        ("l3_prefill_rate", "prefill\nL3 hits", "{:.3f}"),
+        ("l3_util", "L3\nbusy", "{:.1%}"),
+        ("l3_gb", "L3 GB", "{:.2f}"),
+    ],
+)
+
 # --- power: `compare` shows it beside latency (`run` prints one line per policy)
 ENERGY_GROUP: tuple[str, list[tuple[str, str, str]]] = (
     "energy and power (W per pool; docs/model.md §2.11)",
@@ -198,7 +209,8 @@ def run_table(rows: list[dict], title: str, label: str = "policy", energy: bool 
                 " tokens (hit-rate ceiling)"
             )
         )
-    for group_title, metrics in [*RUN_GROUPS, *([ENERGY_GROUP] if energy else [])]:
+    l3 = [L3_GROUP] if any(r.get("l3_gb") for r in rows) else []
+    for group_title, metrics in [*RUN_GROUPS, *l3, *([ENERGY_GROUP] if energy else [])]:
         if not any(r.get(col) is not None for r in rows for col, _, _ in metrics):
             continue  # a group no row has (energy without power figures)
         parts.append(_metric_table(rows, group_title, metrics, label))
