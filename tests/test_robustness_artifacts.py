@@ -9,7 +9,6 @@ write_atomic either replaces the file completely or leaves the previous one unto
 from __future__ import annotations
 
 import errno
-import io
 import json
 import os
 import stat

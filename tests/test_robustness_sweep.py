@@ -16,7 +16,6 @@ import sys
 import time
 from pathlib import Path
 
-import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 from robustness_util import assert_clear, assert_one_stderr_line
