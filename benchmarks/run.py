@@ -27,7 +27,8 @@ Measures, and prints and writes as JSON (median / min / max over repeats):
   log-log slope (1.0 = linear);
 * compile: the engine's cold numba compile (empty cache directory) and warm load.
 
-``--only a,b`` runs only the named sections (compile, throughput, study, commands, cold, startup,
+``--blis PATH`` (a built BLIS binary) also times the shared W1 workload in BLIS and in
+prefixbench (/work/shared/peers/blis/README.md). ``--only a,b`` runs only the named sections (compile, throughput, study, commands, cold, startup,
 help, million, scaling).
 
 The machine is recorded too (CPU, cores, versions, load average: on a shared machine the
@@ -44,6 +45,7 @@ import sys
 import time
 from pathlib import Path
 
+from bench.blis import bench_blis
 from bench.commands import (
     bench_cold_start,
     bench_command_startup,
@@ -79,6 +81,9 @@ def main() -> None:
         "--after", default=None, help="git revision to time as 'after' (default: working tree)"
     )
     ap.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections to run")
+    ap.add_argument(
+        "--blis", default=None, help="a built BLIS binary: also time the shared W1 workload in both"
+    )
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     ap.add_argument("--wrap", action="store_true", help=argparse.SUPPRESS)
     args, rest = ap.parse_known_args()
@@ -168,6 +173,9 @@ def main() -> None:
             fit = r["scaling_grid"]["linear_fit"]
             print(f"  wall ≈ {fit['fixed_s']:.2f} s + {fit['per_run_s'] * 1e3:.1f} ms x runs")
 
+    if args.blis:
+        print("BLIS comparison (W1, fresh processes, median of 3):", flush=True)
+        r["blis"] = bench_blis(Path(args.blis))
     r["loadavg_end"] = os.getloadavg()
     r["benchmark_wall_s"] = time.perf_counter() - t_start
     r["targets"] = verdicts(r)
