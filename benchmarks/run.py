@@ -13,17 +13,22 @@ Measures, and prints and writes as JSON (median / min / max over repeats):
   run on one machine state;
 * cold start: the first `prefixbench sweep` after `pip install .` into a fresh virtualenv
   (compile included);
-* study: wall time of the full default sweep (576 runs, 10,000 requests each) with 2 workers,
-  each repeat in a fresh process writing into a fresh temporary directory;
+* study: wall time of the full default sweep (672 runs, 10,000 requests each) with 2 workers,
+  each repeat in a fresh process writing into a fresh temporary directory, and the CPU time
+  of every process it starts (fork server and workers included);
 * million: a 1,000,000-request synthetic run and a real trace tiled to 1,000,000 requests,
   each in its own process (phase timings, wall, and peak RSS read with
   ``resource.getrusage(RUSAGE_CHILDREN)`` by a wrapper process whose only child is the run);
 * help: ``prefixbench --help`` wall time (fresh process, median of 5);
-* scaling: cost against requests (10k → 1M) and against grid size (1 → 384 runs), with the
+* startup: one process's fixed cost phase by phase (CPU seconds), and each command's CPU and
+  wall time with the least work it can do (`--help`, `cost`, a 20-request `run`, `sweep`
+  and `recommend`), plus the default `run` (10,000 requests, all policies);
+* scaling: cost against requests (10k → 1M) and against grid size (1 → 672 runs), with the
   log-log slope (1.0 = linear);
 * compile: the engine's cold numba compile (empty cache directory) and warm load.
 
-``--only a,b`` runs only the named sections (compile, throughput, study, commands, cold, startup,
+``--blis PATH`` (a built BLIS binary) also times the shared W1 workload in BLIS and in
+prefixbench (/work/shared/peers/blis/README.md). ``--only a,b`` runs only the named sections (compile, throughput, study, commands, cold, startup,
 help, million, scaling).
 
 The machine is recorded too (CPU, cores, versions, load average: on a shared machine the
@@ -40,7 +45,14 @@ import sys
 import time
 from pathlib import Path
 
-from bench.commands import bench_cold_start, bench_commands, bench_help, bench_startup
+from bench.blis import bench_blis
+from bench.commands import (
+    bench_cold_start,
+    bench_command_startup,
+    bench_commands,
+    bench_help,
+    bench_startup,
+)
 from bench.common import POLICIES, ROOT, default_trace, machine_info, product_engine
 from bench.engine import bench_compile, bench_scaling_requests, bench_throughput
 from bench.modes import mode_million, mode_study, mode_wrap
@@ -48,7 +60,7 @@ from bench.study import bench_million, bench_scaling_grid, bench_study
 from bench.verdicts import verdicts
 
 SECTIONS = (
-    "compile", "throughput", "study", "commands", "cold", "help", "startup", "million", "scaling"
+    "compile", "throughput", "study", "commands", "cold", "help", "startup", "million", "scaling",
 )  # fmt: skip
 
 
@@ -69,6 +81,9 @@ def main() -> None:
         "--after", default=None, help="git revision to time as 'after' (default: working tree)"
     )
     ap.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections to run")
+    ap.add_argument(
+        "--blis", default=None, help="a built BLIS binary: also time the shared W1 workload in both"
+    )
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     ap.add_argument("--wrap", action="store_true", help=argparse.SUPPRESS)
     args, rest = ap.parse_known_args()
@@ -136,6 +151,8 @@ def main() -> None:
         print(
             "  " + ", ".join(f"{k} {v['median']:.3f}" for k, v in st.items() if isinstance(v, dict))
         )
+        print("start-up per command (fresh process, median of 3):", flush=True)
+        r["startup_commands"] = bench_command_startup()
     if "million" in only:
         print("1M-request runs (own process each):", flush=True)
         r["million"] = bench_million(["replicate_all_lru"] if quick else list(POLICIES), trace)
@@ -151,11 +168,14 @@ def main() -> None:
         if "study" in r:
             print("scaling with grid size:", flush=True)
             r["scaling_grid"] = bench_scaling_grid(
-                [1, 4, 16] if quick else [1, 4, 16, 64], r["study"]
+                [1, 7, 28] if quick else [1, 7, 28, 112], r["study"]
             )
             fit = r["scaling_grid"]["linear_fit"]
             print(f"  wall ≈ {fit['fixed_s']:.2f} s + {fit['per_run_s'] * 1e3:.1f} ms x runs")
 
+    if args.blis:
+        print("BLIS comparison (W1, fresh processes, median of 3):", flush=True)
+        r["blis"] = bench_blis(Path(args.blis))
     r["loadavg_end"] = os.getloadavg()
     r["benchmark_wall_s"] = time.perf_counter() - t_start
     r["targets"] = verdicts(r)

@@ -37,3 +37,41 @@ def test_a_fixed_helper_has_one_signature_and_converts_arguments():
     assert IS[L.GI_HSZ] == 1 and EHT[0] == 1.0
     with pytest.raises(TypeError):
         queues.push(EHT.astype(np.float32), EHI, IS, 1.0, L.EV_ARRIVAL, 0, 0)
+
+
+_LEAN = """
+import sys
+from prefixbench.engine.api import warm_up
+warm_up()  # every entry point of the disaggregated mode, loaded from the cache
+print(sorted(m for m in ("numba.np.arraymath", "numba.np.linalg", "numba.typed.typeddict")
+             if m in sys.modules))
+"""
+
+
+def test_a_cache_load_installs_none_of_numbas_lowering_registries():
+    """Loading the engine's machine code imports none of the ~200 modules a compile needs
+    (numba's refresh of its lowering registries: 0.4 CPU-s of every process's start-up)."""
+    from prefixbench.engine.api import warm_up
+
+    warm_up()  # the cache is filled (here, not in the probe)
+    out = subprocess.run(
+        [sys.executable, "-c", _LEAN], capture_output=True, text=True, check=True
+    ).stdout.split("\n")
+    assert out[-2] == "[]"
+
+
+def test_a_cache_miss_still_compiles_with_the_registries(tmp_path):
+    """A function with no cache entry compiles (numba's compiler refreshes the contexts
+    itself), and numpy's lowering is there when the function needs it."""
+    (tmp_path / "probe_mod.py").write_text(
+        "import prefixbench.engine.jit\n"
+        "import numpy as np\nfrom numba import njit\n"
+        "@njit(cache=True)\ndef f(a):\n    return np.sort(a)[-1] + np.linalg.norm(a)\n"
+    )
+    code = "import numpy as np, probe_mod; print(probe_mod.f(np.array([3.0, 4.0])))"
+    for _ in range(2):  # a compile, then a load from the cache just written
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True,
+            cwd=tmp_path,
+        ).stdout  # fmt: skip
+        assert out.strip() == "9.0"

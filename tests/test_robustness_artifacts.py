@@ -9,7 +9,6 @@ write_atomic either replaces the file completely or leaves the previous one unto
 from __future__ import annotations
 
 import errno
-import io
 import json
 import os
 import stat
@@ -264,28 +263,61 @@ def test_bytes_are_deterministic(tmp_path: Path) -> None:
     ],
     ids=["OSError", "polars"],
 )
-@pytest.mark.parametrize("on_call", [1, 2], ids=["probe-write", "file-write"])
-def test_disk_full_keeps_the_previous_file(tmp_path: Path, monkeypatch, failure, on_call) -> None:
+@pytest.mark.parametrize("where", ["encode", "file-write"])
+def test_disk_full_keeps_the_previous_file(tmp_path: Path, monkeypatch, failure, where) -> None:
+    """A failure while encoding (in memory) or while writing the file (a full disk leaves a
+    partial temp file) keeps the previous file and leaves no temp file."""
+    import prefixbench.io.artifacts as artifacts
+
     path = write_atomic(_frame(2), tmp_path / "runs.parquet", KIND)
     before = path.read_bytes()
-    real = pl.DataFrame.write_parquet
-    calls = {"n": 0}
 
-    def failing(self, file, *args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == on_call:
-            if not isinstance(file, io.BytesIO):  # leave a partial file, as a full disk does
-                Path(file).write_bytes(b"PAR1 partial")
-            raise failure
-        return real(self, file, *args, **kwargs)
+    def failing_encode(self, file, *args, **kwargs):
+        raise failure
 
-    monkeypatch.setattr(pl.DataFrame, "write_parquet", failing)
+    def failing_write(file, raw):
+        Path(file).write_bytes(b"PAR1 partial")  # as a full disk does
+        raise failure
+
+    if where == "encode":
+        monkeypatch.setattr(pl.DataFrame, "write_parquet", failing_encode)
+    else:
+        monkeypatch.setattr(artifacts, "_write_bytes", failing_write)
     with pytest.raises(ArtifactError) as e:
         write_atomic(_frame(5), path, KIND)
     line = assert_clear(e.value, where=str(path))
     assert "No space left on device" in line and "previous file there is unchanged" in line
     assert path.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["runs.parquet"]  # no temp file left
+
+
+def test_one_encoding_gives_the_file_polars_writes_with_the_digest(tmp_path: Path) -> None:
+    """The file is encoded once (a placeholder digest patched in the footer), and is byte
+    for byte the file polars writes when given the digest of its column data."""
+    import hashlib
+
+    import prefixbench.io.artifacts as artifacts
+
+    calls = []
+    real = pl.DataFrame.write_parquet
+
+    def counting(self, file, *args, **kwargs):
+        calls.append(file)
+        return real(self, file, *args, **kwargs)
+
+    df = _frame(300)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(pl.DataFrame, "write_parquet", counting)
+        path = write_atomic(df, tmp_path / "runs.parquet", KIND, {"x": 1})
+    assert len(calls) == 1
+    raw = path.read_bytes()
+    end = len(raw) - 8 - int.from_bytes(raw[-8:-4], "little")
+    digest = hashlib.sha256(raw[4:end]).hexdigest()  # the column data, by the format's layout
+    meta = {"prefixbench.kind": KIND, "prefixbench.schema_version": str(SCHEMA_VERSION),
+            "prefixbench.meta": '{"x": 1}', artifacts.DIGEST_KEY: digest}  # fmt: skip
+    artifacts.conform(df, KIND).write_parquet(tmp_path / "direct.parquet", metadata=meta)
+    assert raw == (tmp_path / "direct.parquet").read_bytes()
+    assert read_artifact(path, KIND).equals(artifacts.conform(df, KIND))
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")

@@ -16,7 +16,6 @@ import sys
 import time
 from pathlib import Path
 
-import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 from robustness_util import assert_clear, assert_one_stderr_line
@@ -415,14 +414,16 @@ def test_results_of_a_finished_sweep_survive_a_full_disk(
     previous ones stay as they were."""
     _copy(tiny, tmp_path)
     before = _snapshot(tmp_path)
-    real = pl.DataFrame.write_parquet
+    import prefixbench.io.artifacts as artifacts
 
-    def full(self, file, *args, **kwargs):
-        if isinstance(file, str | Path) and "agg" in str(file):
+    real = artifacts._write_bytes
+
+    def full(file, raw):
+        if "agg" in str(file):
             raise OSError(28, "No space left on device")
-        return real(self, file, *args, **kwargs)
+        return real(file, raw)
 
-    monkeypatch.setattr(pl.DataFrame, "write_parquet", full)
+    monkeypatch.setattr(artifacts, "_write_bytes", full)
     with pytest.raises(ArtifactError) as e:
         run_sweep(build_spec(TINY), tmp_path, jobs=1)
     assert "No space left on device" in assert_clear(e.value, where=str(tmp_path / "agg.parquet"))

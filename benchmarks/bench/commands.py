@@ -1,5 +1,6 @@
 """Commands as a user runs them, each in a fresh process: `run`, `--timeline`, `compare`,
-`capacity`, the disagg study, the first run after installing, start-up and `--help`.
+`capacity`, the disagg study, the first run after installing, start-up (phase by phase, and
+per command) and `--help`.
 """
 
 from __future__ import annotations
@@ -189,3 +190,52 @@ def bench_help(n: int = 5) -> dict:
         subprocess.run(cmd, capture_output=True, check=True, cwd=ROOT)
         walls.append(time.perf_counter() - t)
     return {"command": " ".join(cmd), "wall_s": stats(walls)}
+
+
+# Each command with the least work it can do, in a fresh process: what a user pays before
+# (and around) the work itself. The runs are 20 requests, so the figures are start-up.
+_TINY = ["--set", "run.requests=20", "--set", "run.warmup_requests=2"]
+STARTUP_COMMANDS = {
+    "help": ["--help"],
+    "run_help": ["run", "--help"],
+    "cost": ["cost", "qwen2-0.5b"],
+    "run": ["run", "--policy", "transfer_per_request", *_TINY, "--out", "{tmp}/r"],
+    "sweep": ["sweep", "--models", "qwen2-0.5b", "--workloads", "tool_call", "--budgets", "1.0",
+              "--seeds", "0", "--policies", "transfer_per_request", *_TINY, "--jobs", "1",
+              "--out", "{tmp}/s"],
+    "recommend": ["recommend", "-m", "qwen2-0.5b", "-w", "tool_call", *_TINY, "--jobs", "1"],
+    "run_10k_all_policies": ["run", "--out", "{tmp}/r"],  # the full default run, for its target
+}  # fmt: skip
+
+
+def bench_command_startup(n: int = 3) -> dict:
+    """CPU seconds (user + system) and wall seconds of each of ``STARTUP_COMMANDS`` in a
+    fresh process, median of ``n`` (a warm-up call first fills caches)."""
+    exe = Path(sys.executable).with_name("prefixbench")
+    base = [str(exe)] if exe.exists() else [sys.executable, "-m", "prefixbench"]
+    env = {**os.environ, "COLUMNS": "100"}
+    out: dict = {"repeats": n, "commands": {k: " ".join(v) for k, v in STARTUP_COMMANDS.items()}}
+    for name, argv in STARTUP_COMMANDS.items():
+        cpu, walls = [], []
+        for i in range(n + 1):
+            with tempfile.TemporaryDirectory() as tmp:
+                cmd = base + [a.format(tmp=tmp) for a in argv]
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
+                t = time.perf_counter()
+                p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp)
+                wall = time.perf_counter() - t
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            if p.returncode != 0:
+                out[name] = {"error": p.stderr[-1500:]}
+                break
+            if i:  # the first call warms the page cache and numba's index files
+                walls.append(wall)
+                cpu.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+        else:
+            out[name] = {"cpu_s": stats(cpu), "wall_s": stats(walls)}
+            print(
+                f"  {name:22s} cpu {out[name]['cpu_s']['median']:6.3f} s   "
+                f"wall {out[name]['wall_s']['median']:6.3f} s",
+                flush=True,
+            )
+    return out

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from .common import run_child, stats
 
-GRIDS = {  # sweep grids of 1, 4, 16, 64 runs (384: the default study)
+GRIDS = {  # sweep grids of 1, 7, 28, 112 runs (the default study: 672)
     1: {
         "models": ["qwen2-0.5b"],
         "workloads": ["enterprise_hotset"],
@@ -18,37 +18,71 @@ GRIDS = {  # sweep grids of 1, 4, 16, 64 runs (384: the default study)
         "seeds": [0],
         "policies": ["replicate_all_lru"],
     },
-    4: {
+    7: {
         "models": ["qwen2-0.5b"],
         "workloads": ["enterprise_hotset"],
         "budgets": [0.35],
         "seeds": [0],
     },
-    16: {"models": ["qwen2-0.5b"], "workloads": ["enterprise_hotset"], "seeds": [0]},
-    64: {"budgets": [0.35, 1.0], "seeds": [0]},
+    28: {"models": ["qwen2-0.5b"], "workloads": ["enterprise_hotset"], "seeds": [0]},
+    112: {"budgets": [0.35, 1.0], "seeds": [0]},
 }
 
 
 def bench_study(repeats: int) -> dict:
-    walls, procs, engines = [], [], set()
+    """The default study (2 workers) in a fresh process per repeat: wall time, and CPU
+    seconds of every process it started (workers and fork server included)."""
+    from prefixbench.study.grid import SweepSpec
+
+    spec = SweepSpec()
+    walls, procs, cpus, engines = [], [], [], set()
     for i in range(repeats):
-        r = run_child(["--child", "study", "{}"])
+        r, cpu = _with_descendants_cpu(lambda: run_child(["--child", "study", "{}"]))
         walls.append(r["wall_s"])
         procs.append(r["process_wall_s"])
+        cpus.append(cpu)
         engines.add(r["engine"])
         print(
             f"  repeat {i + 1}: run_sweep {r['wall_s']:.2f} s "
-            f"(process {r['process_wall_s']:.2f} s, "
+            f"(process {r['process_wall_s']:.2f} s, CPU {cpu:.2f} s, "
             f"engine {r['engine']}, load {os.getloadavg()[0]:.1f})",
             flush=True,
         )
     return {
-        "runs": 384,
+        "runs": len(spec.points()) * len(spec.policies),
         "jobs": 2,
         "wall_s": stats(walls),
         "process_wall_s": stats(procs),
+        "cpu_s": stats(cpus),
         "engine": sorted(engines),
     }
+
+
+def _with_descendants_cpu(fn):
+    """``fn()`` and the CPU seconds of every process it started, grandchildren included:
+    this process becomes their subreaper (Linux), so a fork server and its workers, left
+    when the sweep exits, are reaped here and counted."""
+    import ctypes
+    import resource
+    import time
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        pass
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    result = fn()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # the orphans exit after the sweep: reap them
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if pid == 0:
+            time.sleep(0.02)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    return result, cpu
 
 
 def bench_scaling_grid(sizes: list[int], study: dict) -> dict:
@@ -58,7 +92,7 @@ def bench_scaling_grid(sizes: list[int], study: dict) -> dict:
         assert r["runs"] == runs, r
         rows.append({"runs": runs, "wall_s": r["wall_s"]})
         print(f"  {runs:>4d} runs: {r['wall_s']:.2f} s", flush=True)
-    rows.append({"runs": 384, "wall_s": study["wall_s"]["median"]})
+    rows.append({"runs": study["runs"], "wall_s": study["wall_s"]["median"]})
     import numpy as np
 
     x = np.array([r["runs"] for r in rows], dtype=float)

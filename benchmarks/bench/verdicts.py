@@ -19,6 +19,10 @@ def verdicts(r: dict) -> dict:
             (m[k]["peak_rss_mb"]["max"] for k in ("synthetic", "trace") if k in m), default=None
         ),
         "help_wall_s": g("help", "wall_s", "median"),
+        "startup_first_run_cpu_s": g("startup", "first_run", "median"),
+        "run_all_policies_wall_s": g(
+            "startup_commands", "run_10k_all_policies", "wall_s", "median"
+        ),
     }
     out = {}
     for k, (op, target) in TARGETS.items():

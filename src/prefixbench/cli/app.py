@@ -13,12 +13,48 @@ import sys
 from enum import Enum
 from typing import Annotated
 
-import typer
-from rich.console import Console
-from rich.markup import escape
 
-from ..errors import PrefixbenchError, one_line
-from ..registry import TRACE_FORMATS, policy_names
+def _defer_rich_markdown() -> None:
+    """Typer's help formatter imports ``rich.markdown`` (and with it markdown-it: about a
+    tenth of `--help`'s CPU) for help written in Markdown, which prefixbench never uses
+    (its help is Rich markup). Until something builds a ``Markdown``, a stand-in module holds
+    the name; the first ``Markdown(...)`` or any other attribute imports the real module."""
+    import sys
+    import types
+
+    if "rich.markdown" in sys.modules:
+        return
+
+    def real():
+        if sys.modules.get("rich.markdown") is stand_in:
+            del sys.modules["rich.markdown"]
+        import importlib
+
+        return importlib.import_module("rich.markdown")
+
+    class Markdown:
+        def __new__(cls, *args, **kwargs):
+            return real().Markdown(*args, **kwargs)
+
+    class StandIn(types.ModuleType):
+        def __getattr__(self, name):
+            if name.startswith("__"):  # the import system's probes (__path__, …)
+                raise AttributeError(name)
+            return getattr(real(), name)
+
+    stand_in = StandIn("rich.markdown")
+    stand_in.Markdown = Markdown
+    sys.modules["rich.markdown"] = stand_in
+
+
+_defer_rich_markdown()
+
+import typer  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.markup import escape  # noqa: E402
+
+from ..errors import PrefixbenchError, one_line  # noqa: E402
+from ..registry import TRACE_FORMATS, policy_names  # noqa: E402
 
 
 def _suggestion(e) -> str:

@@ -24,9 +24,28 @@ from ..support.firstrun import use_generic_cpu
 CPU = use_generic_cpu()
 
 from numba import njit  # noqa: E402  (numba reads NUMBA_CPU_NAME when imported)
-from numba.core import config, registry, typeinfer  # noqa: E402
+from numba.core import caching, config, registry, typeinfer  # noqa: E402
+from numba.core.runtime import rtsys  # noqa: E402
 
 config.reload_config()  # numba was imported before (by a caller): take the CPU name now
+
+
+def _load_overload(self, sig, target_context):
+    """numba's ``Cache.load_overload`` without its ``target_context.refresh()``.
+
+    The refresh installs every lowering registry numba has (numpy, linalg, random, typed
+    containers, cffi: about 200 modules, scipy among them), 0.4 CPU-s of each process's
+    start-up, and a cache load uses none of them: it links machine code, which needs only
+    the runtime's symbols (``rtsys.initialize``, called first here as numba's refresh would).
+    A miss still compiles with the registries, because numba's compiler refreshes the
+    contexts itself (``numba/core/compiler.py`` ``CompilerBase.__init__``).
+    """
+    rtsys.initialize(target_context)
+    with self._guard_against_spurious_io_errors():
+        return self._load_overload(sig, target_context)
+
+
+caching.Cache.load_overload = _load_overload
 
 _OPTIONS = {"cache": True, "error_model": "numpy", "_nrt": False}
 # helpers called only from compiled code need no CPython or C-function wrapper, and

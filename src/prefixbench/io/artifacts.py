@@ -220,7 +220,9 @@ def schema(kind: str) -> dict[str, pl.DataType]:
     return SCHEMAS[kind]
 
 
-def _conform(df: pl.DataFrame, kind: str) -> pl.DataFrame:
+def conform(df: pl.DataFrame, kind: str) -> pl.DataFrame:
+    """``df`` with the declared columns of ``kind`` in their declared types: the frame
+    ``write_atomic`` writes and ``read_artifact`` of that file returns."""
     schema_ = schema(kind)
     missing = [c for c in schema_ if c not in df.columns]
     if missing:
@@ -232,32 +234,14 @@ def _conform(df: pl.DataFrame, kind: str) -> pl.DataFrame:
 
 def write_atomic(df: pl.DataFrame, path: Path, kind: str, meta: dict | None = None) -> Path:
     """Write ``df`` as artifact ``kind`` to ``path`` via a temp file and an atomic rename."""
-    df = _conform(df, kind)
+    df = conform(df, kind)
     path = Path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        os.close(fd)
-    except OSError as e:
-        raise ArtifactError(
-            f"cannot write here ({e.strerror})",
-            where=str(path.parent),
-            fix="choose a writable --out directory",
-        ) from None
+    tmp = _temp_beside(path)
     metadata = {"prefixbench.kind": kind, "prefixbench.schema_version": str(SCHEMA_VERSION)}
     if meta:
         metadata["prefixbench.meta"] = json.dumps(meta, sort_keys=True)
     try:
-        # The footer (with the metadata) comes after the column data, so the data bytes are
-        # the same with or without the digest: write once in memory to learn them.
-        probe = io.BytesIO()
-        df.write_parquet(probe, metadata=metadata)
-        metadata[DIGEST_KEY] = _digest(_data_region(probe.getvalue()))
-        del probe
-        df.write_parquet(tmp, metadata=metadata)
-        if _digest(_data_region(Path(tmp).read_bytes())) != metadata[DIGEST_KEY]:  # never seen
-            del metadata[DIGEST_KEY]
-            df.write_parquet(tmp, metadata=metadata)
+        _write_bytes(tmp, encode_with_digest(df, metadata))
         os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes it 0600; results are ordinary files
         os.replace(tmp, path)
     except (OSError, pl.exceptions.PolarsError) as e:
@@ -271,6 +255,52 @@ def write_atomic(df: pl.DataFrame, path: Path, kind: str, meta: dict | None = No
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def _write_bytes(path: str, raw: bytes) -> None:
+    with open(path, "wb") as fh:  # a full disk raises here (ENOSPC), leaving a partial file
+        fh.write(raw)
+
+
+def _temp_beside(path: Path) -> str:
+    """An empty temp file in ``path``'s folder (made if missing), for the atomic rename."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+    except OSError as e:
+        raise ArtifactError(
+            f"cannot write here ({e.strerror})",
+            where=str(path.parent),
+            fix="choose a writable --out directory",
+        ) from None
+    return tmp
+
+
+_PLACEHOLDER = "0" * 64  # a SHA-256 in hex is 64 characters
+
+
+def encode_with_digest(df: pl.DataFrame, metadata: dict[str, str]) -> bytes:
+    """``df`` as Parquet bytes whose footer holds the SHA-256 of the column data, encoded once.
+
+    The footer (with the key-value metadata) comes after the column data, so the data bytes
+    do not depend on the digest: the file is encoded with a placeholder of the digest's
+    length, and the placeholder in the footer is then overwritten with the digest of the
+    data region. The footer carries no checksum of itself (the Parquet format's FileMetaData),
+    so the result is the file polars writes with the digest in its metadata, byte for byte.
+    """
+    buf = io.BytesIO()
+    df.write_parquet(buf, metadata={**metadata, DIGEST_KEY: _PLACEHOLDER})
+    raw = bytearray(buf.getbuffer())
+    region = _data_region(bytes(raw))
+    end = 4 + len(region) if region is not None else 0
+    at = raw.find(_PLACEHOLDER.encode(), end)
+    if region is None or at < 0 or raw.find(_PLACEHOLDER.encode(), at + 1) >= 0:  # never seen
+        buf = io.BytesIO()
+        df.write_parquet(buf, metadata=metadata)  # no digest: readers accept that
+        return buf.getvalue()
+    raw[at : at + len(_PLACEHOLDER)] = _digest(region).encode()
+    return bytes(raw)
 
 
 def _disk_full(folder: Path, df: pl.DataFrame) -> str | None:

@@ -80,17 +80,32 @@ def _pcts(col: str, name: str) -> list[pl.Expr]:
     ]
 
 
-def _reusable_rate(prep: Prepared, admitted: pl.DataFrame) -> float:
-    """Share of admitted prompt tokens an unbounded cache could serve (workload/reuse.py)."""
+_REUSE: dict[int, tuple[object, np.ndarray]] = {}
+
+
+def _reusable(prep: Prepared) -> np.ndarray:
+    """Each request's tokens an unbounded cache could serve (workload/reuse.py): the same
+    for every policy of a prepared workload, so computed once for all of them."""
     from prefixbench.workload.reuse import reusable_tokens
 
+    hit = _REUSE.get(id(prep))
+    if hit is not None and hit[0] is prep:
+        return hit[1]
+    s = prep.scenario  # a decode cache that keeps answers can serve them too (§1.10.1)
+    answers = s.memory.cache_generated and s.cluster.mode != "colocated"
+    tokens = reusable_tokens(prep.requests, answers)
+    _REUSE.clear()  # one prepared workload at a time (its policies run together)
+    _REUSE[id(prep)] = (prep, tokens)
+    return tokens
+
+
+def _reusable_rate(prep: Prepared, admitted: pl.DataFrame) -> float:
+    """Share of admitted prompt tokens an unbounded cache could serve (workload/reuse.py)."""
     prompt = admitted["prompt_tokens"].sum()
     if not prompt:
         return float("nan")
     ids = admitted["request_id"].to_numpy()
-    s = prep.scenario  # a decode cache that keeps answers can serve them too (§1.10.1)
-    answers = s.memory.cache_generated and s.cluster.mode != "colocated"
-    return float(reusable_tokens(prep.requests, answers)[ids].sum() / prompt)
+    return float(_reusable(prep)[ids].sum() / prompt)
 
 
 def _tiers(admitted: pl.DataFrame) -> dict:

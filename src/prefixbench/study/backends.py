@@ -34,9 +34,23 @@ class SerialBackend:
             yield item, fn(item)
 
 
+PRELOAD = ["prefixbench.system.preload"]
+
+
+def pool_context():
+    """Workers forked from a fork server that imported ``PRELOAD`` (the engine and its
+    machine code loaded once, not once per worker), where the platform has one; spawned
+    workers elsewhere. Never forked from this process: forking a process whose polars
+    thread pool is running can deadlock, and the fork server never imports polars."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)  # read when the server starts (once per process)
+    return ctx
+
+
 class LocalPoolBackend:
-    """A process pool on this machine (spawned workers: forking a process whose polars
-    thread pool is running can deadlock)."""
+    """A process pool on this machine (workers from ``pool_context``)."""
 
     name = "local"
 
@@ -50,7 +64,7 @@ class LocalPoolBackend:
             return
         ex = ProcessPoolExecutor(
             max_workers=min(self.jobs, len(items)),  # never a worker per point
-            mp_context=multiprocessing.get_context("spawn"),
+            mp_context=pool_context(),
             initializer=_worker_init,
             initargs=(os.getpid(),),
         )
@@ -103,12 +117,51 @@ def check_jobs(jobs: int | None, where: str = "--jobs") -> int:
     return int(jobs)
 
 
-def _worker_init(parent: int) -> None:
+def _worker_init(sweep: int) -> None:
     """Run in each worker as it starts: the parent alone handles Ctrl-C and SIGTERM, and the
-    worker dies with its parent (a SIGKILLed parent must not leave workers behind)."""
+    worker dies with the sweep's process ``sweep`` (a SIGKILLed sweep must not leave workers
+    behind). A spawned worker is the sweep's child; a forked one is the fork server's, which
+    lives as long as its workers do (they hold its pipe), so it watches the sweep itself."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the parent ends us with SIGKILL
-    die_with_parent(parent)
+    if os.getppid() == sweep:
+        die_with_parent(sweep)
+    else:
+        die_with_process(sweep)
+
+
+def die_with_process(pid: int, poll_s: float = 0.5) -> None:
+    """Make this process exit when process ``pid`` (not its parent) does: a daemon thread
+    waits on a pidfd (Linux), or polls for the process elsewhere."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        fd = None
+    if fd is None and not _alive(pid):
+        os._exit(1)
+
+    def watch() -> None:
+        import select
+        import time
+
+        if fd is not None:
+            select.select([fd], [], [])  # readable once the process has exited
+        else:
+            while _alive(pid):
+                time.sleep(poll_s)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="prefixbench-sweep-watch", daemon=True).start()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def die_with_parent(parent: int, poll_s: float = 0.5) -> None:

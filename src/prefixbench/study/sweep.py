@@ -19,7 +19,14 @@ from pathlib import Path
 
 import polars as pl
 
-from prefixbench.io.artifacts import SCHEMAS, artifact_meta, read_artifact, register, write_atomic
+from prefixbench.io.artifacts import (
+    SCHEMAS,
+    artifact_meta,
+    conform,
+    read_artifact,
+    register,
+    write_atomic,
+)
 from prefixbench.support.files import is_file
 from prefixbench.support.memcheck import check_workers
 
@@ -52,6 +59,9 @@ register(
         "ttft_mean_ms": pl.Float64,
     },
 )
+
+
+Parts = tuple[pl.DataFrame, pl.DataFrame]  # a finished point's runs and prefixes rows
 
 
 @dataclass
@@ -96,18 +106,18 @@ def _part_paths(out: Path, point: Point) -> tuple[Path, Path, Path]:
     )
 
 
-def _finished(out: Path, point: Point, events: bool) -> bool:
-    """A point is done when its part files exist, read back valid and prove they hold this
-    point (corrupt, foreign or another point's part → redo)."""
+def _finished(out: Path, point: Point, events: bool) -> Parts | None:
+    """A finished point's runs and prefixes, read from its part files; None when they do
+    not exist, do not read back valid or do not prove they hold this point (corrupt, foreign
+    or another point's part → redo)."""
     runs_p, pre_p, ev_p = _part_paths(out, point)
     try:
-        read_part(runs_p, "runs", point)
-        read_part(pre_p, "prefixes", point)
+        parts = (read_part(runs_p, "runs", point), read_part(pre_p, "prefixes", point))
         if events:
             read_part(ev_p, "requests", point)
     except ArtifactError:
-        return False
-    return True
+        return None
+    return parts
 
 
 def _part_meta(point: Point) -> dict:
@@ -142,13 +152,17 @@ def read_part(path: Path, kind: str, point: Point) -> pl.DataFrame:
     return df
 
 
-def _save(out: Path, r: PointResult) -> None:
+def _save(out: Path, r: PointResult) -> Parts:
+    """Write a finished point's part files (its checkpoint); the frames as written, which
+    are the frames reading the parts back gives, for the combined files."""
     runs_p, pre_p, ev_p = _part_paths(out, r.point)
     meta = _part_meta(r.point)
     if r.requests is not None:
         write_atomic(r.requests, ev_p, "requests", meta)
-    write_atomic(r.prefixes, pre_p, "prefixes", meta)
-    write_atomic(r.runs, runs_p, "runs", meta)  # last: its presence marks the point finished
+    parts = (conform(r.runs, "runs"), conform(r.prefixes, "prefixes"))
+    write_atomic(parts[1], pre_p, "prefixes", meta)
+    write_atomic(parts[0], runs_p, "runs", meta)  # last: its presence marks the point finished
+    return parts
 
 
 def check_grid(out: Path, spec: SweepSpec, force: bool) -> None:
@@ -179,8 +193,16 @@ def check_grid(out: Path, spec: SweepSpec, force: bool) -> None:
         ) from None
 
 
-def _pending(out: Path, points: Iterable[Point], events: bool) -> list[Point]:
-    return [p for p in points if not _finished(out, p, events)]
+def _pending(out: Path, points: Iterable[Point], events: bool) -> tuple[list[Point], dict]:
+    """The points still to run, and the parts of those finished (by point id)."""
+    todo, done = [], {}
+    for p in points:
+        parts = _finished(out, p, events)
+        if parts is None:
+            todo.append(p)
+        else:
+            done[p.point_id] = parts
+    return todo, done
 
 
 def run_sweep(
@@ -201,7 +223,7 @@ def run_sweep(
     points = spec.points()
     largest = _validate_first(points)  # before check_grid records this grid in out/sweep.json
     check_grid(out, spec, force)
-    todo = _pending(out, points, events)
+    todo, done = _pending(out, points, events)
     if on_start:
         on_start(len(points), len(points) - len(todo))
     if todo:
@@ -215,10 +237,10 @@ def run_sweep(
         task = functools.partial(run_point, policies=spec.policies, keep_requests=events)
         with sigterm_as_interrupt():
             for point, result in backend.map_unordered(task, todo):
-                _save(out, result)
+                done[point.point_id] = _save(out, result)
                 if on_point:
                     on_point(point)
-    return combine(out, points)
+    return combine(out, points, done)
 
 
 def _validate_first(todo: list[Point]) -> int:
@@ -251,14 +273,21 @@ def _naming(p: Point):
         ) from None
 
 
-def combine(out: Path, points: list[Point]) -> dict[str, Path]:
-    """Rebuild runs/agg/prefixes from the finished parts of ``points``, in a stable order."""
+def combine(out: Path, points: list[Point], known: dict | None = None) -> dict[str, Path]:
+    """Rebuild runs/agg/prefixes from the finished parts of ``points``, in a stable order;
+    ``known`` holds parts already in memory (by point id: runs, prefixes), read or written by
+    this sweep, so no part is read twice."""
+    known = known or {}
     runs, prefixes = [], []
     for p in points:
-        runs_p, pre_p, _ = _part_paths(out, p)
-        if is_file(runs_p):
-            runs.append(read_part(runs_p, "runs", p))
-            prefixes.append(read_part(pre_p, "prefixes", p))
+        parts = known.get(p.point_id)
+        if parts is None:
+            runs_p, pre_p, _ = _part_paths(out, p)
+            if not is_file(runs_p):
+                continue
+            parts = (read_part(runs_p, "runs", p), read_part(pre_p, "prefixes", p))
+        runs.append(parts[0])
+        prefixes.append(parts[1])
     if not runs:
         raise ArtifactError("no finished runs to combine", where=str(out), fix="run the sweep")
     runs_df = pl.concat(runs, how="vertical_relaxed").sort(RUN_KEYS)

@@ -1,0 +1,49 @@
+"""Start-up of the command line: `--help` imports none of the heavy libraries, and the
+lazily imported ``rich.markdown`` still works when something uses it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+_HEAVY = ("numpy", "polars", "numba", "plotnine", "scipy", "markdown_it", "prefixbench.engine")
+
+_PROBE = """
+import sys
+sys.argv = ["prefixbench", *sys.argv[1:]]
+from prefixbench.cli import main
+try:
+    main()
+except SystemExit:
+    pass
+print(sorted(m for m in {heavy!r} if m in sys.modules), file=sys.stderr)
+"""
+
+
+def _imported(*argv: str) -> str:
+    p = subprocess.run(
+        [sys.executable, "-c", _PROBE.format(heavy=_HEAVY), *argv],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return p.stderr.strip().splitlines()[-1]
+
+
+def test_help_imports_no_heavy_library():
+    assert _imported("--help") == "[]"
+    assert _imported("run", "--help") == "[]"
+
+
+def test_the_deferred_markdown_module_is_the_real_one_when_used():
+    code = (
+        "import sys, prefixbench.cli\n"
+        "from rich.markdown import Markdown\n"
+        "assert 'markdown_it' not in sys.modules\n"
+        "from rich.console import Console\n"
+        "Console(width=30, file=sys.stdout).print(Markdown('# Title'))\n"
+        "import rich.markdown as m\n"
+        "print(type(Markdown('x')).__module__, m.Heading.__name__)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert out[0] == "Title" and out[-2:] == ["rich.markdown", "Heading"]
