@@ -107,3 +107,17 @@ def test_bad_nics_is_one_line():
     r = runner.invoke(app, ["cost", "qwen2-1.5b", "--nics", "0"])
     assert r.exit_code != 0
     assert "Traceback" not in r.output and "--nics" in r.output
+
+
+def test_cost_cli_says_when_the_ceiling_binds(tmp_path):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(QWEN3_8B))
+    args = ["cost", str(cfg), "--devices", "8", "--link", "ib-ndr400", "--nics", "8"]
+    r = runner.invoke(app, [*args, "--tokens", "2048", "--json"])
+    assert r.exit_code == 0, r.output
+    (row,) = json.loads(r.output)["transfer"]
+    # 8 × 0.87 × 50 GB/s = 348 > 190: the ceiling is the rate
+    assert row["ceiling_gbps"] == 190.0 and row["effective_gbps"] == pytest.approx(190.0)
+    assert row["wire_ms"] == pytest.approx(301_989_888 / 190e9 * 1e3, rel=1e-12)
+    table = runner.invoke(app, [*args, "--tokens", "2048"])
+    assert "ceiling 190" in table.output and "348.0" in table.output
