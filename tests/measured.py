@@ -12,6 +12,8 @@ from pathlib import Path
 
 from prefixbench.catalog import ACCELERATORS, MODELS
 from prefixbench.catalog.fabrics import get_fabric
+from prefixbench.catalog.formats import with_formats
+from prefixbench.catalog.specs import AcceleratorSpec
 from prefixbench.physics import costmodel as cm
 
 DATA = Path(__file__).parent / "data" / "measured"
@@ -132,8 +134,11 @@ def blis_vllm_end_to_end(eff: cm.Efficiency) -> list[dict]:
         cost = cm.InstanceCost.build(m, dev, tp, eff, cm.Parallelism(tp, fabric=NVLINK4))
         new, cached = int(r["prompt_tokens"]), int(r["prefix_tokens"])
         out = int(r["output_tokens"])
-        # client-side TTFT (vLLM's definition): the step plus the request's fixed cost
-        ttft = cm.prefill_time(cost, [new], [cached]) + eff.request_overhead_ms / 1e3
+        # client-side TTFT (vLLM's definition): the step plus the request's and its prompt
+        # tokens' costs on the serving path (docs/model.md §2.14)
+        ttft = (
+            cm.prefill_time(cost, [new], [cached]) + cm.client_overhead_ms(eff, new + cached) / 1e3
+        )
         ctx = new + cached + out / 2
         tpot = float(cm.decode_iteration_time(cost, 1, ctx))
         where = f"{m.name} TP{r['tp']} {r['workload']}"
@@ -187,7 +192,8 @@ _LINK_BY_GBPS = {"200": "roce-200g", "400": "ib-ndr400"}
 
 def mooncake_transfer() -> list[dict]:
     """Mooncake transfer engine throughput (a 40 GB, or a long, transfer) against the
-    product's latency + setup + bytes / (η · NICs · line rate) (costmodel.transfer_time)."""
+    product's latency + setup + bytes / min(η · NICs · line rate, ceiling)
+    (costmodel.transfer_time)."""
     from prefixbench.catalog import LINKS
 
     rows = []
@@ -202,11 +208,67 @@ def mooncake_transfer() -> list[dict]:
                 "measured_ms": nbytes / (float(r["measured_gbytes_per_s"]) * 1e9) * 1e3,
                 "prefixbench_ms": float(cm.transfer_time(link, nbytes, nics)) * 1e3,
                 "bound": "",
-                "group": "kv_transfer",
+                # another host's NICs (its own ceiling) are a group of their own
+                "group": "kv_transfer" + (f"_{r['host']}" if r.get("host") else ""),
                 "split": r["split"],
             }
         )
     return rows
+
+
+# NVIDIA H20 as InferSim's own hardware table gives it (alibaba/InferSim hardware/gpu.py:
+# BF16 148, FP8 296 TFLOP/s, 4,096 GB/s, 96 GB); not a catalog preset.
+H20 = AcceleratorSpec(
+    name="h20", vendor="NVIDIA", peak_tflops=148.0, peak_fp8_tflops=296.0, hbm_gbps=4096.0,
+    memory_gb=96.0, source="alibaba/InferSim hardware/gpu.py",
+)  # fmt: skip
+
+
+def infersim_gemm_h20(eff: cm.Efficiency) -> list[dict]:
+    """InferSim (Alibaba): one FP8 GEMM (m tokens × k × n weights, DeepGEMM) on an H20, vs the
+    product's GEMM operator (costmodel.gemm_operator_time) of an FP8 (W8A8) checkpoint:
+    2·m·k·n FLOPs at eff(m) of the FP8 peak against k·n weights read once."""
+    m8 = with_formats(MODELS["llama-3.1-8b"], weights="fp8")  # only its weight format is used
+    cost = cm.InstanceCost.build(m8, H20, 1, eff)
+    rows = []
+    for r in _read("infersim_gemm_h20.csv"):
+        m, k, n = int(r["m"]), int(r["k"]), int(r["n"])
+        t = cm.gemm_operator_time(
+            cost, 2.0 * m * k * n, m, k * n * m8.quant_bytes, cost.flops_rate_prefill
+        )
+        rows.append(
+            {
+                "source": "InferSim kernel bench (Alibaba)",
+                "config": f"FP8 GEMM m={m} k={k} n={n}, h20",
+                "measured_ms": float(r["latency_us"]) / 1e3,
+                "prefixbench_ms": float(t) * 1e3,
+                "bound": "",
+                "group": "gemm_h20",
+                "split": r["split"],
+            }
+        )
+    return rows
+
+
+# Who published each source (independent groups: a source string maps to one of them).
+# Mooncake's README and the reports on its issue tracker count as one publisher.
+PUBLISHERS = {
+    "Vidur profiling": "Microsoft Research (Vidur)",
+    "BLIS/InferSim kernel bench": "inference-sim (BLIS)",
+    "BLIS ground truth (vLLM)": "inference-sim (BLIS)",
+    "vllm-project/vllm": "vLLM project",
+    "kvcache-ai/Mooncake": "Mooncake (kvcache-ai)",
+    "github.com/kvcache-ai/Mooncake": "Mooncake (kvcache-ai)",
+    "InferSim kernel bench (Alibaba)": "Alibaba (InferSim)",
+}
+
+
+def publisher(source: str) -> str:
+    """The independent publisher of a row's ``source`` (KeyError for an unattributed one)."""
+    key = next((k for k in PUBLISHERS if source.startswith(k)), None)
+    if key is None:
+        raise KeyError(f"no publisher recorded for source {source!r}")
+    return PUBLISHERS[key]
 
 
 def _tagged(rows: list[dict], group: str) -> list[dict]:
@@ -225,4 +287,5 @@ def all_rows(eff: cm.Efficiency) -> list[dict]:
         + blis_vllm_end_to_end(eff)
         + vllm_allreduce()
         + mooncake_transfer()
+        + infersim_gemm_h20(eff)
     )

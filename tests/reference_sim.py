@@ -184,6 +184,7 @@ NAN = math.nan
 # policies whose decode-side job computes after the request's resident (replica) hit
 RESIDENT_AFTER = ("cost_aware", "conditional_disagg")
 
+
 @dataclass
 class Req:
     rid: int
@@ -530,6 +531,20 @@ def factor_budget(prep, d_roof, n: int, colocated: bool) -> int:
     return int(s.memory.budget_factor * tokens * kv_ref / kv)
 
 
+def _nic_bytes_per_s(c) -> float:
+    """One NIC's (private paths: one channel's) bytes/s: η · line rate, and with shared NICs
+    at most the instance ceiling's 1/N share, N the smaller end's NICs (docs/model.md "KV
+    transfer cost": the N NICs together reach min(η · N · line rate, ceiling))."""
+    link = c.link.spec()
+    per = link.efficiency * link.bandwidth_gbps * 1e9
+    if c.link.topology != "shared_nics" or link.ceiling_gbps is None:
+        return per
+    n = min(
+        c.link.nics_per_instance or c.prefill.devices, c.link.nics_per_instance or c.decode.devices
+    )
+    return min(per, link.ceiling_gbps * 1e9 / n)
+
+
 def scenario_config(prep) -> RefConfig:
     """The reference's configuration of a prepared scenario, physics derived here.
 
@@ -574,7 +589,7 @@ def scenario_config(prep) -> RefConfig:
         policy=s.policy.value if hasattr(s.policy, "value") else str(s.policy),
         n_prefill=c.prefill_instances,
         n_decode=c.decode_instances,
-        link_bytes_per_s=c.link.spec().efficiency * c.link.spec().bandwidth_gbps * 1e9,
+        link_bytes_per_s=_nic_bytes_per_s(c),
         link_latency_s=(c.link.spec().latency_us + c.link.spec().setup_us) / 1e6,
         link_channels=c.link.channels,
         link_topology=c.link.topology,

@@ -37,8 +37,9 @@ def _synthetic_rows(model="llama-3.1-8b", dev="h100-sxm", devices=1, eff=TRUE):
     rows = []
     for n, c in [(512, 0), (2048, 0), (8192, 0), (32768, 0), (8, 16384), (16, 32768)]:
         rows.append(["prefill", n, "", c, devices, repr(cm.prefill_time(cost, [n], [c]) * 1e3)])
-    for n in (128, 4096):  # client-side TTFT: the step plus one request's fixed cost
+    for n in (128, 4096):  # client-side TTFT: the step plus the request's and its tokens' cost
         t = cm.prefill_time(cost, [n], [0]) * 1e3 + eff.request_overhead_ms
+        t += n * eff.prompt_overhead_us / 1e3
         rows.append(["ttft", n, "", 0, devices, repr(t)])
     for b, c in [(1, 1024), (1, 8192), (16, 4096), (64, 2048), (1024, 128), (2048, 64)]:
         t = float(cm.decode_iteration_time(cost, b, b * c)) * 1e3
@@ -59,8 +60,21 @@ def test_round_trip_recovers_known_constants(tmp_path):
     res = calibrate([str(prof)], model="llama-3.1-8b", accelerator="h100-sxm")
     for k, v in ((k, getattr(TRUE, k)) for k in PARAMS):
         assert res["efficiency"][k] == pytest.approx(v, rel=1e-9), k
-    assert res["kept_at_default"] == []
+    # the per-prompt-token cost is fitted only when asked for (next test)
+    assert res["kept_at_default"] == ["prompt_overhead_us"]
     assert max(res["mape_percent"].values()) < 1e-9
+
+
+def test_round_trip_recovers_the_prompt_token_cost(tmp_path):
+    from prefixbench.physics.calibrate import fit
+
+    true = TRUE.model_copy(update={"prompt_overhead_us": 3.3})
+    prof = _write_csv(tmp_path / "p.csv", _synthetic_rows(eff=true))
+    ms = read_profiles([str(prof)], "llama-3.1-8b", "h100-sxm", 1, None)
+    res = fit(ms, params=PARAMS)
+    for k in PARAMS:
+        assert getattr(res.efficiency, k) == pytest.approx(getattr(true, k), rel=1e-9), k
+    assert res.kept == []
 
 
 def test_round_trip_moe_on_four_devices(tmp_path):
@@ -74,6 +88,7 @@ def _serve_json(path: Path, n_in: int, n_out: int, eff=TRUE) -> Path:
     # The keys `vllm bench serve --save-result` writes that calibration reads.
     cost = cm.InstanceCost.build(MODELS["llama-3.1-8b"], ACCELERATORS["h100-sxm"], 1, eff)
     ttft = cm.prefill_time(cost, [n_in], [0]) * 1e3 + eff.request_overhead_ms  # client-side
+    ttft += n_in * eff.prompt_overhead_us / 1e3
     tpot = float(cm.decode_iteration_time(cost, 1, n_in + n_out / 2)) * 1e3
     path.write_text(
         json.dumps(

@@ -230,14 +230,17 @@ def test_zero_cost_fabric_is_bit_identical_to_ideal_tensor_parallelism(name):
     steps became per-operator rooflines (docs/model/cost-model.md)."""
     want = json.loads((GOLDEN / f"{name}_ideal_fabric.json").read_text())
     # ... and with the link and the request as they were then: line rate, no connector
-    # setup, no per-request fixed cost (docs/model.md "KV transfer cost", §2.14); those runs
+    # setup, no NIC ceiling (1e5 GB/s never binds), no per-request or per-prompt-token cost
+    # (docs/model.md "KV transfer cost", §2.14); those runs
     # sized memory on the ideal fabric, and a budget factor now measures it on the file's
     # fabric (docs/model.md, "Memory in GB"), so the golden's size is stated in GB
     gb = next(iter(want.values()))["kv_budget_gb"]
     then = [
         "cluster.link.efficiency=1",
         "cluster.link.setup_us=0",
+        "cluster.link.ceiling_gbps=1e5",
         "efficiency.request_overhead_ms=0",
+        "efficiency.prompt_overhead_us=0",
         f"memory.kv_budget_gb={gb!r}",
     ]
     got = _summary(name, ["cluster.prefill.fabric=ideal", "cluster.decode.fabric=ideal", *then])

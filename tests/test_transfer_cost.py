@@ -37,15 +37,38 @@ QWEN3_8B = {
 KV = 147_456
 
 
-def test_rdma_links_carry_measured_efficiency_and_setup():
-    # Mooncake transfer engine: 87 GB/s over 4×200 Gbps (100 GB/s line), 190 GB/s over
-    # 8×400 Gbps (400 GB/s line); 450 µs per request's transfer.
-    assert LINKS["roce-200g"].efficiency == 0.87
-    assert LINKS["roce-100g"].efficiency == 0.87
-    assert LINKS["ib-ndr400"].efficiency == 0.475
+def test_rdma_links_carry_measured_efficiency_ceiling_and_setup():
+    # Mooncake transfer engine: 87 GB/s over 4×200 Gbps (100 GB/s line: η 0.87 per NIC),
+    # 190 GB/s over 8×400 Gbps (8 × 0.87 × 50 = 348 > 190: the instance's ceiling);
+    # 450 µs per request's transfer.
     for name in ("roce-100g", "roce-200g", "ib-ndr400"):
+        assert LINKS[name].efficiency == 0.87
+        assert LINKS[name].ceiling_gbps == 190.0
         assert LINKS[name].setup_us == 450.0
     assert LINKS["nvlink4"].efficiency == 1.0 and LINKS["nvlink4"].setup_us == 0.0
+    assert LINKS["nvlink4"].ceiling_gbps is None
+
+
+def test_the_ceiling_binds_only_past_it():
+    link = LINKS["ib-ndr400"]
+    one_gb = 1e9
+    # 1 NIC: 0.87 × 50 GB/s = 43.5; 4 NICs: 174; 8 NICs: 348 → the 190 GB/s ceiling
+    for nics, rate in ((1, 43.5e9), (4, 174e9), (8, 190e9)):
+        assert cm.link_rate(link, nics) == pytest.approx(rate, rel=1e-12)
+        want = 2e-6 + 450e-6 + one_gb / rate
+        assert float(cm.transfer_time(link, one_gb, nics)) == pytest.approx(want, rel=1e-12)
+
+
+def test_the_engine_shares_the_ceiling_over_the_nics():
+    from prefixbench.scenario.loader import load_scenario
+    from prefixbench.system.runner import prepare
+
+    sets = ["cluster.link.name=ib-ndr400", "cluster.link.nics_per_instance=8"]
+    run = ["run.requests=50", "run.warmup_requests=5"]
+    prep = prepare(load_scenario("medium_chat", [*sets, *run]))
+    cfg = prep.base
+    # shared NICs: a transfer spans 8 NICs, each carrying 190 / 8 = 23.75 GB/s (not 43.5)
+    assert cfg.link_bytes_per_s == pytest.approx(23.75e9, rel=1e-12)
 
 
 def test_transfer_time_by_hand():
@@ -84,3 +107,17 @@ def test_bad_nics_is_one_line():
     r = runner.invoke(app, ["cost", "qwen2-1.5b", "--nics", "0"])
     assert r.exit_code != 0
     assert "Traceback" not in r.output and "--nics" in r.output
+
+
+def test_cost_cli_says_when_the_ceiling_binds(tmp_path):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(QWEN3_8B))
+    args = ["cost", str(cfg), "--devices", "8", "--link", "ib-ndr400", "--nics", "8"]
+    r = runner.invoke(app, [*args, "--tokens", "2048", "--json"])
+    assert r.exit_code == 0, r.output
+    (row,) = json.loads(r.output)["transfer"]
+    # 8 × 0.87 × 50 GB/s = 348 > 190: the ceiling is the rate
+    assert row["ceiling_gbps"] == 190.0 and row["effective_gbps"] == pytest.approx(190.0)
+    assert row["wire_ms"] == pytest.approx(301_989_888 / 190e9 * 1e3, rel=1e-12)
+    table = runner.invoke(app, [*args, "--tokens", "2048"])
+    assert "ceiling 190" in table.output and "348.0" in table.output

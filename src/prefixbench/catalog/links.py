@@ -18,12 +18,23 @@ A KV transfer costs ``latency + setup + bytes / (efficiency · NICs · bandwidth
 (docs/model.md "KV transfer cost"). ``efficiency`` (η) and ``setup_us`` are measured for
 the RDMA kinds only:
 
-- η: Mooncake's transfer engine moving 40 GB (the KV of 128k Llama-3-70B tokens) reaches
-  87 GB/s over 4×200 Gbps RoCE (η = 87 / 100 = 0.87) and 190 GB/s over 8×400 Gbps RoCE
-  (η = 190 / 400 = 0.475) (kvcache-ai/Mooncake README.md, "Performance" of the Transfer
-  Engine; the 400 Gbps shortfall: github.com/kvcache-ai/Mooncake/issues/434). 100 and 200
-  Gbps RoCE take 0.87, 400 Gbps (InfiniBand NDR, the same ConnectX-7 generation) 0.475:
-  an assumption by line rate, not a measurement per NIC model.
+- η and the ceiling: Mooncake's transfer engine moving 40 GB (the KV of 128k Llama-3-70B
+  tokens) reaches 87 GB/s over 4×200 Gbps RoCE and 190 GB/s over 8×400 Gbps RoCE
+  (kvcache-ai/Mooncake README.md, "Performance" of the Transfer Engine). One η per link
+  kind cannot hold both that and a single 400 Gbps NIC at 42 GB/s (0.84 of its line rate,
+  github.com/kvcache-ai/Mooncake/issues/813): what falls with the NIC count is not each
+  NIC's efficiency but the node behind them. The transfer engine stripes a transfer's
+  slices over the NICs (kvcache-ai/Mooncake doc/en/transfer-engine.md, multi-NIC
+  aggregation), and the aggregate stops at the host's PCIe / memory path: eight 400 G NICs
+  reach about 190 of 400 GB/s in Mooncake's own figure (the shortfall asked about in
+  github.com/kvcache-ai/Mooncake/issues/434; 8 IB NICs at 163.7 GB/s against ~50 for one
+  in issues/570; a NIC→host-memory bottleneck inside the node in
+  github.com/sgl-project/sglang/issues/32777). So the RDMA kinds carry one per-NIC
+  η = 87 / 100 = 0.87 (the 4×200 G figure, below any ceiling) and a per-instance ceiling
+  of 190 GB/s (the 8×400 G figure, where 8 × 0.87 × 50 = 348 would exceed it):
+  rate = min(η · NICs · line rate, ceiling). Both are read from those two fit points
+  only; a different host (PCIe generation, NUMA layout, GPU vs DRAM buffers) has a
+  different ceiling (set ``ceiling_gbps`` in a hardware file).
 - setup: 450 µs per request's transfer, the fixed part of a small KV transfer through a
   P/D connector (descriptor lists built in Python, a transfer posted, a completion
   notified). vLLM's NixlConnector was measured at ~3 ms per request before its
@@ -48,6 +59,8 @@ _IB = "https://www.infinibandta.org/infiniband-roadmap/"
 _ETH = "https://www.ieee802.org/3/"
 _MOONCAKE = "https://github.com/kvcache-ai/Mooncake#performance"
 _RDMA_SETUP_US = 450.0  # per request's transfer (see the module docstring)
+_RDMA_ETA = 0.87  # per NIC: 87 GB/s over 4×200 Gbps (module docstring)
+_RDMA_CEILING_GBPS = 190.0  # per instance: 190 GB/s over 8×400 Gbps (module docstring)
 
 _PRESETS = [
     # PCIe x16, one direction: GT/s × 16 lanes × 128/130 / 8 bits.
@@ -64,8 +77,9 @@ _PRESETS = [
         kind="infiniband",
         bandwidth_gbps=50.0,
         latency_us=2.0,
-        efficiency=0.475,
+        efficiency=_RDMA_ETA,
         setup_us=_RDMA_SETUP_US,
+        ceiling_gbps=_RDMA_CEILING_GBPS,
         source=f"{_IB} ; {_MOONCAKE}",
     ),
     # RoCE v2 runs at the Ethernet line rate.
@@ -74,8 +88,9 @@ _PRESETS = [
         kind="roce",
         bandwidth_gbps=12.5,
         latency_us=3.0,
-        efficiency=0.87,
+        efficiency=_RDMA_ETA,
         setup_us=_RDMA_SETUP_US,
+        ceiling_gbps=_RDMA_CEILING_GBPS,
         source=f"{_ETH} ; {_MOONCAKE}",
     ),
     LinkSpec(
@@ -83,8 +98,9 @@ _PRESETS = [
         kind="roce",
         bandwidth_gbps=25.0,
         latency_us=3.0,
-        efficiency=0.87,
+        efficiency=_RDMA_ETA,
         setup_us=_RDMA_SETUP_US,
+        ceiling_gbps=_RDMA_CEILING_GBPS,
         source=f"{_ETH} ; {_MOONCAKE}",
     ),
     # Plain Ethernet with kernel TCP.

@@ -161,5 +161,12 @@ class LinkSpec(_Spec):
         description="Software cost of one transfer (descriptor preparation, posting, "
         "completion notification), µs; paid once per request's transfer.",
     )
+    ceiling_gbps: float | None = Field(
+        None,
+        gt=0,
+        le=1e5,
+        description="Most GB/s one instance's NICs reach together, however many (the "
+        "host's PCIe / memory path behind them, measured); none: no ceiling.",
+    )
     kind: str = Field("", description="Family: pcie, nvlink, infiniband, roce, ethernet.")
     source: str = Field("", description="Specification or datasheet the numbers come from.")

@@ -42,6 +42,7 @@ UNITS = {
     "bandwidth_gbps": "GB/s",
     "latency_us": "µs",
     "setup_us": "µs",
+    "ceiling_gbps": "GB/s",
     "tdp_w": "W",  # --- power
     "idle_w": "W",
     "memory_pj_per_bit": "pJ/bit",

@@ -84,7 +84,8 @@ def _comm_note(rep: dict) -> None:
 
 
 def _render_transfer(rep: dict) -> None:
-    """One row per (link, prefix length): latency + setup + KV / (η · NICs · line rate)."""
+    """One row per (link, prefix length): latency + setup + KV / min(η · NICs · line rate,
+    ceiling)."""
     t = _table(
         f"KV transfer of a prefix over {rep['nics']} NIC(s): latency + setup + wire (ms)",
         ["link", "tokens", "KV MB", "η", "GB/s", "setup", "wire", "total"],
@@ -101,6 +102,20 @@ def _render_transfer(rep: dict) -> None:
             f"{r['ms']:,.2f}",
         )
     out.print(t)
+    capped = {r["link"] for r in rep["transfer"] if _capped(r)}
+    for link in sorted(capped):
+        r = next(r for r in rep["transfer"] if r["link"] == link)
+        out.print(
+            f"{link}: GB/s is the instance's ceiling {r['ceiling_gbps']:g} (η · NICs · line "
+            f"rate would be {r['efficiency'] * r['nics'] * r['bandwidth_gbps']:,.1f})",
+            highlight=False,
+        )
+
+
+def _capped(r: dict) -> bool:
+    """Is this transfer row at its link's per-instance ceiling rather than η · NICs · line?"""
+    ceiling = r.get("ceiling_gbps")
+    return ceiling is not None and r["efficiency"] * r["nics"] * r["bandwidth_gbps"] > ceiling
 
 
 def _render(rep: dict) -> None:

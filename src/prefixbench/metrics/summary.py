@@ -13,6 +13,7 @@ from prefixbench.engine import REASON_NAMES, Outcome, SimResult
 from prefixbench.metrics.itl import itl_summary
 from prefixbench.metrics.stability import assess, instance_busy
 from prefixbench.metrics.utilisation import instance_figures
+from prefixbench.physics.costmodel import client_overhead_ms
 from prefixbench.physics.power import energy_figures
 from prefixbench.system.runner import Prepared
 
@@ -36,7 +37,8 @@ def requests_frame(prep: Prepared, policy: str, res: SimResult) -> pl.DataFrame:
             **cols,
         }
     )
-    api = prep.scenario.efficiency.request_overhead_ms  # client-side, outside any step
+    # client-side, outside any step: per request and per prompt token (docs/model.md §2.14)
+    api = client_overhead_ms(prep.scenario.efficiency, req.prompt_len)
     return df.with_columns(
         pl.col("request_id").lt(prep.scenario.run.warmup_requests).alias("warmup"),
         pl.col("outcome").replace_strict(
@@ -45,9 +47,9 @@ def requests_frame(prep: Prepared, policy: str, res: SimResult) -> pl.DataFrame:
         pl.col("reject_reason").replace_strict(REASON_NAMES, return_dtype=pl.Utf8),
         (pl.col("transfer_tokens") * prep.kv_bpt).cast(pl.Float64).alias("transfer_bytes"),
         (pl.col("host_hit_tokens") * prep.kv_bpt).cast(pl.Float64).alias("host_bytes"),
-        ((pl.col("t_first_token") - pl.col("arrival")) * MS + api).alias("ttft_ms"),
+        ((pl.col("t_first_token") - pl.col("arrival")) * MS + pl.Series(api)).alias("ttft_ms"),
         ((pl.col("t_prefill_end") - pl.col("arrival")) * MS).alias("ttft_prefill_ms"),
-        ((pl.col("t_done") - pl.col("arrival")) * MS + api).alias("e2e_ms"),
+        ((pl.col("t_done") - pl.col("arrival")) * MS + pl.Series(api)).alias("e2e_ms"),
         pl.when(pl.col("output_tokens") > 1)
         .then((pl.col("t_done") - pl.col("t_first_token")) * MS / (pl.col("output_tokens") - 1))
         .otherwise(None)

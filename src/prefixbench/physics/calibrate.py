@@ -48,7 +48,11 @@ PARAMS = (
     "prefill_overhead_ms",
     "decode_overhead_ms",
     "request_overhead_ms",
+    "prompt_overhead_us",
 )
+# fitted unless a caller names its parameters: the per-prompt-token cost joins only on
+# request (from TTFT rows alone it trades off against MFU and the per-request cost)
+DEFAULT_PARAMS = PARAMS[:6]
 CSV_COLUMNS = ("phase", "tokens", "batch", "context", "devices", "ms")
 
 
@@ -76,12 +80,16 @@ class Measurement:
     phase: np.ndarray = field(repr=False)
     requests: float = 0.0  # client-side requests in it: each pays request_overhead_ms
     c: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))  # attention, s
+    prompt_tokens: float = 0.0  # client-side prompt tokens: each pays prompt_overhead_us
 
     def predict(self, eff: Efficiency) -> float:
         x = np.where(self.phase == 0, 1.0 / eff.mfu_prefill, 1.0 / eff.mfu_decode)
         o = np.where(self.phase == 0, eff.prefill_overhead_ms, eff.decode_overhead_ms)
         steps = float(np.sum(np.maximum(self.a * x, self.b / eff.mbu)) * 1e3 + o.sum())
-        return steps + self.attention_ms() + self.requests * eff.request_overhead_ms
+        client = self.requests * eff.request_overhead_ms
+        return (
+            steps + self.attention_ms() + client + self.prompt_tokens * eff.prompt_overhead_us / 1e3
+        )
 
     def attention_ms(self) -> float:
         """The steps' attention operators (fixed efficiencies: not fitted), ms."""
@@ -123,14 +131,16 @@ def decode_steps(cost: InstanceCost, batch: int, context: float, iterations: int
     return np.full(iterations, a), np.full(iterations, b), np.maximum(a1 + s1 * j, a2 + s2 * j)
 
 
-def _measurement(kind, ms, where, label, steps, requests: float = 0.0) -> Measurement:
+def _measurement(
+    kind, ms, where, label, steps, requests: float = 0.0, prompt_tokens: float = 0.0
+) -> Measurement:
     a = np.concatenate([np.atleast_1d(np.asarray(s[0], dtype=float)) for s in steps])
     b = np.concatenate([np.atleast_1d(np.asarray(s[1], dtype=float)) for s in steps])
     ph = np.concatenate(
         [np.full(np.atleast_1d(np.asarray(s[0])).shape, s[2], dtype=np.int8) for s in steps]
     )
     c = np.concatenate([np.atleast_1d(np.asarray(s[3], dtype=float)) for s in steps])
-    return Measurement(kind, ms, where, label, a, b, ph, requests, c)
+    return Measurement(kind, ms, where, label, a, b, ph, requests, c, prompt_tokens)
 
 
 # ---------------------------------------------------------------- reading profiles
@@ -267,7 +277,8 @@ def read_csv_profile(path: Path, ctx: _Context) -> list[Measurement]:
             a, b, c = prefill_steps(cost, n, context)
             client = float(phase == "ttft")
             label = f"{tag}{phase} {n}+{context}"
-            out.append(_measurement(phase, ms, where, label, [(a, b, 0, c)], client))
+            steps = [(a, b, 0, c)]
+            out.append(_measurement(phase, ms, where, label, steps, client, client * (n + context)))
         elif phase == "decode":
             bsz = _number(row, "batch", where)
             a, b, c = decode_steps(cost, bsz, context)
@@ -372,7 +383,7 @@ def _serve_rows(data: dict, path: Path, ctx: _Context, model) -> list[Measuremen
     tpot = _field({"tpot": tpot}, "tpot", path)
     a, b, c = prefill_steps(cost, round(n_in), 0)
     label = f"TTFT {n_in:.0f} tokens"  # client-side: one request's overhead
-    out = [_measurement("ttft", ttft, str(path), label, [(a, b, 0, c)], 1.0)]
+    out = [_measurement("ttft", ttft, str(path), label, [(a, b, 0, c)], 1.0, n_in)]
     ctx_mid = n_in + n_out / 2
     a, b, c = decode_steps(cost, 1, ctx_mid)
     out.append(_measurement("decode", tpot, str(path), f"TPOT ctx {ctx_mid:.0f}", [(a, b, 1, c)]))
@@ -417,7 +428,7 @@ class Fit:
 
 
 def _design(ms: list[Measurement], theta: np.ndarray) -> tuple[np.ndarray, bytes]:
-    """Columns (x_p, x_d, y, o_p, o_d, o_r) of the linear model under the regimes that bind at
+    """Columns (x_p, x_d, y, o_p, o_d, o_r, c_tok) of the linear model under the regimes that bind at
     ``theta``, and a signature of those regimes (which term binds in every step)."""
     x = np.array([theta[0], theta[1]])
     rows, sig = [], []
@@ -432,6 +443,7 @@ def _design(ms: list[Measurement], theta: np.ndarray) -> tuple[np.ndarray, bytes
                 float((m.phase == 0).sum()),
                 float((m.phase == 1).sum()),
                 m.requests,
+                m.prompt_tokens / 1e3,
             ]
         )
     return np.array(rows), b"|".join(sig)
@@ -446,7 +458,8 @@ def _active(design: np.ndarray, params: tuple[str, ...]) -> np.ndarray:
 def _theta(eff: Efficiency) -> np.ndarray:
     return np.array(
         [1 / eff.mfu_prefill, 1 / eff.mfu_decode, 1 / eff.mbu,
-         eff.prefill_overhead_ms, eff.decode_overhead_ms, eff.request_overhead_ms]
+         eff.prefill_overhead_ms, eff.decode_overhead_ms, eff.request_overhead_ms,
+         eff.prompt_overhead_us]
     )  # fmt: skip
 
 
@@ -460,6 +473,7 @@ def _efficiency(theta: np.ndarray) -> Efficiency:
         "prefill_overhead_ms": max(0.0, theta[3]),
         "decode_overhead_ms": max(0.0, theta[4]),
         "request_overhead_ms": max(0.0, theta[5]),
+        "prompt_overhead_us": max(0.0, theta[6]),
     }
     try:
         return Efficiency(**values)
@@ -492,7 +506,7 @@ def fit(
     ms: list[Measurement],
     start: Efficiency | None = None,
     max_iter: int = 100,
-    params: tuple[str, ...] = PARAMS,
+    params: tuple[str, ...] = DEFAULT_PARAMS,
 ) -> Fit:
     """Least-squares fit of the efficiency block (relative errors), as the module says;
     only ``params`` are fitted, the others keep their ``start`` values."""
@@ -508,7 +522,7 @@ def fit(
     meas = np.array([m.ms for m in ms])
     attn = np.array([m.attention_ms() for m in ms])  # fixed: not a fitted parameter
     theta = _theta(start)
-    lower = np.array([1.0, 1.0, 1.0, 0.0, 0.0, 0.0])
+    lower = np.array([1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0])
     seen: set[bytes] = set()
     it = 0
     while it < max_iter:

@@ -27,12 +27,17 @@ from prefixbench.catalog.formats import UNMODELLED
 from prefixbench.catalog.specs import AcceleratorSpec, LinkSpec, ModelSpec
 from prefixbench.errors import CatalogError
 
-# The per-request overhead a client sees on top of the steps (docs/model.md §2.14): vLLM's
-# client-side TTFT (benchmarks/benchmark_serving.py, first streamed chunk) of a 70-token
-# prompt with a 284-token cached prefix on one H100 is 13.9 ms against a 6.7 ms prefill
-# step (BLIS ground truth, docs/validation.md "Per-request fixed cost"):
-# 7.2 ms, rounded to 7.
-REQUEST_OVERHEAD_MS = 7.0
+# The per-request costs a client sees on top of the steps (docs/model.md §2.14), both read
+# from the two fit rows of BLIS's vLLM ground truth (Llama-2-7B, TP 1, one H100;
+# tests/data/measured/README.md): client-side TTFT 13.9 ms for a 354-token prompt (70 new
+# after a 284-token cached prefix) against a 6.698 ms prefill step, and 67.1 ms for a
+# 2,048-token prompt against a 43.816 ms step. What the steps do not explain, 7.202 and
+# 23.284 ms, is one line in the prompt's tokens: (23.284 − 7.202) / (2048 − 354) =
+# 9.49 µs per prompt token (rounded to 9.5) and 7.202 − 354 × 0.0095 = 3.84 ms per request
+# (rounded to 3.8). The per-token part does not shrink with TP (the held-out TP 2 and TP 4
+# runs show the same ~15 ms at 2,048 tokens), so it is the serving path's, not the GPU's.
+REQUEST_OVERHEAD_MS = 3.8
+PROMPT_OVERHEAD_US = 9.5
 
 
 # The per-operator roofline's constants, fitted on the FIT points of docs/validation.md
@@ -114,6 +119,23 @@ class Efficiency(BaseModel):
         description="Fixed cost of one request outside any simulated step (HTTP/API server, "
         "tokenizer, P/D proxy, scheduler admission, detokenize and stream the first token), "
         "added to client-side TTFT and E2E, ms (0 to 10⁴; docs/model.md §2.14).",
+    )
+    prompt_overhead_us: float = Field(
+        PROMPT_OVERHEAD_US,
+        ge=0,
+        le=10_000,
+        description="Cost per prompt token outside any simulated step, cached or not (the "
+        "serving path's work per token: tokenize, process and hash the prompt, ship it to the "
+        "engine), added to client-side TTFT and E2E, µs (0 to 10⁴; docs/model.md §2.14).",
+    )
+
+
+def client_overhead_ms(eff: Efficiency, prompt_tokens):
+    """What a client's TTFT (and E2E) adds to the simulated steps for a prompt of
+    ``prompt_tokens`` (cached or not): the per-request cost plus the per-prompt-token cost of
+    the serving path, ms (docs/model.md §2.14)."""
+    return eff.request_overhead_ms + np.asarray(prompt_tokens, dtype=np.float64) * (
+        eff.prompt_overhead_us / 1e3
     )
 
 
@@ -627,8 +649,11 @@ def decode_iteration_time(cost: InstanceCost, batch, context):
 
 def link_rate(link: LinkSpec, nics: int = 1) -> float:
     """Bytes per second a KV transfer reaches over ``nics`` NICs (or channels) of ``link``:
-    η · NICs · line rate (docs/model.md "KV transfer cost")."""
-    return link.efficiency * nics * link.bandwidth_gbps * 1e9
+    min(η · NICs · line rate, the instance's ceiling) (docs/model.md "KV transfer cost")."""
+    rate = link.efficiency * nics * link.bandwidth_gbps * 1e9
+    if link.ceiling_gbps is not None:
+        rate = min(rate, link.ceiling_gbps * 1e9)
+    return rate
 
 
 def transfer_fixed(link: LinkSpec) -> float:
@@ -639,7 +664,7 @@ def transfer_fixed(link: LinkSpec) -> float:
 
 def transfer_time(link: LinkSpec, nbytes, nics: int = 1):
     """Unqueued time to move ``nbytes`` in one transfer over ``nics`` NICs of ``link``:
-    latency + setup + bytes / (η · NICs · line rate)."""
+    latency + setup + bytes / min(η · NICs · line rate, ceiling)."""
     b = np.asarray(nbytes, dtype=np.float64)
     return transfer_fixed(link) + b / link_rate(link, nics)
 

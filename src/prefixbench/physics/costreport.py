@@ -106,8 +106,8 @@ def recompute_row(cost: cm.InstanceCost, tokens: int) -> dict:
 
 def transfer_rows(cost: cm.InstanceCost, link: LinkSpec, tokens: list[int], nics: int) -> list:
     """The KV of each prefix length moved in one transfer over ``nics`` NICs of ``link``:
-    latency + setup + bytes / (η · NICs · line rate), each term shown (docs/model.md "KV
-    transfer cost"); one row per token count."""
+    latency + setup + bytes / min(η · NICs · line rate, ceiling), each term shown
+    (docs/model.md "KV transfer cost"); one row per token count."""
     rate = cm.link_rate(link, nics)
     rows = []
     for n in tokens:
@@ -120,7 +120,8 @@ def transfer_rows(cost: cm.InstanceCost, link: LinkSpec, tokens: list[int], nics
                 "nics": nics,
                 "bandwidth_gbps": link.bandwidth_gbps,  # line rate per NIC
                 "efficiency": link.efficiency,
-                "effective_gbps": rate / 1e9,  # η · NICs · line rate
+                "ceiling_gbps": link.ceiling_gbps,  # the instance's NICs together, or None
+                "effective_gbps": rate / 1e9,  # min(η · NICs · line rate, ceiling)
                 "latency_ms": link.latency_us / 1e3,
                 "setup_ms": link.setup_us / 1e3,
                 "wire_ms": nbytes / rate * 1e3,

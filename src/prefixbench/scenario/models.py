@@ -550,8 +550,15 @@ class LinkConfig(_M):
         None,
         gt=0,
         le=1,
-        description="Override the fraction of the line rate a transfer reaches (η, 0 to 1; "
-        "catalog: 0.87 RoCE 100/200G, 0.475 at 400G, 1 elsewhere).",
+        description="Override the fraction of its line rate one NIC reaches in a transfer "
+        "(η, 0 to 1; catalog: 0.87 on the RDMA links, 1 elsewhere).",
+    )
+    ceiling_gbps: float | None = Field(
+        None,
+        gt=0,
+        le=1e5,
+        description="Override the most GB/s an instance's NICs reach together (shared_nics; "
+        "catalog: 190 on the RDMA links, none elsewhere).",
     )
     setup_us: float | None = Field(
         None,
@@ -577,7 +584,7 @@ class LinkConfig(_M):
         from prefixbench import catalog
 
         base = catalog.get_link(self.name)
-        keys = ("bandwidth_gbps", "latency_us", "efficiency", "setup_us")
+        keys = ("bandwidth_gbps", "latency_us", "efficiency", "setup_us", "ceiling_gbps")
         update = {k: getattr(self, k) for k in keys if getattr(self, k) is not None}
         return base.model_copy(update=update) if update else base
 

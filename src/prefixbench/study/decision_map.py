@@ -24,6 +24,7 @@ import numpy as np
 import polars as pl
 
 from prefixbench.io.artifacts import register
+from prefixbench.physics.costmodel import client_overhead_ms
 
 from ..errors import ScenarioError
 from .margins import REJECT_SLACK, is_tie, paired_margin
@@ -249,10 +250,11 @@ def run_metrics(prep, res) -> dict:
     steady = np.arange(n) >= warm
     outc = cols["outcome"]
     done = steady & (outc == completed)
-    # client-side, as metrics/summary.py: plus the per-request fixed cost (docs/model.md §2.14)
-    ttft = (
-        cols["t_first_token"][done] - req.arrival[done]
-    ) * 1e3 + s.efficiency.request_overhead_ms
+    # client-side, as metrics/summary.py: plus the per-request and per-prompt-token costs
+    # (docs/model.md §2.14)
+    ttft = (cols["t_first_token"][done] - req.arrival[done]) * 1e3 + client_overhead_ms(
+        s.efficiency, req.prompt_len[done]
+    )
     out = req.output_len[done]
     tpot = np.where(
         out > 1,

@@ -426,6 +426,20 @@ def checked_budget(s: Scenario, k: Costs, raw: float, req: Requests) -> int:
     return budget
 
 
+def _per_nic_rate(c) -> float:
+    """Bytes per second one NIC (private paths: one channel) carries in a transfer: with
+    shared NICs a transfer spans the smaller end's N NICs, so each carries min(η · line rate,
+    ceiling / N) and together they reach min(η · N · line rate, ceiling) (docs/model.md "KV
+    transfer cost"); a private path's channel is η · line rate."""
+    link = c.link.spec()
+    if c.link.topology != "shared_nics":
+        return link_rate(link)
+    n = min(
+        c.link.nics_per_instance or c.prefill.devices, c.link.nics_per_instance or c.decode.devices
+    )
+    return link_rate(link, n) / n
+
+
 def engine_config(s: Scenario, k: Costs, req: Requests, budget: int) -> EngineConfig:
     """The engine's configuration of the prepared scenario (policy filled in per run)."""
     c, m = s.cluster, s.memory
@@ -437,8 +451,9 @@ def engine_config(s: Scenario, k: Costs, req: Requests, budget: int) -> EngineCo
         decode_cost=k.d_cost,
         n_prefill=c.prefill_instances,
         n_decode=c.decode_instances,
-        # per NIC: η · line rate; every request's transfer pays latency + setup once
-        link_bytes_per_s=link_rate(c.link.spec()),
+        # per NIC: η · line rate, or its share of the instance's ceiling; every request's
+        # transfer pays latency + setup once
+        link_bytes_per_s=_per_nic_rate(c),
         link_latency_s=transfer_fixed(c.link.spec()),
         link_channels=c.link.channels,
         link_topology=c.link.topology,
