@@ -495,3 +495,11 @@ def test_one_line_escapes_every_line_break() -> None:
     text = "a\nb\rc\x0bd\x0ce\x1cf\x1dg\x1eh\x85i\u2028j\u2029k\x00"
     assert len(one_line(text).splitlines()) == 1 and one_line(text).isprintable()
     assert one_line("plain é ü 名") == "plain é ü 名"
+
+
+def test_a_bad_value_among_overrides_that_keep_the_budget_reference_names_set() -> None:
+    # memory.budget_factor's reference is sized with the overrides that keep it (a model
+    # among them); a bad one must be blamed on --set, not on the scenario file.
+    with pytest.raises(ScenarioError) as e:
+        load_scenario("enterprise_hotset", ["model="])
+    assert_clear(e.value, where="--set")

@@ -352,11 +352,11 @@ def load_scenario(
     base = Path(str(ref)).parent if ref is not None and Path(str(ref)).is_file() else Path.cwd()
     reference = None
     if overrides:
+        where = f"{where} (with --set)"
         kept = [o for o in overrides if keeps_reference(o)]
         if len(kept) < len(overrides):
             reference = validate(inline_efficiency(apply_overrides(data, kept), base, where), where)
         data = apply_overrides(data, overrides)
-        where = f"{where} (with --set)"
         data = resolve_scenario_hardware(data, Path.cwd(), where, base_is_file=False)
     data = inline_efficiency(data, base, where)
     scenario = validate(data, where)
