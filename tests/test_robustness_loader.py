@@ -501,5 +501,5 @@ def test_a_bad_value_among_overrides_that_keep_the_budget_reference_names_set() 
     # memory.budget_factor's reference is sized with the overrides that keep it (a model
     # among them); a bad one must be blamed on --set, not on the scenario file.
     with pytest.raises(ScenarioError) as e:
-        load_scenario("enterprise_hotset", ["model="])
+        load_scenario("enterprise_hotset", ["model=", "workload.rate=2"])
     assert_clear(e.value, where="--set")
