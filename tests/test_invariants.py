@@ -52,3 +52,39 @@ def test_decode_util_lies_between_its_own_min_and_max(preset, sets):
         for role in ("decode", "prefill"):
             lo, mid, hi = row[f"{role}_util_min"], row[f"{role}_util"], row[f"{role}_util_max"]
             assert lo - 1e-12 <= mid <= hi + 1e-12, (role, lo, mid, hi)
+
+
+@pytest.mark.parametrize(
+    "preset,sets,policy",
+    [("tool_call", ["run.requests=3", "run.warmup_requests=0"], "transfer_per_request"),
+     ("tool_call", ["run.requests=3", "run.warmup_requests=0", "workload.arrivals.rate=100"],
+      "conditional_disagg"),
+     ("multi_turn_chat", ["run.requests=5", "run.warmup_requests=1",
+                          "workload.arrivals.rate=100"], "conditional_disagg"),
+     ("tool_call", ["run.requests=10", "run.warmup_requests=1", "workload.arrivals.rate=100",
+                    "cluster.chunk_token_budget=65536"], "recompute_on_decode"),
+     ("medium_chat", ["run.requests=5", "run.warmup_requests=1", "cluster.mode=colocated",
+                      "workload.arrivals.rate=100"], "transfer_per_request")],
+)  # fmt: skip
+def test_work_of_a_step_past_the_window_is_clipped_like_its_busy_time(preset, sets, policy):
+    """A step (a prefill, a recompute-only step on an empty decode batch, a local prefill)
+    that starts in the steady window and runs past its end counts only its share of FLOPs
+    and bytes inside: no instance does more work than its busy time at the datasheet peak,
+    so MFU, MBU and decode_mbu_busy stay in [0, 1] even when the window is one step long."""
+    from prefixbench import catalog
+    from prefixbench.system.runner import prepare, simulate_policy
+
+    prep = prepare(load_scenario(preset, sets))
+    st = simulate_policy(prep, policy).stats
+    c = prep.scenario.cluster
+    roles = [("decode", c.decode)] + ([] if c.mode == "colocated" else [("prefill", c.prefill)])
+    for role, spec in roles:
+        dev = catalog.get_accelerator(spec.accelerator)
+        flops_peak = dev.peak_tflops * 1e12 * spec.devices * 2  # FP8 tensor peak at most 2x
+        bw = dev.hbm_gbps * 1e9 * spec.devices
+        for busy, fl, by in zip(st[f"{role}_busy_s"], st[f"{role}_flops"], st[f"{role}_bytes"]):
+            assert by <= busy * bw * (1 + 1e-9), (role, by, busy * bw)
+            assert fl <= busy * flops_peak * (1 + 1e-9), (role, fl, busy * flops_peak)
+    rows = run_scenario(load_scenario(preset, sets), [policy], keep_requests=False).summary
+    for row in rows.to_dicts():
+        assert inv.violations(row) == [], inv.violations(row)
