@@ -82,7 +82,8 @@ def test_work_of_a_step_past_the_window_is_clipped_like_its_busy_time(preset, se
         dev = catalog.get_accelerator(spec.accelerator)
         flops_peak = dev.peak_tflops * 1e12 * spec.devices * 2  # FP8 tensor peak at most 2x
         bw = dev.hbm_gbps * 1e9 * spec.devices
-        for busy, fl, by in zip(st[f"{role}_busy_s"], st[f"{role}_flops"], st[f"{role}_bytes"]):
+        work = zip(st[f"{role}_busy_s"], st[f"{role}_flops"], st[f"{role}_bytes"], strict=True)
+        for busy, fl, by in work:
             assert by <= busy * bw * (1 + 1e-9), (role, by, busy * bw)
             assert fl <= busy * flops_peak * (1 + 1e-9), (role, fl, busy * flops_peak)
     rows = run_scenario(load_scenario(preset, sets), [policy], keep_requests=False).summary
