@@ -80,7 +80,7 @@ def test_work_of_a_step_past_the_window_is_clipped_like_its_busy_time(preset, se
     roles = [("decode", c.decode)] + ([] if c.mode == "colocated" else [("prefill", c.prefill)])
     for role, spec in roles:
         dev = catalog.get_accelerator(spec.accelerator)
-        flops_peak = dev.peak_tflops * 1e12 * spec.devices * 2  # FP8 tensor peak at most 2x
+        flops_peak = dev.peak_tflops * 1e12 * spec.devices * 2.01  # FP8 peak: 2.004x (L4)
         bw = dev.hbm_gbps * 1e9 * spec.devices
         work = zip(st[f"{role}_busy_s"], st[f"{role}_flops"], st[f"{role}_bytes"], strict=True)
         for busy, fl, by in work:
@@ -89,3 +89,32 @@ def test_work_of_a_step_past_the_window_is_clipped_like_its_busy_time(preset, se
     rows = run_scenario(load_scenario(preset, sets), [policy], keep_requests=False).summary
     for row in rows.to_dicts():
         assert inv.violations(row) == [], inv.violations(row)
+
+
+@pytest.mark.parametrize(
+    "preset,sets,policy",
+    [("tool_call", ["workload.arrivals.rate=0.5"], "recompute_on_decode"),
+     ("multi_turn_chat", ["cluster.decode_instances=2"], "conditional_disagg")],
+)  # fmt: skip
+def test_busy_time_counts_every_step_that_runs_empty_batch_included(preset, sets, policy):
+    """A decode instance's busy time is the length of every decode segment and every stall
+    (recompute-only and local-prefill steps on an empty batch included) started in the
+    steady window, clipped at its end: read independently off the timeline's records."""
+    import numpy as np
+
+    from prefixbench.engine import layout as lay
+    from prefixbench.engine.recorder import Recorder
+    from prefixbench.system.runner import prepare, simulate_policy
+
+    prep = prepare(load_scenario(preset, ["run.requests=60", "run.warmup_requests=6", *sets]))
+    rec = Recorder()
+    st = simulate_policy(prep, policy, recorder=rec).stats
+    tlf = rec.tlf[: 2 * rec.records].reshape(-1, 2)
+    tli = rec.tli[: lay.NTL_I * rec.records].reshape(-1, lay.NTL_I)
+    steps = np.isin(tli[:, 0], [lay.REC_DECODE, lay.REC_STALL])
+    empty = steps & (tli[:, 0] == lay.REC_STALL) & (tli[:, 2] == 0)
+    assert empty.any()  # the case under test happens: steps on an empty batch
+    tw, ts = st["t_warm"], st["t_steady"]
+    for d, busy in enumerate(st["decode_busy_s"]):
+        m = steps & (tli[:, 1] == d) & (tlf[:, 0] >= tw) & (tlf[:, 0] < ts)
+        assert busy == pytest.approx(float(np.sum(np.minimum(tlf[m, 1], ts) - tlf[m, 0])), rel=1e-9)
