@@ -223,6 +223,7 @@ def cases(d: Path):  # noqa: PLR0915 - one line per example of the issue
         "hang: sweep of a 100,000-seed grid file",
         lambda: refused(["sweep", str(grid), "--out", str(d / "s100k")], "--max-runs"),
     )
+    yield "hang: SIGINT during a 100,000-seed sweep (raised cap)", lambda: _interrupted(d, grid)
     yield (
         "hang: map --seeds 1000000",
         lambda: refused(
@@ -518,6 +519,34 @@ def _killed_plot(d: Path):
     ok, dt, msg = succeeds(["plot", str(res), "--out", str(out)])
     left = [q.name for q in out.glob(".*")] if out.exists() else []
     return ok and not left, time.perf_counter() - t0, f"hidden files left: {left}" if left else msg
+
+
+def _interrupted(d: Path, grid: Path):
+    """A sweep of 100,000 seeds (one model, workload, budget and policy; the cap raised)
+    gets SIGINT once its pool runs: it must exit 130 with one line within 20 s."""
+    import signal
+
+    args = [*CLI, "sweep", str(grid), "--models", "qwen2-0.5b", "--workloads", "tool_call",
+            "--budgets", "1.0", "-p", "transfer_per_request", "--max-runs", "100000", "-j", "2",
+            "--set", "run.requests=100", "--set", "run.warmup_requests=10",
+            "--out", str(d / "sigint")]  # fmt: skip
+    t0 = time.perf_counter()
+    p = subprocess.Popen(args, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    parts = d / "sigint" / "parts"
+    while time.perf_counter() < t0 + 30 and not (parts.exists() and any(parts.iterdir())):
+        time.sleep(0.5)  # until the pool has finished a point
+    p.send_signal(signal.SIGINT)
+    t_sig = time.perf_counter()
+    try:
+        _, err = p.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.communicate()
+        return False, time.perf_counter() - t0, "still running 20 s after SIGINT"
+    lines = err.strip().splitlines()
+    ok = p.returncode == 130 and len(lines) >= 1 and "Traceback" not in err
+    stop, last = time.perf_counter() - t_sig, lines[-1] if lines else ""
+    return ok, time.perf_counter() - t0, f"exit {p.returncode} {stop:.1f} s after SIGINT: {last}"
 
 
 def _cost_escapes(evil: Path):
