@@ -154,8 +154,8 @@ def _untouched(folder: Path, before: list[str]):
 # ---------------------------------------------------------------------------- the cases
 
 
-def cases(d: Path):  # noqa: PLR0915 - one line per example of the issue
-    """(name, thunk) per example; each thunk returns (ok, seconds, what it saw)."""
+def _inputs(d: Path) -> dict:
+    """The files the examples read, made in the scratch folder ``d``."""
     gzblank = d / "blank.jsonl.gz"
     if not gzblank.exists():
         with gzip.open(gzblank, "wb", compresslevel=1) as fh:
@@ -205,6 +205,31 @@ def cases(d: Path):  # noqa: PLR0915 - one line per example of the issue
     (d / "afile").write_text("x")
     cal = ["-m", "llama-3.1-8b", "--input-len", "512", "--batch-size", "1"]
     run = ["run", "tool_call", "-p", "transfer_per_request", *TINY, "--out", str(d / "run")]
+    return {
+        "az": az,
+        "big_csv": big_csv,
+        "cal": cal,
+        "eff_true": eff_true,
+        "eff_typo": eff_typo,
+        "evil": evil,
+        "f": f,
+        "grid": grid,
+        "gz": gz,
+        "gzblank": gzblank,
+        "hf": hf,
+        "hugeline": hugeline,
+        "link": link,
+        "plain": plain,
+        "ro": ro,
+        "run": run,
+        "small_grid": small_grid,
+        "span": span,
+    }
+
+
+def _hang_cases(d: Path, f: dict):
+    """Hangs: each refused (or stopped) at once."""
+    grid, gzblank, run = (f[k] for k in ("grid", "gzblank", "run"))
     yield (
         "hang: hotset_refresh_s 1e-300",
         lambda: refused(
@@ -242,6 +267,11 @@ def cases(d: Path):  # noqa: PLR0915 - one line per example of the issue
         "hang: 512 MiB of blank lines in a gzip",
         lambda: refused(["run", "--trace", str(gzblank), "--out", str(d / "b")], "blank"),
     )
+
+
+def _calibrate_cases(d: Path, f: dict):
+    """calibrate: each bad profile or option one line; good ones fit."""
+    big_csv, cal = (f[k] for k in ("big_csv", "cal"))
     yield (
         "crash: calibrate 5,000-digit integer",
         lambda: refused(["calibrate", str(d / "big.json"), *cal, "--output-len", "8"]),
@@ -312,6 +342,11 @@ def cases(d: Path):  # noqa: PLR0915 - one line per example of the issue
         "unclear: calibrate CSV with a UTF-8 BOM",
         lambda: numbers(["calibrate", str(_csv(d, "bom.csv", bom=True)), "-m", "llama-3.1-8b"]),
     )
+
+
+def _crash_cases(d: Path, f: dict):
+    """Crashes: each one line, no traceback."""
+    hugeline, ro, run = (f[k] for k in ("hugeline", "ro", "run"))
     yield "crash: --requests-out read-only folder", lambda: (
         refused([*run, "--requests-out", str(ro / "r.jsonl")]) if os.geteuid() else
         (True, 0.0, "skipped: root ignores permission bits (run as a user to check)"))  # fmt: skip
@@ -361,6 +396,11 @@ def cases(d: Path):  # noqa: PLR0915 - one line per example of the issue
         "crash: 300 MB trace line",
         lambda: refused(["run", "--trace", str(hugeline), "--out", str(d / "h")], "16 MiB"),
     )
+
+
+def _numbers_cases(d: Path, f: dict):
+    """Silently wrong numbers: refused, or correct."""
+    az, f, grid, run, span = (f[k] for k in ("az", "f", "grid", "run", "span"))
     yield "numbers: recompute-only steps on an empty batch", lambda: numbers(
         ["run", "tool_call", "-p", "recompute_on_decode,conditional_disagg", "--set",
          "run.requests=10", "--set", "run.warmup_requests=1", "--set",
@@ -418,6 +458,11 @@ def cases(d: Path):  # noqa: PLR0915 - one line per example of the issue
             "output_length",
         ),
     )
+
+
+def _files_cases(d: Path, f: dict):
+    """Hardware, efficiency and HF files read strictly."""
+    eff_true, eff_typo, hf = (f[k] for k in ("eff_true", "eff_typo", "hf"))
     yield (
         "files: peak_tflops 1e-300",
         lambda: refused(["cost", "qwen2-0.5b", "-a", str(_acc(d, peak_tflops=1e-300))], "0.001"),
@@ -441,6 +486,13 @@ def cases(d: Path):  # noqa: PLR0915 - one line per example of the issue
     yield (
         "files: HF config 'false' string",
         lambda: refused(["cost", str(hf / "config.json")], "tie_word_embeddings"),
+    )
+
+
+def _unclear_cases(d: Path, f: dict):
+    """Unclear behaviour: each clear now."""
+    evil, f, grid, gz, link, run, small_grid = (
+        f[k] for k in ("evil", "f", "grid", "gz", "link", "run", "small_grid")
     )
     yield "unclear: plot --out elsewhere, read-only results", lambda: _plot(d)
     yield "unclear: report --out elsewhere, read-only results", lambda: _report(d)
@@ -470,6 +522,17 @@ def cases(d: Path):  # noqa: PLR0915 - one line per example of the issue
         lambda: refused(["sweep", "--quick", str(small_grid), "--out", str(d / "x")], "--quick"),
     )
     yield "unclear: cost escapes a file name and a name", lambda: _cost_escapes(evil)
+
+
+def cases(d: Path):
+    """(name, thunk) per example; each thunk returns (ok, seconds, what it saw)."""
+    f = _inputs(d)
+    yield from _hang_cases(d, f)
+    yield from _calibrate_cases(d, f)
+    yield from _crash_cases(d, f)
+    yield from _numbers_cases(d, f)
+    yield from _files_cases(d, f)
+    yield from _unclear_cases(d, f)
 
 
 def _nested(d: Path) -> Path:
