@@ -495,3 +495,14 @@ def test_one_line_escapes_every_line_break() -> None:
     text = "a\nb\rc\x0bd\x0ce\x1cf\x1dg\x1eh\x85i\u2028j\u2029k\x00"
     assert len(one_line(text).splitlines()) == 1 and one_line(text).isprintable()
     assert one_line("plain é ü 名") == "plain é ü 名"
+
+
+def test_an_error_in_the_budget_reference_names_the_set() -> None:
+    """`--set model=` beside an override that leaves the reference alone (an empty one): the
+    reference scenario's error came out without "(with --set)", found by the fuzzer."""
+    from prefixbench.errors import ScenarioError
+    from prefixbench.scenario.loader import load_scenario
+
+    with pytest.raises(ScenarioError) as e:
+        load_scenario("enterprise_hotset", ["", "model="])
+    assert_clear(e.value, where="--set")

@@ -353,10 +353,10 @@ def load_scenario(
     reference = None
     if overrides:
         kept = [o for o in overrides if keeps_reference(o)]
+        where = f"{where} (with --set)"  # the reference's errors come from a --set too
         if len(kept) < len(overrides):
             reference = validate(inline_efficiency(apply_overrides(data, kept), base, where), where)
         data = apply_overrides(data, overrides)
-        where = f"{where} (with --set)"
         data = resolve_scenario_hardware(data, Path.cwd(), where, base_is_file=False)
     data = inline_efficiency(data, base, where)
     scenario = validate(data, where)
