@@ -1,4 +1,4 @@
-"""The fuzzer: at least 10,000 generated inputs per run, across every way data
+"""The fuzzer: at least 20,000 generated inputs per run, across every way data
 gets into prefixbench, each of which must end in ONE of
 
 - a ``PrefixbenchError`` whose message is one printable line naming what, where and a fix
@@ -7,12 +7,17 @@ gets into prefixbench, each of which must end in ONE of
   throughput no more than the offered load).
 
 Targets (each is one entry; a new trace format is one more line in ``TRACE_FORMATS``):
-scenario YAML documents and text, ``--set`` paths and values, ``config.json``, Mooncake and
-Azure trace lines, Parquet results with schema-valid hostile content, special file types
-(directory, FIFO, device, symlink loop, huge file, empty, binary), hardware and
-efficiency YAML, calibrate profiles (CSV and vLLM JSON), the CLI in-process
-(``CliRunner``), and a small fraction of valid scenarios actually simulated, each row
-checked against every output invariant (metrics/invariants.py).
+scenario YAML documents and text, ``--set`` paths and values, the fields added since the
+last pass (host write policies, conditional_disagg's thresholds, the kv_aware routers and
+kv_overlap_weight, memory.cache_generated, the host tier), ``config.json`` (string booleans,
+recent keys), Mooncake, Mooncake ``.jsonl.gz``, Azure 2023 and 2024 (UTC offsets),
+BurstGPT and Qwen-Bailian trace lines, Parquet results with schema-valid hostile content,
+special file types (directory, FIFO, device, symlink loop, huge file, empty, binary),
+hardware and efficiency YAML, calibrate profiles (CSV with BOMs, duplicates and odd
+headers; vLLM JSON), launch commands (``prefixbench import``: vLLM, SGLang, bench), the CLI
+in-process (``CliRunner``), and valid scenarios actually simulated (tiny runs, the recent
+fields under the policies that read them, the Parquet fixture's sweep): every row any of
+them makes is checked against every output invariant (metrics/invariants.py).
 
 ``COUNTS`` records how many inputs each target ran; ``tests/conftest.py`` prints the total
 and the time at the end of the session (docs/reliability.md quotes it).
@@ -41,7 +46,7 @@ from prefixbench.errors import PrefixbenchError
 
 COUNTS: Counter[str] = Counter()
 SECONDS: Counter[str] = Counter()
-MIN_TOTAL = 10_000
+MIN_TOTAL = 20_000
 FUZZ = {
     "deadline": None,
     "database": None,  # a fresh search every run, not replays of old finds
@@ -261,7 +266,7 @@ override = st.tuples(
 ).map(lambda kv: f"{kv[0]}={kv[1]}")
 
 
-@settings(max_examples=3200, **FUZZ)
+@settings(max_examples=4000, **FUZZ)
 @given(preset=st.sampled_from(PRESETS), sets=st.lists(override, min_size=1, max_size=3))
 def test_fuzz_set_overrides(preset: str, sets: list[str]) -> None:
     from prefixbench.scenario.loader import apply_overrides
@@ -285,13 +290,21 @@ QWEN_05B = {  # Qwen/Qwen2-0.5B config.json (the fields prefixbench reads)
 }  # fmt: skip
 
 
+HF_EXTRA = ["attention_bias", "sliding_window", "use_sliding_window", "layer_types",
+            "quantization_config", "num_experts", "num_experts_per_tok", "head_dim",
+            "rope_scaling", "text_config", "model_type", "kv_lora_rank"]  # fmt: skip
+
+
 @st.composite
 def mutated_config(draw) -> str:
     cfg = dict(QWEN_05B)
     for _ in range(draw(st.integers(1, 3))):
-        key = draw(st.one_of(st.sampled_from(sorted(QWEN_05B)), st.text(max_size=10)))
+        key = draw(st.one_of(st.sampled_from(sorted(QWEN_05B)), st.sampled_from(HF_EXTRA),
+                             st.text(max_size=10)))  # fmt: skip
         if draw(st.integers(0, 5)) == 0:
             cfg.pop(key, None)
+        elif draw(st.integers(0, 4)) == 0:  # a string boolean where a boolean belongs
+            cfg[key] = draw(st.sampled_from(["false", "true", "False", "0"]))
         else:
             cfg[key] = draw(hostile_value)
     text = json.dumps(cfg, allow_nan=True)
@@ -403,8 +416,21 @@ def calibrate_profile(draw) -> tuple[str, str]:
             cells = rows[i].split(",")
             cells[draw(st.integers(0, 5))] = str(draw(hostile_value))
             rows[i] = ",".join(cells)
+        if draw(st.integers(0, 4)) == 0:  # duplicates are one point, not several
+            rows += [draw(st.sampled_from(rows))] * draw(st.integers(1, 20))
+        header = draw(
+            st.sampled_from(
+                ["phase,tokens,batch,context,devices,ms"] * 6
+                + [
+                    "phase,tokens,batch,context,devices",
+                    "phase,tokens,batch,context,devices,ms,extra",
+                    "Phase,Tokens,Batch,Context,Devices,MS",
+                    "ms,phase,tokens,batch,context,devices",
+                ]
+            )
+        )
         bom = "\ufeff" if draw(st.booleans()) else ""
-        return "p.csv", bom + "phase,tokens,batch,context,devices,ms\n" + "\n".join(rows) + "\n"
+        return "p.csv", bom + header + "\n" + "\n".join(rows) + "\n"
     doc = {"avg_latency": 1.5, "input_len": 512, "output_len": 128, "batch_size": 1}
     for _ in range(draw(st.integers(1, 3))):
         doc[draw(st.sampled_from(["avg_latency", "input_len", "output_len", "batch_size",
@@ -412,7 +438,7 @@ def calibrate_profile(draw) -> tuple[str, str]:
     return "r.json", json.dumps(doc, allow_nan=True)
 
 
-@settings(max_examples=400, **FUZZ)
+@settings(max_examples=900, **FUZZ)
 @given(case=calibrate_profile(), devices=st.sampled_from([1, 2, 0, -3, 5000]))
 def test_fuzz_calibrate_profiles(fuzz_dir: Path, case, devices: int) -> None:
     from prefixbench.physics.calibrate import calibrate
@@ -459,10 +485,48 @@ def _azure_line(draw) -> str:
     return ",".join(cells)
 
 
+def _azure2024_line(draw) -> str:
+    off = draw(st.sampled_from(["+00:00", "-07:00", "+14:00", "+25:00", "+00:99", "Z", ""]))
+    cells = [f"2024-05-10 00:{draw(st.integers(10, 59)):02d}:00.009930{off}",
+             str(draw(st.integers(1, 4000))), str(draw(st.integers(1, 500)))]  # fmt: skip
+    if draw(st.integers(0, 3)) == 0:
+        cells[draw(st.integers(0, 2))] = draw(hostile_text).replace("\n", " ")
+    return ",".join(cells)
+
+
+def _burstgpt_line(draw) -> str:
+    req, resp = draw(st.integers(0, 4000)), draw(st.integers(0, 500))
+    cells = [str(draw(st.integers(0, 10_000))), draw(st.sampled_from(["ChatGPT", "GPT-4"])),
+             str(req), str(resp), str(req + resp),
+             draw(st.sampled_from(["Conversation log", "API log"]))]  # fmt: skip
+    if draw(st.integers(0, 3)) == 0:
+        cells[draw(st.integers(0, 5))] = draw(hostile_text).replace("\n", " ")
+    return ",".join(cells)
+
+
+def _bailian_line(draw) -> str:
+    n = draw(st.integers(1, 600))
+    rec: dict[str, Any] = {
+        "chat_id": draw(st.integers(0, 50)), "parent_chat_id": draw(st.integers(-1, 50)),
+        "timestamp": draw(st.floats(0, 1e4, allow_nan=False)), "input_length": n,
+        "output_length": draw(st.integers(1, 300)), "type": "text",
+        "turn": draw(st.integers(1, 5)), "hash_ids": list(range(-(-n // 16))),
+    }  # fmt: skip
+    if draw(st.integers(0, 3)) == 0:
+        rec[draw(st.sampled_from([*rec, "extra"]))] = draw(hostile_value)
+    return json.dumps(rec, allow_nan=True)
+
+
 TRACE_FORMATS = {  # format -> (file name, header line or None, one-line generator)
     "mooncake": ("t.jsonl", None, _mooncake_line),
     "azure": ("t.csv", "TIMESTAMP,ContextTokens,GeneratedTokens", _azure_line),
-}
+    "azure-2024": ("t24.csv", "TIMESTAMP,ContextTokens,GeneratedTokens", _azure2024_line),
+    "burstgpt": ("b.csv", "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type",
+                 _burstgpt_line),
+    "bailian": ("qwen_blksz_16.jsonl", None, _bailian_line),
+    "mooncake-gz": ("t.jsonl.gz", None, _mooncake_line),
+}  # fmt: skip
+READ_AS = {"azure-2024": "azure", "mooncake-gz": None}  # None: sniffed from the name
 
 
 @st.composite
@@ -475,15 +539,17 @@ def trace_file(draw) -> tuple[str, bytes, bool]:
     if header is not None:
         lines.insert(0, header)
     raw = ("\n".join(lines) + "\n").encode("utf-8", "surrogatepass")
-    if draw(st.integers(0, 5)) == 0:  # gzip under the plain name, sometimes cut short
-        import gzip
+    import gzip
 
+    if fmt.endswith("-gz"):
+        raw = gzip.compress(raw, mtime=0)
+    elif draw(st.integers(0, 5)) == 0:  # gzip under the plain name, sometimes cut short
         raw = gzip.compress(raw, mtime=0)
         raw = raw[: draw(st.integers(2, len(raw)))]
     return fmt, raw, draw(st.booleans())
 
 
-@settings(max_examples=1700, **FUZZ)
+@settings(max_examples=2400, **FUZZ)
 @given(case=trace_file())
 def test_fuzz_trace_lines(fuzz_dir: Path, case) -> None:
     import numpy as np
@@ -495,7 +561,7 @@ def test_fuzz_trace_lines(fuzz_dir: Path, case) -> None:
     with _timed(f"{fmt} trace lines"):
         path.write_bytes(raw)
         try:
-            load = read_trace(path, fmt, skip_bad=skip_bad)
+            load = read_trace(path, READ_AS.get(fmt, fmt), skip_bad=skip_bad)
         except PrefixbenchError as e:
             _clear(e, where=str(path))
             return
@@ -521,7 +587,13 @@ def results(tmp_path_factory) -> dict[str, pl.DataFrame]:
          "seeds": [0, 1], "set": ["run.requests=300", "run.warmup_requests=30"]}
     )  # fmt: skip
     run_sweep(spec, out, backend=SerialBackend())
-    return {k: read_artifact(out / f"{k}.parquet", k) for k in ("runs", "agg")}
+    frames = {k: read_artifact(out / f"{k}.parquet", k) for k in ("runs", "agg")}
+    from prefixbench.metrics.invariants import violations
+
+    for row in frames["runs"].to_dicts():  # the runs the fixture made obey every invariant
+        COUNTS["simulated (sweep fixture rows)"] += 1
+        assert violations(row) == [], violations(row)
+    return frames
 
 
 @st.composite
@@ -756,13 +828,180 @@ def test_fuzz_simulate_valid_scenarios(preset: str, sets: list[str]) -> None:
             _check_summary(row, t.prepared)
 
 
+# ------------------------------------------------------------------ recent scenario fields
+
+# fields added since the last pass: host write policies, conditional_disagg's thresholds,
+# the kv_aware routers and their overlap weight, generated-answer caching, the host tier
+RECENT_FIELDS = {
+    "memory.host_write_policy": ["write_back", "write_through", "write_through_selective"],
+    "memory.cache_generated": [True, False],
+    "memory.host_memory_gb": [0.001, 0.5, 6.6, 64.0],
+    "memory.preemption": ["recompute", "swap"],
+    "memory.admission": ["paged", "reserve"],
+    "cluster.max_local_prefill_tokens": [0, 1, 512, 1000, 100000],
+    "cluster.local_prefill_hit_ratio": [0.0, 0.5, 0.99, 1.0],
+    "cluster.kv_overlap_weight": [0.0, 0.5, 1.0, 4.0],
+    "cluster.prefill_router": ["least_tokens", "round_robin", "kv_aware"],
+    "cluster.decode_router": ["least_load", "prefix_affinity", "round_robin", "kv_aware"],
+    "memory.hotset_refresh_s": [0.001, 0.5, 30.0],
+    "cluster.chunk_token_budget": [65, 1024, 65536],
+}  # fmt: skip
+RECENT_PATHS = sorted(RECENT_FIELDS)
+RECENT_POLICIES = ["conditional_disagg", "replicate_tiered", "cost_aware", "replicate_all_lru"]
+
+
+def _yaml_value(v) -> str:
+    return json.dumps(v) if not isinstance(v, str) else v
+
+
+recent_override = st.tuples(
+    st.sampled_from(RECENT_PATHS),
+    st.one_of(
+        hostile_text,
+        hostile_value.map(lambda v: json.dumps(v, allow_nan=True)),
+        st.sampled_from(RECENT_PATHS).flatmap(
+            lambda k: st.sampled_from(RECENT_FIELDS[k]).map(_yaml_value)
+        ),
+    ),
+).map(lambda kv: f"{kv[0]}={kv[1]}")
+
+
+@settings(max_examples=4200, **FUZZ)
+@given(preset=st.sampled_from(PRESETS), sets=st.lists(recent_override, min_size=1, max_size=4))
+def test_fuzz_recent_fields(preset: str, sets: list[str]) -> None:
+    """Hostile and legal values of every field added since the last pass (validation)."""
+    from prefixbench.scenario.loader import apply_overrides
+
+    with _timed("recent fields (host write policy, conditional, kv_aware, cache_generated)"):
+        try:
+            data = apply_overrides(PRESET_DATA[preset], sets)
+        except PrefixbenchError as e:
+            _clear(e, where="--set")
+            return
+        _validate_or_refuse(data, "preset (with --set)")
+
+
+legal_recent = st.lists(
+    st.sampled_from(RECENT_PATHS).flatmap(
+        lambda k: st.sampled_from(RECENT_FIELDS[k]).map(lambda v: f"{k}={_yaml_value(v)}")
+    ),
+    min_size=1,
+    max_size=4,
+)
+
+
+@settings(max_examples=90, **FUZZ)
+@given(
+    preset=st.sampled_from(["tool_call", "multi_turn_chat", "enterprise_hotset"]),
+    sets=legal_recent,
+    shape=st.sampled_from([[], ["cluster.decode_instances=2"], ["cluster.prefill_instances=2"],
+                           ["workload.arrivals.rate=100"], ["run.warmup_requests=0"]]),
+)  # fmt: skip
+def test_fuzz_recent_fields_simulated(preset: str, sets: list[str], shape: list[str]) -> None:
+    """Legal values of the recent fields, simulated (40 requests) under the policies that
+    read them: every summary row obeys every output invariant."""
+    from prefixbench.scenario.loader import load_scenario
+    from prefixbench.study.runs import run_scenario
+
+    tiny = ["run.requests=40", "run.warmup_requests=4"]
+    try:
+        s = load_scenario(preset, [*tiny, *sets, *shape])
+    except PrefixbenchError as e:
+        _clear(e)
+        s = None
+    assume(s is not None)
+    with _timed("simulated (recent fields, 40 requests, 4 policies)"):
+        try:
+            t = run_scenario(s, RECENT_POLICIES, keep_requests=False)
+        except PrefixbenchError as e:
+            _clear(e)
+            return
+        for row in t.summary.to_dicts():
+            _check_summary(row, t.prepared)
+
+
+# ------------------------------------------------------------------ launch commands (import)
+
+LLAMA = "meta-llama/Llama-3.1-8B"
+VLLM_FLAGS = ["--tensor-parallel-size", "-tp", "--pipeline-parallel-size", "--data-parallel-size",
+              "--gpu-memory-utilization", "--kv-cache-dtype", "--block-size", "--max-num-seqs",
+              "--max-num-batched-tokens", "--enable-prefix-caching", "--enable-chunked-prefill",
+              "--kv-transfer-config", "--speculative-config", "--quantization", "--swap-space",
+              "--max-model-len", "--no-such-flag"]  # fmt: skip
+SGLANG_FLAGS = ["--tp-size", "--dp-size", "--mem-fraction-static", "--page-size",
+                "--max-running-requests", "--chunked-prefill-size",
+                "--disaggregation-transfer-backend", "--enable-hierarchical-cache",
+                "--hicache-ratio", "--hicache-size", "--hicache-write-policy",
+                "--speculative-algorithm", "--speculative-num-steps", "--disable-radix-cache",
+                "--quantization", "--bogus"]  # fmt: skip
+BENCH_FLAGS = ["--request-rate", "--num-prompts", "--random-input-len", "--random-output-len",
+               "--random-range-ratio", "--random-prefix-len", "--dataset-name", "--burstiness",
+               "--max-concurrency", "--prefix-repetition-num-prefixes", "--seed"]  # fmt: skip
+KV_CONFIGS = ['{"kv_connector":"NixlConnector","kv_role":"kv_producer"}',
+              '{"kv_connector":"NixlConnector","kv_role":"kv_consumer"}',
+              '{"kv_connector":"LMCacheConnectorV1","kv_role":"kv_both"}', '{"kv_role": 5}',
+              '{', '[]', '{"kv_connector": "' + "x" * 300 + '"}']  # fmt: skip
+FLAG_VALUES = ["1", "2", "8", "0", "-1", "0.9", "1.5", "nan", "inf", "fp8", "auto", "16",
+               "write_through", "write_back", "EAGLE", "99999999999999999999", "", "'a b'",
+               "\x1b[2J", *KV_CONFIGS]  # fmt: skip
+
+
+def _flag_words(draw, flags: list[str], n: int) -> str:
+    words = []
+    for _ in range(n):
+        words.append(draw(st.sampled_from(flags)))
+        if draw(st.integers(0, 4)):
+            v = draw(st.one_of(st.sampled_from(FLAG_VALUES), hostile_text))
+            words.append("'" + v.replace("'", "") + "'")
+    return " ".join(words)
+
+
+@st.composite
+def launch_commands(draw) -> dict:
+    stack = draw(st.sampled_from(["vllm", "sglang", "colocated"]))
+    flags = SGLANG_FLAGS if stack == "sglang" else VLLM_FLAGS
+    head = "python -m sglang.launch_server --model-path " if stack == "sglang" else "vllm serve "
+    model = draw(st.sampled_from([LLAMA, "Qwen/Qwen2-0.5B", "nope/none", ""]))
+    bench = "vllm bench serve " + _flag_words(draw, BENCH_FLAGS, draw(st.integers(0, 4)))
+    cmds: dict = {"bench": bench if draw(st.integers(0, 15)) else draw(hostile_text)}
+    if stack == "colocated":
+        cmds["serve"] = head + model + " " + _flag_words(draw, flags, draw(st.integers(0, 4)))
+    else:
+        extra = {"sglang": (" --disaggregation-mode prefill", " --disaggregation-mode decode"),
+                 "vllm": (" --kv-transfer-config '" + KV_CONFIGS[0] + "'",
+                          " --kv-transfer-config '" + KV_CONFIGS[1] + "'")}[stack]  # fmt: skip
+        for role, tail in zip(("prefill", "decode"), extra, strict=True):
+            words = _flag_words(draw, flags, draw(st.integers(0, 4)))
+            cmds[role] = head + model + tail + " " + words
+    cmds["hardware"] = draw(st.sampled_from([None, "h100-sxm", "l4", "nope"]))
+    return cmds
+
+
+@settings(max_examples=1500, **FUZZ)
+@given(cmds=launch_commands())
+def test_fuzz_launch_import(cmds: dict) -> None:
+    """Launch and bench commands (prefixbench import): one clear line, or a scenario that
+    validates as `run` reads it."""
+    from prefixbench.scenario.launch.importer import import_deployment
+
+    with _timed("launch commands (import: vLLM, SGLang, bench)"):
+        try:
+            result = import_deployment(**cmds)
+        except PrefixbenchError as e:
+            _clear(e)
+            return
+        json.dumps(result.scenario, allow_nan=False)  # the scenario is strict data
+        assert _validate_or_refuse(result.scenario, "import") is not None
+
+
 # ------------------------------------------------------------------ the count
 
 
-def test_fuzz_ran_at_least_ten_thousand_inputs(request) -> None:
-    """Last in the file: every target above ran, and together they made >= 10,000 inputs."""
+def test_fuzz_ran_at_least_twenty_thousand_inputs(request) -> None:
+    """Last in the file: every target above ran, and together they made >= 20,000 inputs."""
     names = [i.name for i in request.session.items if i.module is request.module]
     if len(names) < 10:  # a subset was selected (-k): nothing to count
         pytest.skip("only part of the fuzzer ran")
     total = sum(COUNTS.values())
     assert total >= MIN_TOTAL, dict(COUNTS)
+    assert len(COUNTS) >= 22 and min(COUNTS.values()) > 0, dict(COUNTS)  # every target ran

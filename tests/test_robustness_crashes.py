@@ -177,6 +177,7 @@ def test_the_memory_check_sees_timeline_and_workers(monkeypatch):
     from prefixbench.support import memcheck
 
     monkeypatch.setattr(memcheck, "available_bytes", lambda: 4e9)
+    monkeypatch.setattr(memcheck, "shared_available_bytes", lambda: 4e9)
     memcheck.check_fits(1_000_000)  # 2.25 GB: fits
     with pytest.raises(SimulationError, match="--timeline"):
         memcheck.check_timeline(1_000_000, 4)  # + 12 GB of records

@@ -201,3 +201,24 @@ def test_plot_and_report_leave_the_results_folder_alone(tmp_path):
     assert r.exit_code == 0, r.output
     assert sorted(p.name for p in results.iterdir()) == before  # nothing written there
     assert (tmp_path / "rep" / "plots").is_dir()
+
+
+def test_a_killed_plots_temp_png_is_removed_at_once_when_its_writer_is_gone(tmp_path):
+    """A SIGKILLed plot leaves ``.NAME.png.PID.XXXX.png``: the next plot removes it at once
+    when that pid no longer runs (before, only after 5 minutes); a live writer's temp (this
+    process's, or one without a pid that is fresh) stays."""
+    import os
+    import subprocess
+    import sys
+
+    from prefixbench.study.plots import _remove_stale_temps
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()  # its pid now names no process
+    dead = tmp_path / f".01_mean_ttft_by_policy.png.{child.pid}.abc123.png"
+    live = tmp_path / f".02_x.png.{os.getpid()}.def456.png"
+    fresh = tmp_path / ".03_x.png.ghi789.png"
+    for p in (dead, live, fresh):
+        p.write_bytes(b"x")
+    _remove_stale_temps(tmp_path)
+    assert not dead.exists() and live.exists() and fresh.exists()

@@ -40,6 +40,7 @@ from .layout import (
     DI0,
     EV_DECODE,
     FP_DC,
+    FP_TSTEADY,
     G_BATCH_AREA,
     G_ITL_CNT,
     G_ITL_H,
@@ -194,9 +195,22 @@ def add_work(F, f, flops, bytes_):
 
 
 @jit
-def segment_work(F, d, nb, ctx, k):
-    """Add the FLOPs and bytes of ``k`` iterations (segment_totals) to ``d``'s work."""
-    flops, bytes_ = segment_totals(F, nb, ctx, k)
+def segment_work_in_window(F, d, nb, ctx, tseg, t, k):
+    """The measured work of ``k`` iterations from ``tseg`` (ending at ``t``): those started
+    before the window's end, the last of them by the share of its time inside (window.py)."""
+    ks = iterations_in(F, nb, ctx, tseg, t, k)
+    flops, bytes_ = segment_totals(F, nb, ctx, ks)
+    end = F[FP_TSTEADY]
+    if t > end:
+        a1, s1, a2, s2, o = coeffs(F, nb, ctx)
+        t0 = tseg + series_time(a1, s1, a2, s2, o, ks - 1)
+        t1 = tseg + series_time(a1, s1, a2, s2, o, ks)
+        if t1 > end and t1 > t0:
+            w = (end - t0) / (t1 - t0)
+            w = 0.0 if w < 0.0 else w
+            f0, b0 = segment_totals(F, nb, ctx, ks - 1)
+            flops = f0 + w * (flops - f0)
+            bytes_ = b0 + w * (bytes_ - b0)
     add_work(F, DF0 + d * NDF + DF_FLOPS, flops, bytes_)
 
 
@@ -300,8 +314,7 @@ def account_segment(IS, F, d, t):
         F[f + DF_BUSY] += clipped(F, tseg, t)
         F[G_BATCH_AREA] += nb * clipped(F, tseg, t)
         if k > 0:
-            ks = iterations_in(F, nb, IS[b + D_CTX], tseg, t, k)
-            segment_work(F, d, nb, IS[b + D_CTX], ks)
+            segment_work_in_window(F, d, nb, IS[b + D_CTX], tseg, t, k)
     if nb > 0 and k > 0 and in_energy_window(F, tseg):  # --- power: drain included
         segment_power(F, d, nb, IS[b + D_CTX], k)
     return k

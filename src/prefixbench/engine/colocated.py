@@ -24,7 +24,6 @@ import math
 from . import layout as L
 from .batch import (
     account_segment,
-    add_work,
     interrupt,
     record_gaps,
     run_to_next_finish,
@@ -38,7 +37,7 @@ from .power import decode_record, power_work
 from .queues import batch_pop, batch_push, push, step_append, wq_append, wq_remove
 from .series import comm, op_time, prefill_step_time, weights_read
 from .timeline import record
-from .window import in_energy_window, in_window
+from .window import add_step_work, in_energy_window
 
 # R fields in colocated mode: R_PRIV = KV reserved, R_NHIT = prompt tokens prefilled so far,
 # R_PBN = next request of the step being built, R_CHUNK = its chunk in that step.
@@ -225,8 +224,8 @@ def prefill_step(IS, F, R, B32, TLF, TLI, bid, bt, i, t):
         return -1.0
     flops = gemm + attn
     dur = prefill_step_time(F, c0, gemm, attn, new_sum, kv_io)
-    if in_window(F, t):
-        add_work(F, L.DF0 + i * L.NDF + L.DF_FLOPS, flops, weights_read(F, c0, new_sum) + kv_io)
+    wb = weights_read(F, c0, new_sum) + kv_io
+    add_step_work(F, L.DF0 + i * L.NDF + L.DF_FLOPS, flops, wb, t, t + dur)
     if in_energy_window(F, t):
         power_work(  # --- power
             F, decode_record(F, i), c0, F[c0 + L.C_FRP], flops,
@@ -323,9 +322,8 @@ def price_mixed(F, i, t, nb, chunk_sum, gemm, attn, kv_io):
     dur = op_time(F, c0, gemm, tokens, F[c0 + L.C_FRD], wbytes, attn, kv_io) + F[c0 + L.C_DOV]
     dur += comm(F, c0, tokens)
     flops = gemm + attn
-    if in_window(F, t):
-        pw = L.DF0 + i * L.NDF + L.DF_FLOPS
-        add_work(F, pw, flops, weights_read(F, c0, nb + chunk_sum) + kv_io)
+    pw = L.DF0 + i * L.NDF + L.DF_FLOPS
+    add_step_work(F, pw, flops, weights_read(F, c0, nb + chunk_sum) + kv_io, t, t + dur)
     if in_energy_window(F, t):
         power_work(  # --- power
             F, decode_record(F, i), c0, F[c0 + L.C_FRD], flops,

@@ -33,7 +33,6 @@ from . import paging as pg
 from . import refresh as rf
 from .batch import (
     account_segment,
-    add_work,
     interrupt,
     record_gaps,
     run_to_next_finish,
@@ -81,7 +80,7 @@ from .series import (
 )
 from .streaming import stream_batch, stream_one
 from .timeline import record
-from .window import clipped, in_energy_window, in_window
+from .window import add_step_work, clipped, in_energy_window, in_window
 
 # ---------------------------------------------------------------- accounting
 
@@ -237,7 +236,7 @@ def start_prefill(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, p, t):
     if in_window(F, t):
         F[IS[L.H_FPB] + p] += clipped(F, c, c + dur)
         pw = IS[L.H_FCH] + IS[L.IP_NP] * IS[L.IP_ND] * IS[L.IP_NC] + 2 * p
-        add_work(F, pw, flops, weights_read(F, c0, new_sum) + kv_io)
+        add_step_work(F, pw, flops, weights_read(F, c0, new_sum) + kv_io, t, t + dur)
     if in_energy_window(F, t):
         power_work(  # --- power
             F, prefill_record(IS, F, p), c0, F[c0 + L.C_FRP], flops,

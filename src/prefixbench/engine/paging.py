@@ -35,7 +35,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import layout as L
-from .batch import add_work, interrupt, schedule
+from .batch import interrupt, schedule
 from .blocks import rs_acquire, rs_idle_tokens, rs_match, rs_release_chain, rs_trim
 from .hostpath import host_path_move
 from .jit import jit
@@ -43,7 +43,7 @@ from .power import decode_record, power_work
 from .queues import batch_push, push, q_append, q_popleft
 from .series import coeffs, comm, iterations_within, op_time, series_time, weights_read
 from .timeline import record
-from .window import in_energy_window, in_window
+from .window import add_step_work, in_energy_window, in_window
 
 
 @jit
@@ -429,11 +429,13 @@ def reprefill(IS, F, R, d, rid, start, t):
     lf, att, kv = F[c0 + L.C_LF], F[c0 + L.C_ATT], F[c0 + L.C_KV]
     gemm, attn = m * lf, att * (m * c + m * (m + 1) / 2.0)
     wbytes, kv_io = weights_read(F, c0, m), kv * (m + c)
-    if in_window(F, t):
-        add_work(F, L.DF0 + d * L.NDF + L.DF_FLOPS, gemm + attn, wbytes + kv_io)
     R[rid * L.NR + L.R_FLAGS] &= ~L.F_REPF
     step = op_time(F, c0, gemm, m * 1.0, F[c0 + L.C_FRP], wbytes, attn, kv_io) + F[c0 + L.C_POV]
     dur = step + comm(F, c0, float(m))
+    if in_window(F, t):  # the stall is measured from t; this re-prefill's share in it
+        add_step_work(
+            F, L.DF0 + d * L.NDF + L.DF_FLOPS, gemm + attn, wbytes + kv_io, start, start + dur
+        )
     if in_energy_window(F, t):  # --- power: a re-prefill draws like a prefill step
         power_work(F, decode_record(F, d), c0, F[c0 + L.C_FRP], gemm + attn, wbytes + kv_io, dur)
     return start + dur

@@ -23,13 +23,13 @@ import math
 
 from . import ced
 from . import layout as L
-from .batch import add_work, itl_add, schedule
+from .batch import itl_add, schedule
 from .jit import jit
 from .mixed import chunk_add, chunk_room, mixed_close, mixed_open
 from .power import decode_record, power_work
 from .queues import job_enqueue, q_append
 from .timeline import record
-from .window import in_energy_window, in_window
+from .window import add_step_work, in_energy_window
 
 
 @jit
@@ -87,7 +87,6 @@ def mark_ready(IS, R, B8, bid, rid, d):
     for j in range(IS[ptr + rid] + R[rid * L.NR + L.R_NHIT], IS[ptr + rid + 1]):
         if B8[pflag + j]:
             B8[st + bid[j]] |= L.ST_READY
-
 
 
 @jit
@@ -178,8 +177,8 @@ def mixed_step(IS, F, R, B8, bid, EHT, EHI, TLF, TLI, d, t, nj):
         a = R[ar + L.R_RQN]
     dur, flops, bytes_ = mixed_close(F, nb, ctx, chunks, gemm, attn, kv_io)
     end = t + dur
-    if in_window(F, t):  # MFU/MBU: steps started in the steady window (window.py)
-        add_work(F, L.DF0 + d * L.NDF + L.DF_FLOPS, flops, bytes_)
+    # MFU/MBU: steps started in the steady window, clipped at its end (window.py)
+    add_step_work(F, L.DF0 + d * L.NDF + L.DF_FLOPS, flops, bytes_, t, end)
     if in_energy_window(F, t):  # energy: to the end of the run (docs/model.md §2.11)
         power_work(F, decode_record(F, d), c0, F[c0 + L.C_FRD], flops, bytes_, dur)
     prev = -1

@@ -1,8 +1,10 @@
 """The steady window (docs/model.md "Utilisation"): from the end of warm-up (the first
 measured arrival) to the last arrival, so the drain after the last arrival, when load falls
 to nothing, does not dilute busy times. A step or decode segment counts when it starts in
-the window; its busy time is clipped at the window's end, a segment's work to the
-iterations started in it.
+the window; its busy time is clipped at the window's end, and so is its work: a step that
+runs past the end counts the share of its FLOPs and bytes that falls inside (its time
+share; a decode segment counts its iterations started inside, the last one by its share),
+so no instance reports more work than its busy time at the roofline could do.
 """
 
 from __future__ import annotations
@@ -33,6 +35,28 @@ def clipped(F, t0, t1):
     if t1 > F[L.FP_TSTEADY]:
         return F[L.FP_TSTEADY] - t0
     return t1 - t0
+
+
+@jit
+def work_share(F, t0, t1):
+    """Share of a step from ``t0`` to ``t1`` whose work is measured: 0 unless it starts in
+    the window, else the part of its time before the window's end."""
+    if not in_window(F, t0):
+        return 0.0
+    end = F[L.FP_TSTEADY]
+    if t1 <= end or t1 <= t0:
+        return 1.0
+    return (end - t0) / (t1 - t0)
+
+
+@jit
+def add_step_work(F, f, flops, bytes_, t0, t1):
+    """FLOPs and bytes of a step from ``t0`` to ``t1`` at ``F[f]``, ``F[f+1]``, in the share
+    measured (work_share)."""
+    w = work_share(F, t0, t1)
+    if w > 0.0:
+        F[f] += w * flops
+        F[f + 1] += w * bytes_
 
 
 @jit

@@ -497,14 +497,19 @@ def run_map(
     spec = check_spec(spec)
     ys = spec.ys()
     load_scenario(spec.workload, spec.base_overrides())  # a bad model or --set: no cell named
+    largest = 0
     for x in (spec.xs()[0], spec.xs()[-1]):  # a bad grid fails before any simulation
         for y in (ys[0], ys[-1]):
             with _naming(spec, x, y, 0):
                 sets = [*spec.base_overrides(), AXES[spec.x].override(x), AXES[spec.y].override(y)]
-                prepare(load_scenario(spec.workload, sets))
+                largest = max(largest, len(prepare(load_scenario(spec.workload, sets)).requests))
+    backend = backend or LocalPoolBackend(min(check_jobs(jobs), len(ys)))
+    if isinstance(backend, LocalPoolBackend):  # every worker holds one cell's run at a time
+        from prefixbench.support.memcheck import check_workers
+
+        check_workers(largest, backend.jobs)
     if on_start:
         on_start(len(ys), 0)
-    backend = backend or LocalPoolBackend(min(check_jobs(jobs), len(ys)))
     rows: list[dict] = []
     for _, part in backend.map_unordered(functools.partial(run_row, spec=spec), ys):
         rows.extend(part)

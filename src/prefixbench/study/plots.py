@@ -138,7 +138,10 @@ def _save(plot, path: Path, size: tuple[float, float], dpi: int = DPI) -> Path:
 
     tmp = None
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
+        # the writer's pid in the name: the next plot removes a killed writer's temp at once
+        fd, tmp = tempfile.mkstemp(
+            prefix=f".{path.name}.{os.getpid()}.", suffix=".png", dir=path.parent
+        )
         os.close(fd)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # plotnine warns about saving/size and removed NaN rows
@@ -1106,12 +1109,28 @@ def render_plots(results: Path, out: Path) -> list[Path]:
 STALE_TEMP_S = 300.0  # a figure draws in seconds: an older temp PNG is a killed run's
 
 
+def _writer_gone(tmp: Path) -> bool:
+    """Whether the process that named ``tmp`` (``.NAME.png.PID.XXXX.png``) no longer runs."""
+    pid = tmp.name.split(".png.", 1)[1].partition(".")[0] if ".png." in tmp.name else ""
+    if not pid.isdigit() or int(pid) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
 def _remove_stale_temps(out: Path) -> None:
-    """Remove the hidden temp PNGs (``.NAME.png.XXXX.png``) a SIGKILLed plot left in ``out``."""
+    """Remove the hidden temp PNGs (``.NAME.png.PID.XXXX.png``) a SIGKILLed plot left in
+    ``out``: at once when their writer is gone, else once older than STALE_TEMP_S (a pid
+    reused by another process, or a temp without one)."""
     import time
 
     now = time.time()
     for tmp in out.glob(".*.png.*.png"):
         with contextlib.suppress(OSError):
-            if now - tmp.stat().st_mtime > STALE_TEMP_S:
+            if _writer_gone(tmp) or now - tmp.stat().st_mtime > STALE_TEMP_S:
                 tmp.unlink()

@@ -11,8 +11,9 @@ request (10% over the worst measured) and refuses a run whose estimate exceeds t
 available now (``MemAvailable`` in ``/proc/meminfo``, or ``os.sysconf`` pages, and the
 cgroup limit when there is one, and the address space ``ulimit -v`` leaves). Other things
 that scale are checked the same way before they are allocated: session turns
-(workload/sessions.py), a trace's text (workload/traces.py), the timeline's records and
-grid workers (``check_workers``).
+(workload/sessions.py), a trace's text (workload/traces.py), the timeline's records
+(``check_timeline``) and the workers of a sweep or a ``map`` together (``check_workers``:
+points × workers against the memory they share).
 """
 
 from __future__ import annotations
@@ -89,12 +90,21 @@ def _rlimit_available() -> float | None:
     return float(soft) - used
 
 
+def _least(*sources) -> float | None:
+    known = [v for v in (f() for f in sources) if v is not None]
+    return min(known) if known else None
+
+
+def shared_available_bytes() -> float | None:
+    """Memory every process of this machine or container shares: the least of available RAM
+    and the cgroup (v2 or v1) room (a pool's workers together must fit in it)."""
+    return _least(_meminfo_available, _cgroup_available, _cgroup_v1_available)
+
+
 def available_bytes() -> float | None:
     """Memory this process can still use, or None when the system does not say: the least
     of available RAM, the cgroup (v2 or v1) room and the address space ``ulimit -v`` leaves."""
-    sources = (_meminfo_available, _cgroup_available, _cgroup_v1_available, _rlimit_available)
-    known = [v for v in (f() for f in sources) if v is not None]
-    return min(known) if known else None
+    return _least(shared_available_bytes, _rlimit_available)
 
 
 def check_bytes(need: float, what: str, where: str, fix: str) -> None:
@@ -112,11 +122,13 @@ def check_bytes(need: float, what: str, where: str, fix: str) -> None:
 
 def check_workers(requests: int, workers: int, where: str = "--jobs") -> None:
     """Refuse ``workers`` processes each running a point of ``requests`` requests whose
-    estimates together exceed the memory available (every worker holds one point)."""
+    estimates together exceed the memory they share (every worker holds one point; RAM and
+    the cgroup are shared, while ``ulimit -v`` binds each process alone, so one point under
+    it is ``check_fits``'s question, asked when the grid is validated)."""
     if workers <= 1:
         return
     per = estimate_bytes(requests)
-    have = available_bytes()
+    have = shared_available_bytes()
     if have is not None and per * workers > have:
         fit = max(1, int(have // per))
         raise SimulationError(

@@ -93,10 +93,14 @@ class Bench:
         if flag is None:
             return DEFAULTS.get(name)
         kind = float if name in FLOATS else (int if isinstance(DEFAULTS.get(name), int) else str)
+        if flag.value is None:
+            raise ScenarioError(f"{flag.text()} has no value", where="--bench",
+                                fix=f"give {name} a value, or leave it out")  # fmt: skip
         try:
-            return kind(flag.value) if flag.value is not None else None
+            return kind(flag.value)
         except ValueError:
-            raise ScenarioError(f"{flag.text()} is not {kind.__name__}", where="--bench") from None
+            raise ScenarioError(f"{flag.text()} is not {kind.__name__}", where="--bench",
+                                fix=f"give {name} a {kind.__name__}") from None  # fmt: skip
 
     def used(self, *names: str, field: str, status: str = MAPPED, note: str = "") -> None:
         shown = " ".join(self.flags[n].text() for n in names if n in self.flags)
@@ -128,7 +132,11 @@ def _arrivals(bench: Bench) -> dict:
             "mean end-to-end latency",
         )
     if burst <= 0:
-        raise ScenarioError("--burstiness must be > 0", where="--bench")
+        raise ScenarioError(
+            "--burstiness must be > 0",
+            where="--bench",
+            fix="give --burstiness a number above 0 (1 is Poisson)",
+        )
     out: dict[str, Any] = {"rate": rate}
     if burst != 1.0:
         out.update(process="gamma", cv=1 / math.sqrt(burst))
@@ -174,7 +182,11 @@ def _uniform(mean: int, r: float, low_floor: int) -> dict:
 def _random(bench: Bench) -> dict:
     r = bench.value("--random-range-ratio")
     if not 0 <= r < 1:
-        raise ScenarioError("--random-range-ratio must be in [0, 1)", where="--bench")
+        raise ScenarioError(
+            "--random-range-ratio must be in [0, 1)",
+            where="--bench",
+            fix="give --random-range-ratio from 0 up to (not including) 1",
+        )
     prefix = bench.value("--random-prefix-len")
     bench.used("--random-input-len", "--random-range-ratio", field="workload.suffix_length")
     bench.used("--random-output-len", field="workload.output_length")
@@ -211,7 +223,7 @@ def _burstgpt(bench: Bench) -> dict:
     path = bench.value("--dataset-path")
     if not path:
         raise ScenarioError("--dataset-name burstgpt needs --dataset-path (the BurstGPT CSV)",
-                            where="--bench")  # fmt: skip
+                            where="--bench", fix="add --dataset-path FILE.csv")  # fmt: skip
     rate = bench.value("--request-rate")
     bench.used("--dataset-path", field="workload.path", status=APPROX,
                note="vLLM draws only the lengths from the CSV and times arrivals by "
@@ -251,7 +263,7 @@ def _slo(bench: Bench) -> None:
             value = float(ms)
         except ValueError:
             raise ScenarioError(f"--goodput {item}: give METRIC:MS, e.g. ttft:500",
-                                where="--bench") from None  # fmt: skip
+                                where="--bench", fix="write each goodput target as METRIC:MS") from None  # fmt: skip
         if metric in ("ttft", "tpot"):
             bench.b.set(f"slo.{metric}_ms", value)
             bench.b.row("bench", f"--goodput {item}", f"slo.{metric}_ms")

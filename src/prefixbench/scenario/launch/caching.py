@@ -134,7 +134,7 @@ def _sglang_policy(b: Build, s: Serve) -> str:
     radix, hicache = s.get("decode_radix", False), s.get("hicache", False)
     if radix and s.get("no_radix"):
         raise ScenarioError("--disable-radix-cache and --disaggregation-decode-enable-radix-cache "
-                            "contradict", where="--decode")  # fmt: skip
+                            "contradict", where="--decode", fix="keep one of the two flags")  # fmt: skip
     policy = ("replicate_tiered" if hicache else "replicate_all_lru") if radix else (
         "transfer_per_request")  # fmt: skip
     flag = s.flag("decode_radix") or "(SGLang default: no radix cache on a decode server)"

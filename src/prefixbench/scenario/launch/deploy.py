@@ -64,7 +64,11 @@ def apply_parallelism(b: Build, s: Serve) -> None:
     g = group_of(s)
     tp, pp = s.get("tp", 1), s.get("pp", 1)
     if tp < 1 or pp < 1:
-        raise ScenarioError("parallel sizes must be at least 1", where=f"--{s.role}")
+        raise ScenarioError(
+            "parallel sizes must be at least 1",
+            where=f"--{s.role}",
+            fix="give every parallel size (tp, pp, dp) as a whole number >= 1",
+        )
     b.set(f"{g}.devices", tp * pp)
     b.set(f"{g}.tp", tp)
     b.set(f"{g}.pp", pp)
@@ -159,6 +163,7 @@ def _chunked(b: Build, s: Serve) -> None:
             raise ScenarioError(
                 "vLLM V1 always chunks prefills; --no-enable-chunked-prefill is not honoured",
                 where="--serve",
+                fix="drop --no-enable-chunked-prefill",
             )
         b.set("cluster.colocated_scheduler", "chunked")
         flag = s.flag("chunked") or f"({s.stack} default: chunked prefill)"

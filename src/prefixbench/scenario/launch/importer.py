@@ -67,7 +67,16 @@ def _serves(prefill: str | None, decode: str | None, serve: str | None) -> list[
 
 
 def _hardware(b: Build, hardware: str | None, link: str | None, colocated: bool) -> None:
+    from prefixbench import catalog
+    from prefixbench.errors import CatalogError
+
     acc = hardware or DEFAULT_ACCELERATOR
+    try:  # a name the catalog does not know is the --hardware flag's fault
+        catalog.get_accelerator(acc)
+    except CatalogError as e:
+        raise CatalogError(
+            e.what, where=e.where or "--hardware", fix=e.fix or "see `prefixbench catalog`"
+        ) from None
     b.set("cluster.prefill.accelerator", acc)
     b.set("cluster.decode.accelerator", acc)
     if hardware:

@@ -88,7 +88,11 @@ def apply_memory(b: Build, s: Serve) -> float | None:
         return None
     f = s.get("mem")
     if not 0 < f <= 1:
-        raise ScenarioError(f"{s.flag('mem')}: must be in (0, 1]", where=f"--{s.role}")
+        raise ScenarioError(
+            f"{s.flag('mem')}: must be in (0, 1]",
+            where=f"--{s.role}",
+            fix="give a fraction of GPU memory above 0 and at most 1, e.g. 0.9",
+        )
     total, weights = hbm_gb(b, s), weight_gb(b)
     if f * total - weights <= 0:
         raise ScenarioError(
@@ -142,7 +146,7 @@ def _vllm_spec(s: Serve) -> dict:
     gamma = cfg.get("num_speculative_tokens")
     if not isinstance(gamma, int) or isinstance(gamma, bool):
         raise ScenarioError("--speculative-config needs num_speculative_tokens (an integer)",
-                            where="--decode")  # fmt: skip
+                            where="--decode", fix='add "num_speculative_tokens": N to the --speculative-config JSON')  # fmt: skip
     if method in MTP_METHODS or method.endswith("_mtp"):
         return {"method": "mtp", "gamma": gamma}
     if method in DRAFT_METHODS and cfg.get("model"):
@@ -155,7 +159,7 @@ def _sglang_spec(s: Serve) -> dict:
     steps = s.get("spec_steps") or (s.get("spec_tokens") - 1 if s.get("spec_tokens") else None)
     if not steps:
         raise ScenarioError("give --speculative-num-steps (draft tokens per step)",
-                            where="--decode")  # fmt: skip
+                            where="--decode", fix="add --speculative-num-steps N")  # fmt: skip
     if algo in MTP_METHODS:
         return {"method": "mtp", "gamma": steps}
     if algo in DRAFT_METHODS and s.get("spec_draft"):
