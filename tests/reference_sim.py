@@ -221,6 +221,8 @@ class Req:
     preempt_delay_s: float = 0.0
     resumes: int = 0  # paged: times it got its blocks back (each preemption: one resume)
     solo: bool = False  # paged: once preempted running alone, it resumes without shared blocks
+    swapped: bool = False  # paged swap: its context is in host memory (not to be recomputed)
+    held: bool = False  # its prompt KV is held on its prefill instance until pulled
     # state
     prefill_done: bool = False
     landed: bool = False
@@ -349,6 +351,16 @@ class RefConfig:
     queue_timeout_s: float | None = None
     cache_generated: bool = False  # a finished request's answer blocks become replicas
     host_write_policy: str = "write_back"  # tiered: when an HBM block's host copy is written
+    # paged swap: host DRAM per decode instance (tokens); swapped-out contexts take what the
+    # tiered policies' host pool leaves, and a victim that does not fit is recomputed
+    swap_tokens: int = 2**62
+    # paged: SGLang's reserved decode tokens: admission needs its own prompt blocks plus N
+    # for every admitted, unfinished request there and min(N, output - 1) for itself
+    reserved_decode_tokens: int = 0
+    # a prefill instance holds each prompt's KV from its step's start until the decode pull
+    # lands (or the request is rejected), out of its prefix cache's capacity; a step takes
+    # a prompt only while the held KV and it fit (the first always when nothing is held)
+    prefill_hold: bool = False
     # colocated mode
     instances: int = 1
     scheduler: str = "prefill_priority"
@@ -392,6 +404,9 @@ DATA_FIELDS = (
     "queue_timeout_s",
     "cache_generated",
     "host_write_policy",
+    "swap_tokens",
+    "reserved_decode_tokens",
+    "prefill_hold",
 )
 
 
@@ -595,6 +610,9 @@ def scenario_config(prep) -> RefConfig:
         queue_timeout_s=m.queue_timeout_s,
         cache_generated=m.cache_generated,
         host_write_policy=m.host_write_policy,
+        swap_tokens=int(min(host_gb * 1e9 / d_roof.kv, 2**62)),
+        reserved_decode_tokens=m.reserved_decode_tokens,
+        prefill_hold=m.prefill_hold,
         instances=n,
         scheduler=c.colocated_scheduler,
         step_token_budget=c.prefill_token_budget
@@ -632,6 +650,18 @@ class PrefillInstance:
         self.batch: list[Req] | None = None
         self.capacity = capacity
         self.cache: dict[int, list[int]] = {}  # hash -> [tokens, last use]
+        self.held = 0  # prompt tokens held for pulls in flight (prefill_hold)
+        self.kick = False  # a release may let a stalled step start (after the event)
+
+    @property
+    def room(self) -> int:
+        """The cache's capacity less the held KV."""
+        return max(self.capacity - self.held, 0)
+
+    def evict(self) -> None:
+        while sum(v[0] for v in self.cache.values()) > self.room:
+            oldest = min(self.cache, key=lambda h: self.cache[h][1])
+            del self.cache[oldest]
 
 
 class DecodeInstance:
@@ -650,6 +680,8 @@ class DecodeInstance:
         self.admitted_tokens = 0
         self.resume: list[Req] = []  # paged: preempted sequences, next to resume first
         self.reprefill: list[Req] = []  # paged: resumed sequences whose re-prefill is due
+        self.swap_used = 0  # paged swap: tokens of swapped-out contexts in host memory
+        self.admitted = 0  # admitted, unfinished requests (the reserved-decode-tokens gate)
 
 
 class ReferenceSim:
@@ -658,6 +690,8 @@ class ReferenceSim:
         self.reqs = _chains(req)
         self.pf = [PrefillInstance(cfg.prefill_cache_tokens) for _ in range(cfg.n_prefill)]
         self.dc = [DecodeInstance() for _ in range(cfg.n_decode)]
+        self.swap_fallbacks = 0  # paged swap: victims recomputed for want of host memory
+        self.reserve_waits = 0  # admissions the reserved decode tokens alone turned away
         self.channels = {
             (p, d): [0.0] * cfg.link_channels
             for p in range(cfg.n_prefill)
@@ -819,6 +853,11 @@ class ReferenceSim:
                 self.on_timeout(payload, t)
             else:
                 self.on_boundary(payload, t)
+            for p, inst in enumerate(self.pf):  # a pull's release restarts a stalled step
+                if inst.kick:
+                    inst.kick = False
+                    if inst.batch is None and inst.queue:
+                        self.start_prefill(p, t)
         assert all(r.outcome != PENDING for r in self.reqs), "a request never ended"
         for d in range(self.cfg.n_decode):
             self.check_books(d)
@@ -898,11 +937,19 @@ class ReferenceSim:
             new = r.prompt - hit
             if batch and total_new + new > self.cfg.prefill_token_budget:
                 break
+            if self.cfg.prefill_hold:  # back-pressure: the held KV and this prompt must fit
+                if (batch or inst.held) and inst.held + r.prompt > inst.capacity:
+                    break
+                inst.held += r.prompt
+                r.held = True
             inst.queue.pop(0)
             batch.append(r)
             total_new += new
             r.prefill_hit_tokens = hit
             r.t_prefill_start = t
+        if not batch:  # stalled: a pull's landing restarts it
+            return
+        inst.evict()  # the held KV pushes cached blocks out
         step = self.cfg.prefill.prefill_step(
             [(r.prompt - r.prefill_hit_tokens, r.prefill_hit_tokens) for r in batch]
         )
@@ -928,11 +975,9 @@ class ReferenceSim:
             for h, tok in reversed(r.chain):  # tail first: the root ends up freshest
                 if h in inst.cache:
                     inst.cache[h][1] = self.tick()
-                elif tok <= inst.capacity:
+                elif tok <= inst.room:
                     inst.cache[h] = [tok, self.tick()]
-            while sum(v[0] for v in inst.cache.values()) > inst.capacity:
-                oldest = min(inst.cache, key=lambda h: inst.cache[h][1])
-                del inst.cache[oldest]
+            inst.evict()
         if self.cfg.streaming != "layerwise":
             for r in batch:
                 d = self.decode_for(r)
@@ -1015,6 +1060,15 @@ class ReferenceSim:
         r.outcome = REJECTED
         r.reject_reason = reason
         r.t_done = t
+        self.release_hold(r)
+
+    def release_hold(self, r: Req) -> None:
+        """Its pull is complete (or it was rejected): the prefill instance frees its KV."""
+        if r.held:
+            r.held = False
+            inst = self.pf[r.prefill_instance]
+            inst.held -= r.prompt
+            inst.kick = True
 
     def try_admit(self, r: Req, d: int, t: float) -> bool:
         """Admit ``r`` on decode instance ``d`` (or reject it too_large); False if no room."""
@@ -1051,8 +1105,14 @@ class ReferenceSim:
         trimmable = sum(
             rep.tokens for h, rep in dec.replicas.items() if rep.refs == 0 and h not in hit_blocks
         )
-        if free < need and free + trimmable < need:
+        room = need  # paged: plus the reserved decode tokens of everyone admitted, and its own
+        if self.paged and cfg.reserved_decode_tokens:
+            n_res = cfg.reserved_decode_tokens
+            room += n_res * dec.admitted + min(n_res, r.output - 1)
+        if free < room and free + trimmable < room:
+            self.reserve_waits += free + trimmable >= need
             return False
+        dec.admitted += 1
         # every chain block past the HBM run goes to HBM now (promoted or sent): out of the
         # host pool, before the trim below demotes into it
         host_tok = sum(dec.host[h][0] for h in host_run)
@@ -1423,6 +1483,7 @@ class ReferenceSim:
     def on_landed(self, r: Req, t: float) -> None:
         r.t_transfer_end = t
         r.landed = True
+        self.release_hold(r)
         dec = self.dc[r.decode_instance]
         if not r.rc_pending:
             for h in r.pinned:  # a recomputed request's blocks: once rebuilt (job_done)
@@ -1543,6 +1604,7 @@ class ReferenceSim:
     def complete(self, r: Req, dec: DecodeInstance, t: float) -> None:
         r.outcome = COMPLETED
         r.t_done = t
+        dec.admitted -= 1
         dec.running.remove(r)
         r.private = 0
         self.keep_answer(r, dec)
@@ -1649,10 +1711,15 @@ class ReferenceSim:
         self.release(r, dec)  # its replica blocks stay resident, idle unless shared
         r.held_hit = 0
         r.persisted_held = 0
-        if self.cfg.preemption == "swap":  # its whole context, copied out over the host path
-            tokens = self.blocks(r.prompt + max(r.generated - 1, 0))
+        tokens = self.blocks(r.prompt + max(r.generated - 1, 0))
+        if self.cfg.preemption == "swap" and dec.swap_used + tokens <= self.swap_room:
+            # its whole context, copied out over the host path, while host memory is left
+            r.swapped = True
+            dec.swap_used += tokens
             r.preempt_tokens += tokens
             self.host_move(dec, t, tokens * self.cfg.decode.kv)
+        elif self.cfg.preemption == "swap":
+            self.swap_fallbacks += 1  # host memory full: recomputed on resume
         r.private = 0
         dec.resume.insert(0, r)
 
@@ -1668,7 +1735,7 @@ class ReferenceSim:
         while dec.resume:
             r = dec.resume[0]
             hit_blocks: list[int] = []
-            if self.uses_replicas() and self.cfg.preemption == "recompute" and not r.solo:
+            if self.uses_replicas() and not r.swapped and not r.solo:
                 for h, _ in r.chain:  # the prefix cache again, as vLLM's resume does
                     rep = dec.replicas.get(h)
                     if rep is None or not rep.ready:
@@ -1695,7 +1762,7 @@ class ReferenceSim:
             r.private = need
             r.aseq = self.next_aseq()
             self.peak_used = max(self.peak_used, self.used(d))
-            if self.cfg.preemption == "swap":
+            if r.swapped:
                 land = self.host_move(self.dc[d], t, need * self.cfg.decode.kv)
                 self.schedule(land, TRANSFER, (SWAPPED, r))
             else:
@@ -1704,7 +1771,16 @@ class ReferenceSim:
                 self.wake(d, t)
         return True
 
+    @property
+    def swap_room(self) -> int:
+        """Host memory a decode instance has for swapped-out contexts (tokens)."""
+        tiered = self.cfg.policy in ("replicate_tiered", "cost_aware")
+        return max(self.cfg.swap_tokens - (self.cfg.host_kv_tokens if tiered else 0), 0)
+
     def on_swapped_in(self, r: Req, t: float) -> None:
+        dec = self.dc[r.decode_instance]
+        dec.swap_used -= self.blocks(r.prompt + max(r.generated - 1, 0))
+        r.swapped = False
         self.dc[r.decode_instance].ready.append(r)
         self.wake(r.decode_instance, t)
 

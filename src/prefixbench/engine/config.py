@@ -117,6 +117,17 @@ class EngineConfig:
     # docs/model.md §1.13): write_back at its trim, write_through when its request finishes,
     # write_through_selective on its first reuse
     host_write_policy: str = "write_back"
+    # --- admit: host DRAM per decode instance (tokens); swapped-out KV takes what the
+    # host KV pool of replicate_tiered / cost_aware leaves (paged swap falls back to
+    # recompute when a victim's context does not fit in what is left), and
+    # SGLang's reserved decode tokens: paged admission needs its own prompt blocks plus this
+    # many tokens for every admitted request, itself included (0: off; docs/model.md §1.5.2)
+    swap_tokens: int = 2**62
+    reserved_decode_tokens: int = 0
+    # --- admit: a prefill instance holds a request's prompt KV from its step's start until
+    # the decode pull lands (or the request is rejected), out of its prefix cache's
+    # capacity; a step starts only while the held KV and its prompts fit (docs/model.md §1.4.1)
+    prefill_hold: bool = False
 
 
 @dataclass
@@ -233,6 +244,8 @@ def check_engine_config(cfg: EngineConfig) -> None:
     _check_ints(
         [
             ("memory.host_kv_gb", cfg.host_kv_tokens, 0, INT32_MAX),
+            ("cluster.decode.host_memory_gb", cfg.swap_tokens, 0, 2**62),
+            ("memory.reserved_decode_tokens", cfg.reserved_decode_tokens, 0, INT32_MAX),
             ("cluster.block_size", cfg.block_size, 1, INT32_MAX),
             ("cluster.prefill_token_budget", cfg.prefill_token_budget, 1, 2**62),
             ("prefill_cache_tokens", min(cfg.prefill_cache_tokens, 2**61), 0, 2**62),

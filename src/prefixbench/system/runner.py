@@ -476,7 +476,16 @@ def engine_config(s: Scenario, k: Costs, req: Requests, budget: int) -> EngineCo
         queue_timeout_s=m.queue_timeout_s,
         cache_generated=m.cache_generated,
         host_write_policy=m.host_write_policy,
+        swap_tokens=host_memory_tokens(s, k.kv_bpt),  # --- admit
+        reserved_decode_tokens=m.reserved_decode_tokens,
+        prefill_hold=m.prefill_hold,
     )
+
+
+def host_memory_tokens(s: Scenario, kv_bpt: float) -> int:
+    """A decode instance's host DRAM in KV tokens: what swapped-out KV may take, less the
+    host KV pool of the tiered policies (the engine subtracts it; docs/model.md §1.5.1)."""
+    return int(min(s.cluster.decode.host_memory() * 1e9 / kv_bpt, 2**62))
 
 
 def prepare(s: Scenario) -> Prepared:
