@@ -768,12 +768,13 @@ class MemorySpec(_M):
         "output − 1) fit after trimming idle replicas (docs/model.md §1.5.2); 0: off.",
     )
     prefill_hold: bool = Field(
-        False,
+        True,
         description="Prefill-side back-pressure: a prefill instance keeps each prompt's KV "
         "from its step's start until the decode pull lands (or the request is rejected), "
         "out of its prefix cache's room, and starts a step only while the held KV and the "
         "step's prompts fit (vLLM NixlConnector's delay_free_blocks, SGLang's prefill "
-        "inflight queue; docs/model.md §1.4.1). false: freed when the step ends.",
+        "inflight queue: both stacks do it; docs/model.md §1.4.1). false: freed when the "
+        "step ends (the behaviour before).",
     )
     host_write_policy: Literal["write_back", "write_through", "write_through_selective"] = Field(
         "write_back",
