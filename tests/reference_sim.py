@@ -361,6 +361,8 @@ class RefConfig:
     # lands (or the request is rejected), out of its prefix cache's capacity; a step takes
     # a prompt only while the held KV and it fit (the first always when nothing is held)
     prefill_hold: bool = False
+    # cost_aware's fourth option: prefill on the decode instance, priced at arrival
+    cost_aware_local: bool = False
     # colocated mode
     instances: int = 1
     scheduler: str = "prefill_priority"
@@ -407,6 +409,7 @@ DATA_FIELDS = (
     "swap_tokens",
     "reserved_decode_tokens",
     "prefill_hold",
+    "cost_aware_local",
 )
 
 
@@ -613,6 +616,7 @@ def scenario_config(prep) -> RefConfig:
         swap_tokens=int(min(host_gb * 1e9 / d_roof.kv, 2**62)),
         reserved_decode_tokens=m.reserved_decode_tokens,
         prefill_hold=m.prefill_hold,
+        cost_aware_local=c.cost_aware_local_prefill,
         instances=n,
         scheduler=c.colocated_scheduler,
         step_token_budget=c.prefill_token_budget
@@ -878,6 +882,16 @@ class ReferenceSim:
                 r.prompt - hit <= cfg.max_local_prefill_tokens
                 or hit > cfg.local_prefill_hit_ratio * r.prompt
             ):
+                r.local = True
+                r.prefill_instance = -1
+                r.prefill_done = True
+                r.t_prefill_start = r.t_prefill_end = t
+                r.decode_instance = d
+                self.hand_off(r, d, t)
+                return
+        if cfg.policy == "cost_aware" and cfg.cost_aware_local:
+            d = self.cost_aware_local(r, t)
+            if d is not None:  # prefilled on its decode instance, as conditional_disagg's
                 r.local = True
                 r.prefill_instance = -1
                 r.prefill_done = True
@@ -1163,7 +1177,7 @@ class ReferenceSim:
             xfer, rc = r.prompt, 0
         elif cfg.policy == "recompute_on_decode":
             xfer, rc = r.prompt - r.prefill_hit_tokens, r.prefill_hit_tokens
-        elif cfg.policy == "cost_aware":
+        elif cfg.policy == "cost_aware" and not r.local:
             xfer, rc, promote = self.cost_aware_choice(r, d, t, hit, host_tok if host_run else 0)
         elif r.local:  # conditional_disagg's local prefill: the uncached prompt, as chunks
             xfer, rc = 0, r.prompt - hit
@@ -1171,7 +1185,7 @@ class ReferenceSim:
             xfer, rc = r.prompt - hit, 0
         promo_land = None
         if host_run and cfg.policy == "cost_aware":
-            if promote:
+            if not r.local and promote:
                 promo_land = self.host_move(dec, t, host_tok * cfg.decode.kv)
                 r.promo_land = promo_land
                 r.host_hit_blocks, r.host_hit_tokens = len(host_run), host_tok
@@ -1477,6 +1491,55 @@ class ReferenceSim:
         ready_rc = max(self.land_time(r, d, t, r.prompt - ph), start + span)
         cost_rc = ready_rc - t + len(dec.running) * extra
         return (r.prompt - ph, m, False) if cost_rc < cost else choice
+
+    def cost_aware_local(self, r: Req, t: float) -> int | None:
+        """cost_aware at arrival (docs/model.md §1.14.1): the decode instance to prefill
+        ``r`` on, or None (remote). The candidate holds the longest ready run of its blocks
+        (ties: fewest requests, lowest index) and must admit it now without trimming, with
+        nobody queued there; local is priced as a recompute of the uncached prompt, remote
+        as the least loaded prefill queue as one step, its own step and its KV over the
+        link at the group rate; ties go remote."""
+        cfg = self.cfg
+        loads = [
+            sum(1 for x in self.reqs if x.decode_instance == i and x.outcome == PENDING)
+            for i in range(cfg.n_decode)
+        ]
+        ranked = []
+        for i in range(cfg.n_decode):
+            k = 0
+            for h, _ in r.chain:
+                rep = self.dc[i].replicas.get(h)
+                if rep is None or not rep.ready:
+                    break
+                k += 1
+            ranked.append((-k, loads[i], i))
+        d = min(ranked)[2]
+        dec = self.dc[d]
+        hit = self.ready_run_tokens(r, d)
+        free = cfg.budget_tokens - self.used(d)
+        if dec.waiting or dec.resume or free < r.prompt + r.output - hit:
+            return None
+        start = t
+        for q in dec.recompute:
+            if q.rc_wait is None and q.rc_total > q.rc_done:
+                start += self.recompute_price(d, q.rc_total - q.rc_done, q.rc_done)[0]
+        span, extra = self.recompute_price(d, r.prompt - hit, hit)
+        local = start + span - t + len(dec.running) * extra
+        queued = [
+            sum(x.prompt for x in self.reqs if x.prefill_instance == i and not x.prefill_done)
+            for i in range(cfg.n_prefill)
+        ]
+        p = queued.index(min(queued))
+        ph = self.cache_hit(self.pf[p], r)
+        remote = self.cfg.prefill.prefill_step([(queued[p], 0)]) if queued[p] > 0 else 0.0
+        remote = remote + self.cfg.prefill.prefill_step([(r.prompt - ph, ph)])
+        nbytes = (r.prompt - hit) * cfg.decode.kv
+        if nbytes > 0:
+            rate = cfg.link_bytes_per_s
+            if cfg.link_topology == "shared_nics":
+                rate = min(cfg.nics_prefill, cfg.nics_decode) * cfg.link_bytes_per_s
+            remote = remote + nbytes / rate + cfg.link_latency_s
+        return d if local < remote else None
 
     # ------------------------------------------------------------------ link
 

@@ -388,7 +388,7 @@ def _admit_options(draw) -> dict:
 
 def _hold(draw) -> dict:
     """Prefill KV held until its pull lands (back-pressure on the prefill step)."""
-    return {"prefill_hold": draw(st.booleans())}
+    return {"prefill_hold": draw(st.booleans()), "cost_aware_local": draw(st.booleans())}
 
 
 def assert_same(prod: dict, ref: dict, what: str, case=None) -> None:
@@ -471,6 +471,9 @@ def _check_disagg(case) -> None:
         assert res.stats["peak_used_tokens"] == ref_sim.peak_used <= cfg.budget_tokens
     assert np.all(np.isin(res.columns["outcome"], (1, 2)))
     assert not np.isnan(res.columns["t_done"]).any()
+    if cfg.policy == "cost_aware" and cfg.cost_aware_local:  # both paths are drawn
+        local = (res.columns["prefill_instance"] == -1).any()
+        event("cost_aware: a local prefill" if local else "cost_aware: all remote")
     if cfg.policy == "replicate_tiered":  # --hypothesis-show-statistics: both branches run
         d = ref_sim.host_decisions
         event("tiered: promotion" if any(d) else "tiered: no promotion")

@@ -128,6 +128,8 @@ class EngineConfig:
     # the decode pull lands (or the request is rejected), out of its prefix cache's
     # capacity; a step starts only while the held KV and its prompts fit (docs/model.md §1.4.1)
     prefill_hold: bool = False
+    # --- admit: cost_aware's fourth option, a local prefill on decode (engine/costlocal.py)
+    cost_aware_local: bool = False
 
 
 @dataclass

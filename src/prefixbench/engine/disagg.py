@@ -27,6 +27,7 @@ import numpy as np
 from . import ced
 from . import conditional as cd
 from . import costaware as ca
+from . import costlocal as cl
 from . import kvroute as kv
 from . import layout as L
 from . import paging as pg
@@ -147,6 +148,12 @@ def arrive(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, t):
         d = route_decode(IS, F, R, B8, bid, bt, rid)
         IS[IS[L.H_O] + L.O_DI * n + rid] = d
         if cd.prefills_locally(IS, F, R, B8, bid, bt, rid, d):
+            prefill_on_decode(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t)
+            return
+    if IS[L.IP_POLICY] == L.POL_COST_AWARE and IS[L.IP_CALOC]:  # --- cost_aware: local?
+        sync_paged(IS, F, R, B32, B8, TLF, TLI, t)
+        d = cl.candidate(IS, B8, bid, bt, rid)
+        if cl.prefills_locally(IS, F, R, B32, B8, bid, bt, rid, d, t):
             prefill_on_decode(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t)
             return
     p = route_prefill(IS, F, R, B32, bid, bt, rid)
@@ -578,6 +585,8 @@ def _book(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t, nhit, hit_t
 def _split(IS, F, R, rid, d, t, prompt, hit_tok, nhost, host_tok):
     """The policy's hand-off: (tokens over the link, tokens recomputed on decode, the host
     run promoted or not)."""
+    if IS[L.IP_POLICY] == L.POL_COST_AWARE and R[rid * L.NR + L.R_FLAGS] & L.F_LOCAL:
+        return np.int64(0), prompt - hit_tok, False  # --- cost_aware's local prefill
     if IS[L.IP_POLICY] == L.POL_COST_AWARE:  # transfer, promote or recompute (costaware.py)
         return ca.choose(IS, F, R, rid, d, t, prompt, hit_tok, host_tok)
     xfer, rc = handoff(IS, R, rid, prompt, hit_tok)

@@ -151,7 +151,9 @@ IP_SWAPCAP, IP_RDT = 49, 50
 # --- admit: prefill KV held until the decode pull completes (vLLM NIXL delay_free_blocks;
 # 1 on, 0 off), counted against the prefill instance's KV pool (its prefix cache)
 IP_HOLD = 51
-DI0 = 52
+# --- admit: cost_aware may prefill on the decode instance (1) or never (0; costlocal.py)
+IP_CALOC = 52
+DI0 = 53
 # decode instance fields (queue head/tail pairs adjacent)
 (
     D_B,  # sequences in the batch

@@ -670,6 +670,12 @@ class ClusterSpec(_M):
         "prefill on their decode instance (Dynamo's max_remote_prefill_cache_hit_ratio, "
         "default 0.5).",
     )
+    cost_aware_local_prefill: bool = Field(
+        True,
+        description="cost_aware: also price a local prefill on the decode instance at "
+        "arrival (conditional_disagg's chunked-prefill mechanism), beside transfer, "
+        "promotion and recompute (docs/model.md §1.14.1); false: never local.",
+    )
 
     @model_validator(mode="after")
     def _speculative_on_decode(self) -> ClusterSpec:

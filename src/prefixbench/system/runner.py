@@ -479,6 +479,7 @@ def engine_config(s: Scenario, k: Costs, req: Requests, budget: int) -> EngineCo
         swap_tokens=host_memory_tokens(s, k.kv_bpt),  # --- admit
         reserved_decode_tokens=m.reserved_decode_tokens,
         prefill_hold=m.prefill_hold,
+        cost_aware_local=c.cost_aware_local_prefill,
     )
 
 
