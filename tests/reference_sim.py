@@ -1122,7 +1122,7 @@ class ReferenceSim:
         room = need  # paged: plus the reserved decode tokens of everyone admitted, and its own
         if self.paged and cfg.reserved_decode_tokens:
             n_res = cfg.reserved_decode_tokens
-            room += n_res * dec.admitted + min(n_res, r.output - 1)
+            room = self.blocks(r.prompt - hit + min(n_res, r.output - 1)) + n_res * dec.admitted
         if free < room and free + trimmable < room:
             self.reserve_waits += free + trimmable >= need
             return False

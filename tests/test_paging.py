@@ -227,3 +227,15 @@ def test_swap_on_a_preset_respects_host_memory():
     prep, swap = run("memory.preemption=swap")
     assert prep.base.swap_tokens == 256 * 10**9 // 28_672
     assert not np.array_equal(swap["preempt_tokens"], recompute["preempt_tokens"])
+
+
+def test_reserved_decode_tokens_round_with_the_prompt_so_a_lone_request_fits():
+    """Blocks of 16, a budget of 64, N = 1: a 49-token prompt with 5 output tokens fits
+    alone (its last iteration holds 53 tokens, 4 blocks). Its reservation rounds with its
+    prompt, ⌈49 + min(1, 4)⌉ = 64 ≤ 64, so it is admitted at once; counted apart
+    (64 + 1 = 65) it would wait for ever."""
+    req = make_requests([0.0], [49], [5], [[]])
+    cfg = _cfg(budget_tokens=64, block_size=16, reserved_decode_tokens=1)
+    c = simulate(req, cfg).columns
+    assert c["outcome"].tolist() == [1]
+    assert c["t_admit"][0] == 0.0

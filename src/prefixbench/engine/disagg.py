@@ -509,17 +509,19 @@ def _need(IS, R, rr, prompt, hit_tok):
 
 
 @jit
-def reserved(IS, R, rr, d):
-    """Paged admission's reserved decode tokens (SGLang's ``num_reserved_decode_tokens``,
-    docs/model.md §1.5.2): N for every admitted, unfinished request on ``d`` and
-    min(N, output − 1) for this one (so that alone it always fits); 0 when off."""
+def reserved_room(IS, R, rr, d, need, own):
+    """The room paged admission asks for with SGLang's reserved decode tokens N
+    (``num_reserved_decode_tokens``, docs/model.md §1.5.2): its ``own`` prompt tokens plus
+    min(N, output − 1), in whole blocks (so that alone it always fits), plus N for every
+    admitted, unfinished request on ``d``; ``need`` when off."""
     n_res = IS[L.IP_RDT]
     if n_res == 0:
-        return 0
-    own = np.int64(R[rr + L.R_OUTPUT]) - 1
-    if own > n_res:
-        own = n_res
-    return n_res * IS[L.DI0 + d * L.NDI + L.D_ADM] + own
+        return need
+    grow = np.int64(R[rr + L.R_OUTPUT]) - 1
+    if grow > n_res:
+        grow = n_res
+    bs = IS[L.IP_BS]
+    return (own + grow + bs - 1) // bs * bs + n_res * IS[L.DI0 + d * L.NDI + L.D_ADM]
 
 
 @jit
@@ -671,7 +673,7 @@ def admit(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t):
     if need > IS[L.IP_BUDGET]:
         reject(IS, F, R, rid, d, t, L.R_TOO_LARGE)
         return True
-    room = need + reserved(IS, R, rr, d)  # --- admit: SGLang's reserved decode tokens
+    room = reserved_room(IS, R, rr, d, need, prompt - hit_tok)  # --- admit: SGLang's gate
     host_tok, gate = _make_room(IS, F, B32, B8, bid, d, t, i0, i1, nhit, nhost, need, room, tier)
     if host_tok < 0:
         return False
