@@ -224,6 +224,8 @@ class Req:
     preempt_delay_s: float = 0.0
     resumes: int = 0  # paged: times it got its blocks back (each preemption: one resume)
     solo: bool = False  # paged: once preempted running alone, it resumes without shared blocks
+    swapped: bool = False  # paged swap: its context is in host memory (not to be recomputed)
+    held: bool = False  # its prompt KV is held on its prefill instance until pulled
     # state
     prefill_done: bool = False
     landed: bool = False
@@ -357,6 +359,18 @@ class RefConfig:
     # replicate_tiered: the shared L3 store, capacity (tokens, 0: none) and its queue's rate
     l3_store_tokens: int = 0
     l3_store_bytes_per_s: float = 25.0e9
+    # paged swap: host DRAM per decode instance (tokens); swapped-out contexts take what the
+    # tiered policies' host pool leaves, and a victim that does not fit is recomputed
+    swap_tokens: int = 2**62
+    # paged: SGLang's reserved decode tokens: admission needs its own prompt blocks plus N
+    # for every admitted, unfinished request there and min(N, output - 1) for itself
+    reserved_decode_tokens: int = 0
+    # a prefill instance holds each prompt's KV from its step's start until the decode pull
+    # lands (or the request is rejected), out of its prefix cache's capacity; a step takes
+    # a prompt only while the held KV and it fit (the first always when nothing is held)
+    prefill_hold: bool = False
+    # cost_aware's fourth option: prefill on the decode instance, priced at arrival
+    cost_aware_local: bool = False
     # colocated mode
     instances: int = 1
     scheduler: str = "prefill_priority"
@@ -402,6 +416,10 @@ DATA_FIELDS = (
     "host_write_policy",
     "l3_store_tokens",
     "l3_store_bytes_per_s",
+    "swap_tokens",
+    "reserved_decode_tokens",
+    "prefill_hold",
+    "cost_aware_local",
 )
 
 
@@ -621,6 +639,10 @@ def scenario_config(prep) -> RefConfig:
         host_write_policy=m.host_write_policy,
         l3_store_tokens=int(min(m.l3_store_gb * 1e9 / d_roof.kv, 2**62)),
         l3_store_bytes_per_s=m.l3_store_gbps * 1e9 / 8,
+        swap_tokens=int(min(host_gb * 1e9 / d_roof.kv, 2**62)),
+        reserved_decode_tokens=m.reserved_decode_tokens,
+        prefill_hold=m.prefill_hold,
+        cost_aware_local=c.cost_aware_local_prefill,
         instances=n,
         scheduler=c.colocated_scheduler,
         step_token_budget=c.prefill_token_budget
@@ -658,6 +680,18 @@ class PrefillInstance:
         self.batch: list[Req] | None = None
         self.capacity = capacity
         self.cache: dict[int, list[int]] = {}  # hash -> [tokens, last use]
+        self.held = 0  # prompt tokens held for pulls in flight (prefill_hold)
+        self.kick = False  # a release may let a stalled step start (after the event)
+
+    @property
+    def room(self) -> int:
+        """The cache's capacity less the held KV."""
+        return max(self.capacity - self.held, 0)
+
+    def evict(self) -> None:
+        while sum(v[0] for v in self.cache.values()) > self.room:
+            oldest = min(self.cache, key=lambda h: self.cache[h][1])
+            del self.cache[oldest]
 
 
 class DecodeInstance:
@@ -676,6 +710,8 @@ class DecodeInstance:
         self.admitted_tokens = 0
         self.resume: list[Req] = []  # paged: preempted sequences, next to resume first
         self.reprefill: list[Req] = []  # paged: resumed sequences whose re-prefill is due
+        self.swap_used = 0  # paged swap: tokens of swapped-out contexts in host memory
+        self.admitted = 0  # admitted, unfinished requests (the reserved-decode-tokens gate)
 
 
 class ReferenceSim:
@@ -684,6 +720,8 @@ class ReferenceSim:
         self.reqs = _chains(req)
         self.pf = [PrefillInstance(cfg.prefill_cache_tokens) for _ in range(cfg.n_prefill)]
         self.dc = [DecodeInstance() for _ in range(cfg.n_decode)]
+        self.swap_fallbacks = 0  # paged swap: victims recomputed for want of host memory
+        self.reserve_waits = 0  # admissions the reserved decode tokens alone turned away
         self.channels = {
             (p, d): [0.0] * cfg.link_channels
             for p in range(cfg.n_prefill)
@@ -847,6 +885,11 @@ class ReferenceSim:
                 self.on_timeout(payload, t)
             else:
                 self.on_boundary(payload, t)
+            for p, inst in enumerate(self.pf):  # a pull's release restarts a stalled step
+                if inst.kick:
+                    inst.kick = False
+                    if inst.batch is None and inst.queue:
+                        self.start_prefill(p, t)
         assert all(r.outcome != PENDING for r in self.reqs), "a request never ended"
         for d in range(self.cfg.n_decode):
             self.check_books(d)
@@ -867,6 +910,16 @@ class ReferenceSim:
                 r.prompt - hit <= cfg.max_local_prefill_tokens
                 or hit > cfg.local_prefill_hit_ratio * r.prompt
             ):
+                r.local = True
+                r.prefill_instance = -1
+                r.prefill_done = True
+                r.t_prefill_start = r.t_prefill_end = t
+                r.decode_instance = d
+                self.hand_off(r, d, t)
+                return
+        if cfg.policy == "cost_aware" and cfg.cost_aware_local:
+            d = self.cost_aware_local(r, t)
+            if d is not None:  # prefilled on its decode instance, as conditional_disagg's
                 r.local = True
                 r.prefill_instance = -1
                 r.prefill_done = True
@@ -929,6 +982,11 @@ class ReferenceSim:
             new = r.prompt - hit - x3
             if batch and total_new + new > self.cfg.prefill_token_budget:
                 break
+            if self.cfg.prefill_hold:  # back-pressure: the held KV and this prompt must fit
+                if (batch or inst.held) and inst.held + r.prompt > inst.capacity:
+                    break
+                inst.held += r.prompt
+                r.held = True
             inst.queue.pop(0)
             batch.append(r)
             total_new += new
@@ -943,6 +1001,9 @@ class ReferenceSim:
                     self.l3[h][1] = self.tick()
                     cum += tok
                 ready = max(ready, self.l3_move(t, x3 * self.cfg.prefill.kv))
+        if not batch:  # stalled: a pull's landing restarts it
+            return
+        inst.evict()  # the held KV pushes cached blocks out
         step = self.cfg.prefill.prefill_step(
             [
                 (r.prompt - r.prefill_hit_tokens - r.l3_prefill_tokens,
@@ -972,11 +1033,9 @@ class ReferenceSim:
             for h, tok in reversed(r.chain):  # tail first: the root ends up freshest
                 if h in inst.cache:
                     inst.cache[h][1] = self.tick()
-                elif tok <= inst.capacity:
+                elif tok <= inst.room:
                     inst.cache[h] = [tok, self.tick()]
-            while sum(v[0] for v in inst.cache.values()) > inst.capacity:
-                oldest = min(inst.cache, key=lambda h: inst.cache[h][1])
-                del inst.cache[oldest]
+            inst.evict()
         if self.cfg.streaming != "layerwise":
             for r in batch:
                 d = self.decode_for(r)
@@ -1059,6 +1118,15 @@ class ReferenceSim:
         r.outcome = REJECTED
         r.reject_reason = reason
         r.t_done = t
+        self.release_hold(r)
+
+    def release_hold(self, r: Req) -> None:
+        """Its pull is complete (or it was rejected): the prefill instance frees its KV."""
+        if r.held:
+            r.held = False
+            inst = self.pf[r.prefill_instance]
+            inst.held -= r.prompt
+            inst.kick = True
 
     def try_admit(self, r: Req, d: int, t: float) -> bool:
         """Admit ``r`` on decode instance ``d`` (or reject it too_large); False if no room."""
@@ -1095,8 +1163,14 @@ class ReferenceSim:
         trimmable = sum(
             rep.tokens for h, rep in dec.replicas.items() if rep.refs == 0 and h not in hit_blocks
         )
-        if free < need and free + trimmable < need:
+        room = need  # paged: plus the reserved decode tokens of everyone admitted, and its own
+        if self.paged and cfg.reserved_decode_tokens:
+            n_res = cfg.reserved_decode_tokens
+            room = self.blocks(r.prompt - hit + min(n_res, r.output - 1)) + n_res * dec.admitted
+        if free < room and free + trimmable < room:
+            self.reserve_waits += free + trimmable >= need
             return False
+        dec.admitted += 1
         # every chain block past the HBM run goes to HBM now (promoted or sent): out of the
         # host pool, before the trim below demotes into it
         host_tok = sum(dec.host[h][0] for h in host_run)
@@ -1154,7 +1228,7 @@ class ReferenceSim:
             xfer, rc = r.prompt, 0
         elif cfg.policy == "recompute_on_decode":
             xfer, rc = r.prompt - r.prefill_hit_tokens, r.prefill_hit_tokens
-        elif cfg.policy == "cost_aware":
+        elif cfg.policy == "cost_aware" and not r.local:
             xfer, rc, promote = self.cost_aware_choice(r, d, t, hit, host_tok if host_run else 0)
         elif r.local:  # conditional_disagg's local prefill: the uncached prompt, as chunks
             xfer, rc = 0, r.prompt - hit
@@ -1163,7 +1237,7 @@ class ReferenceSim:
         xfer -= l3_tok  # the L3 run is read from the store, never sent
         promo_land = None
         if host_run and cfg.policy == "cost_aware":
-            if promote:
+            if not r.local and promote:
                 promo_land = self.host_move(dec, t, host_tok * cfg.decode.kv)
                 r.promo_land = promo_land
                 r.host_hit_blocks, r.host_hit_tokens = len(host_run), host_tok
@@ -1522,11 +1596,61 @@ class ReferenceSim:
         cost_rc = ready_rc - t + len(dec.running) * extra
         return (r.prompt - ph, m, False) if cost_rc < cost else choice
 
+    def cost_aware_local(self, r: Req, t: float) -> int | None:
+        """cost_aware at arrival (docs/model.md §1.14.1): the decode instance to prefill
+        ``r`` on, or None (remote). The candidate holds the longest ready run of its blocks
+        (ties: fewest requests, lowest index) and must admit it now without trimming, with
+        nobody queued there; local is priced as a recompute of the uncached prompt, remote
+        as the least loaded prefill queue as one step, its own step and its KV over the
+        link at the group rate; ties go remote."""
+        cfg = self.cfg
+        loads = [
+            sum(1 for x in self.reqs if x.decode_instance == i and x.outcome == PENDING)
+            for i in range(cfg.n_decode)
+        ]
+        ranked = []
+        for i in range(cfg.n_decode):
+            k = 0
+            for h, _ in r.chain:
+                rep = self.dc[i].replicas.get(h)
+                if rep is None or not rep.ready:
+                    break
+                k += 1
+            ranked.append((-k, loads[i], i))
+        d = min(ranked)[2]
+        dec = self.dc[d]
+        hit = self.ready_run_tokens(r, d)
+        free = cfg.budget_tokens - self.used(d)
+        if dec.waiting or dec.resume or free < r.prompt + r.output - hit:
+            return None
+        start = t
+        for q in dec.recompute:
+            if q.rc_wait is None and q.rc_total > q.rc_done:
+                start += self.recompute_price(d, q.rc_total - q.rc_done, q.rc_done)[0]
+        span, extra = self.recompute_price(d, r.prompt - hit, hit)
+        local = start + span - t + len(dec.running) * extra
+        queued = [
+            sum(x.prompt for x in self.reqs if x.prefill_instance == i and not x.prefill_done)
+            for i in range(cfg.n_prefill)
+        ]
+        p = queued.index(min(queued))
+        ph = self.cache_hit(self.pf[p], r)
+        remote = self.cfg.prefill.prefill_step([(queued[p], 0)]) if queued[p] > 0 else 0.0
+        remote = remote + self.cfg.prefill.prefill_step([(r.prompt - ph, ph)])
+        nbytes = (r.prompt - hit) * cfg.decode.kv
+        if nbytes > 0:
+            rate = cfg.link_bytes_per_s
+            if cfg.link_topology == "shared_nics":
+                rate = min(cfg.nics_prefill, cfg.nics_decode) * cfg.link_bytes_per_s
+            remote = remote + nbytes / rate + cfg.link_latency_s
+        return d if local < remote else None
+
     # ------------------------------------------------------------------ link
 
     def on_landed(self, r: Req, t: float) -> None:
         r.t_transfer_end = t
         r.landed = True
+        self.release_hold(r)
         dec = self.dc[r.decode_instance]
         if not r.rc_pending:
             for h in r.pinned:  # a recomputed request's blocks: once rebuilt (job_done)
@@ -1647,6 +1771,7 @@ class ReferenceSim:
     def complete(self, r: Req, dec: DecodeInstance, t: float) -> None:
         r.outcome = COMPLETED
         r.t_done = t
+        dec.admitted -= 1
         dec.running.remove(r)
         r.private = 0
         self.keep_answer(r, dec)
@@ -1756,10 +1881,15 @@ class ReferenceSim:
         self.release(r, dec)  # its replica blocks stay resident, idle unless shared
         r.held_hit = 0
         r.persisted_held = 0
-        if self.cfg.preemption == "swap":  # its whole context, copied out over the host path
-            tokens = self.blocks(r.prompt + max(r.generated - 1, 0))
+        tokens = self.blocks(r.prompt + max(r.generated - 1, 0))
+        if self.cfg.preemption == "swap" and dec.swap_used + tokens <= self.swap_room:
+            # its whole context, copied out over the host path, while host memory is left
+            r.swapped = True
+            dec.swap_used += tokens
             r.preempt_tokens += tokens
             self.host_move(dec, t, tokens * self.cfg.decode.kv)
+        elif self.cfg.preemption == "swap":
+            self.swap_fallbacks += 1  # host memory full: recomputed on resume
         r.private = 0
         dec.resume.insert(0, r)
 
@@ -1775,7 +1905,7 @@ class ReferenceSim:
         while dec.resume:
             r = dec.resume[0]
             hit_blocks: list[int] = []
-            if self.uses_replicas() and self.cfg.preemption == "recompute" and not r.solo:
+            if self.uses_replicas() and not r.swapped and not r.solo:
                 for h, _ in r.chain:  # the prefix cache again, as vLLM's resume does
                     rep = dec.replicas.get(h)
                     if rep is None or not rep.ready:
@@ -1802,7 +1932,7 @@ class ReferenceSim:
             r.private = need
             r.aseq = self.next_aseq()
             self.peak_used = max(self.peak_used, self.used(d))
-            if self.cfg.preemption == "swap":
+            if r.swapped:
                 land = self.host_move(self.dc[d], t, need * self.cfg.decode.kv)
                 self.schedule(land, TRANSFER, (SWAPPED, r))
             else:
@@ -1811,7 +1941,16 @@ class ReferenceSim:
                 self.wake(d, t)
         return True
 
+    @property
+    def swap_room(self) -> int:
+        """Host memory a decode instance has for swapped-out contexts (tokens)."""
+        tiered = self.cfg.policy in ("replicate_tiered", "cost_aware")
+        return max(self.cfg.swap_tokens - (self.cfg.host_kv_tokens if tiered else 0), 0)
+
     def on_swapped_in(self, r: Req, t: float) -> None:
+        dec = self.dc[r.decode_instance]
+        dec.swap_used -= self.blocks(r.prompt + max(r.generated - 1, 0))
+        r.swapped = False
         self.dc[r.decode_instance].ready.append(r)
         self.wake(r.decode_instance, t)
 

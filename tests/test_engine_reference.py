@@ -311,6 +311,7 @@ def disagg_cases(draw, policies=POLICIES, tight: bool = False, speculative: bool
         l3_store_tokens=draw(st.sampled_from([0, 0, 300, 2000, 10**6])),
         l3_store_bytes_per_s=draw(st.sampled_from([0.2e9, 3e9, 25e9])),
         **_admission(draw),
+        **_hold(draw),
     )
     if spec is not None:  # --- spec: each side prices the draft from its own shape
         draft, gamma, alpha = spec
@@ -376,7 +377,22 @@ def _admission(draw) -> dict:
         "block_size": draw(st.sampled_from([1, 16, 64])),
         "preemption": draw(st.sampled_from(["recompute", "swap"])),
         "queue_timeout_s": draw(st.sampled_from([None, None, 0.05, 1.0])),
+        **_admit_options(draw),
     }
+
+
+def _admit_options(draw) -> dict:
+    """Paged swap's host memory (unbounded, none: every victim recomputed, or room for a
+    few contexts: swap and its fallback mixed) and SGLang's reserved decode tokens."""
+    return {
+        "swap_tokens": draw(st.sampled_from([2**62, 2**62, 0, 200, 1500, 6000])),
+        "reserved_decode_tokens": draw(st.sampled_from([0, 0, 1, 16, 512])),
+    }
+
+
+def _hold(draw) -> dict:
+    """Prefill KV held until its pull lands (back-pressure on the prefill step)."""
+    return {"prefill_hold": draw(st.booleans()), "cost_aware_local": draw(st.booleans())}
 
 
 def assert_same(prod: dict, ref: dict, what: str, case=None) -> None:
@@ -459,6 +475,9 @@ def _check_disagg(case) -> None:
         assert res.stats["peak_used_tokens"] == ref_sim.peak_used <= cfg.budget_tokens
     assert np.all(np.isin(res.columns["outcome"], (1, 2)))
     assert not np.isnan(res.columns["t_done"]).any()
+    if cfg.policy == "cost_aware" and cfg.cost_aware_local:  # both paths are drawn
+        local = (res.columns["prefill_instance"] == -1).any()
+        event("cost_aware: a local prefill" if local else "cost_aware: all remote")
     if cfg.policy == "replicate_tiered":  # --hypothesis-show-statistics: both branches run
         d = ref_sim.host_decisions
         event("tiered: promotion" if any(d) else "tiered: no promotion")
@@ -540,6 +559,7 @@ def paged_tight_cases(draw):
         "hot_blocks": hot,
         "preemption": draw(st.sampled_from(["recompute", "swap"])),
         "queue_timeout_s": None,
+        **_admit_options(draw),
     }
     return req, dataclasses.replace(cfg, **data), dataclasses.replace(ref, **data)
 
@@ -565,6 +585,10 @@ def test_paged_preemption_matches_reference_and_conserves(case):
     assert np.all(cols["outcome"][pre] == 1)
     assert [r.resumes for r in ref_sim.reqs] == cols["preemptions"].tolist()
     assert np.all(cols["preempt_delay_s"][pre] > 0) and np.all(cols["preempt_delay_s"][~pre] == 0)
+    if cfg.preemption == "swap":  # --hypothesis-show-statistics: swap and its fallback
+        event("swap: fallback to recompute" if ref_sim.swap_fallbacks else "swap: no fallback")
+    if cfg.reserved_decode_tokens:
+        event("reserved tokens held an admission" if ref_sim.reserve_waits else "no hold")
 
 
 FOUND = Path(__file__).parent / "data" / "found_cases"

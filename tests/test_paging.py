@@ -130,3 +130,112 @@ def test_too_large_under_paged_is_what_could_never_finish_alone():
 def test_unknown_admission_is_refused():
     with pytest.raises(SimulationError, match="memory.admission"):
         simulate(_two_requests(), _cfg(admission="lazy"))
+
+
+# --- swap within host memory, and SGLang's reserved decode tokens (docs/model.md §1.5.1,
+# §1.5.2)
+
+
+def test_swap_falls_back_to_recompute_when_host_memory_is_full():
+    """R1's context is 11 tokens when it is preempted at 0.03. With host memory for 11
+    tokens it is swapped (the swap timeline above: done at 0.081); with room for 10 it is
+    preempted by recompute instead: re-prefilled from 0.05 (0.016 s), done at 0.096, and
+    its 11 tokens count as re-prefilled."""
+    host = {"preemption": "swap", "host_path_bytes_per_s": 1e3, "host_path_latency_s": 1e-3}
+    fits = simulate(_two_requests(), _cfg(budget_tokens=24, swap_tokens=11, **host)).columns
+    assert fits["t_done"][1] == pytest.approx(0.051 + 3 * 0.01, rel=1e-12)
+    full = simulate(_two_requests(), _cfg(budget_tokens=24, swap_tokens=10, **host)).columns
+    assert full["t_done"][1] == pytest.approx(0.05 + 0.016 + 3 * 0.01, rel=1e-12)
+    assert full["preempt_tokens"].tolist() == [0, 11]
+    assert full["preempt_delay_s"][1] == pytest.approx(0.066 - 0.03, rel=1e-12)
+
+
+def test_swap_room_is_what_the_host_kv_pool_leaves():
+    """replicate_tiered keeps its host KV pool (5 tokens here) in the same host memory:
+    with 16 tokens of host DRAM, 11 are left and R1's 11-token context swaps (done at
+    0.081); with 15, 10 are left and it is recomputed (done at 0.096). No prompt has
+    blocks, so the tier itself holds nothing."""
+    kw = {"budget_tokens": 24, "preemption": "swap", "policy": "replicate_tiered"}
+    kw |= {"host_kv_tokens": 5, "host_path_bytes_per_s": 1e3, "host_path_latency_s": 1e-3}
+    c = simulate(_two_requests(), _cfg(swap_tokens=16, **kw)).columns
+    assert c["t_done"][1] == pytest.approx(0.051 + 3 * 0.01, rel=1e-12)
+    c = simulate(_two_requests(), _cfg(swap_tokens=15, **kw)).columns
+    assert c["t_done"][1] == pytest.approx(0.05 + 0.016 + 3 * 0.01, rel=1e-12)
+
+
+def test_swap_timeline_is_bytes_over_the_host_path():
+    """KV of 100 B per token (its HBM read rate is left unbounded, so iterations still take
+    0.01 s; the link is instant), host path 5·10⁴ B/s with 1 ms latency. R1 is preempted at
+    0.03 with 11 tokens: 1100 B hold the path from 0.03 to 0.03 + 1100 / 5e4 = 0.052. R0
+    ends at 0.05; R1's copy back queues behind its copy out: 0.052 + 0.022 + 0.001 = 0.075,
+    then its 3 tokens at 0.085, 0.095, 0.105."""
+    decode = dataclasses.replace(DECODE, kv_bpt=100.0)
+    cfg = _cfg(
+        budget_tokens=24,
+        preemption="swap",
+        decode_cost=decode,
+        link_bytes_per_s=1e300,
+        host_path_bytes_per_s=5e4,
+        host_path_latency_s=1e-3,
+    )
+    c = simulate(_two_requests(), cfg).columns
+    assert c["preempt_tokens"].tolist() == [0, 11]
+    assert c["preempt_delay_s"][1] == pytest.approx(0.075 - 0.03, rel=1e-9)
+    assert c["t_done"][1] == pytest.approx(0.105, rel=1e-9)
+
+
+def test_reserved_decode_tokens_hold_admission_back():
+    """N = 16 reserved decode tokens. R0 is admitted at 0 with room for 10 + min(16, 4).
+    At 1 ms R0 holds 10 of the budget; R1 needs its 10 prompt tokens, 16 for R0 and
+    min(16, 5 − 1) = 4 for itself: 30. With a budget of 40 (30 free) it is admitted at
+    once; with 39 (29 free) it waits for R0 to finish at 0.05, is admitted then and, the
+    instance idle, emits at 0.06 … 0.10. Without the reservation it is admitted at 1 ms
+    (the two never hold more than 14 + 13 = 27)."""
+    kw = {"reserved_decode_tokens": 16}
+    c = simulate(_two_requests(), _cfg(budget_tokens=40, **kw)).columns
+    assert c["t_admit"][1] == pytest.approx(0.001, rel=1e-12)
+    c = simulate(_two_requests(), _cfg(budget_tokens=39, **kw)).columns
+    assert c["t_admit"][1] == pytest.approx(0.05, rel=1e-12)
+    assert c["t_done"][1] == pytest.approx(0.10, rel=1e-12)
+    assert c["outcome"].tolist() == [1, 1]
+    c = simulate(_two_requests(), _cfg(budget_tokens=29)).columns
+    assert c["t_admit"][1] == pytest.approx(0.001, rel=1e-12)
+    assert c["preemptions"].tolist() == [0, 0]
+
+
+def test_swap_on_a_preset_respects_host_memory():
+    """medium_chat at budget factor 0.35 preempts. Qwen2-1.5B's KV is 2 (K, V) × 28 layers
+    × 2 KV heads × 128 dims × 2 bytes = 28,672 B per token (its config.json), so 0.001 GB
+    of host DRAM holds 10⁶ // 28,672 = 34 tokens: no context fits, every victim is
+    recomputed, and the run is the recompute run column for column. With the default host
+    memory (256 GB per device) the same victims swap."""
+    from prefixbench.scenario.loader import load_scenario
+    from prefixbench.system.runner import prepare, simulate_policy
+
+    base = ["run.requests=300", "run.warmup_requests=10", "memory.budget_factor=0.35"]
+
+    def run(*extra):
+        prep = prepare(load_scenario("medium_chat", [*base, *extra]))
+        return prep, simulate_policy(prep, "transfer_per_request").columns
+
+    prep, tiny = run("memory.preemption=swap", "cluster.decode.host_memory_gb=0.001")
+    assert prep.base.swap_tokens == 34
+    _, recompute = run("memory.preemption=recompute")
+    assert recompute["preemptions"].sum() > 0
+    for col in recompute:
+        assert np.array_equal(tiny[col], recompute[col], equal_nan=True), col
+    prep, swap = run("memory.preemption=swap")
+    assert prep.base.swap_tokens == 256 * 10**9 // 28_672
+    assert not np.array_equal(swap["preempt_tokens"], recompute["preempt_tokens"])
+
+
+def test_reserved_decode_tokens_round_with_the_prompt_so_a_lone_request_fits():
+    """Blocks of 16, a budget of 64, N = 1: a 49-token prompt with 5 output tokens fits
+    alone (its last iteration holds 53 tokens, 4 blocks). Its reservation rounds with its
+    prompt, ⌈49 + min(1, 4)⌉ = 64 ≤ 64, so it is admitted at once; counted apart
+    (64 + 1 = 65) it would wait for ever."""
+    req = make_requests([0.0], [49], [5], [[]])
+    cfg = _cfg(budget_tokens=64, block_size=16, reserved_decode_tokens=1)
+    c = simulate(req, cfg).columns
+    assert c["outcome"].tolist() == [1]
+    assert c["t_admit"][0] == 0.0

@@ -429,6 +429,11 @@ def _disagg_state(r: _Run, cfg: EngineConfig, t_steady: float) -> float:
     F[L.FP_TSTEADY] = t_steady
     IS[L.IP_PAGED], IS[L.IP_BS] = cfg.admission == "paged", cfg.block_size
     IS[L.IP_SWAP] = cfg.preemption == "swap"
+    pool = cfg.host_kv_tokens if L.has_host_tier(IS[L.IP_POLICY]) else 0
+    IS[L.IP_SWAPCAP] = max(cfg.swap_tokens - pool, 0)  # --- admit: what the host pool leaves
+    IS[L.IP_RDT] = cfg.reserved_decode_tokens if cfg.admission == "paged" else 0
+    IS[L.IP_HOLD] = cfg.prefill_hold
+    IS[L.IP_CALOC] = cfg.cost_aware_local
     IS[L.IP_HWP] = HOST_WRITE_POLICIES.index(cfg.host_write_policy)
     return refresh
 

@@ -35,6 +35,7 @@ from .layout import (
     IP_U,
     NDI,
     NPI,
+    P_HELD,
     P_LRUH,
     P_USED,
     PC_IN,
@@ -88,9 +89,9 @@ def pc_match(IS, B32, p, bid, bt, i0, i1):
 
 @jit
 def pc_insert(IS, B32, p, bid, bt, i0, i1):
-    cap = IS[IP_PCAP]
-    base = IS[H_PC] + 4 * IS[IP_U] * p
     pb = IS[H_PI] + p * NPI
+    cap = pc_room(IS, p)
+    base = IS[H_PC] + 4 * IS[IP_U] * p
     hp = pb + P_LRUH
     for j in range(i1 - 1, i0 - 1, -1):
         h = bid[j]
@@ -103,6 +104,24 @@ def pc_insert(IS, B32, p, bid, bt, i0, i1):
             B32[rec + PC_TOK] = bt[j]
             lru_append(B32, IS, hp, base, PC_PREV, PC_NEXT, h)
             IS[pb + P_USED] += bt[j]
+    pc_evict(IS, B32, p)
+
+
+@jit
+def pc_room(IS, p):
+    """The prefix cache's capacity on prefill instance ``p``: its KV pool less the prompt
+    KV held for pulls in flight (0 when the hold is off)."""
+    cap = IS[IP_PCAP] - IS[IS[H_PI] + p * NPI + P_HELD]
+    return cap if cap > 0 else 0
+
+
+@jit
+def pc_evict(IS, B32, p):
+    """Drop least recently used blocks until the cache fits its room."""
+    cap = pc_room(IS, p)
+    base = IS[H_PC] + 4 * IS[IP_U] * p
+    pb = IS[H_PI] + p * NPI
+    hp = pb + P_LRUH
     while IS[pb + P_USED] > cap:
         h = IS[hp]
         lru_unlink(B32, IS, hp, base, PC_PREV, PC_NEXT, h)

@@ -121,6 +121,19 @@ class EngineConfig:
     # tokens (0: no store) and its one FCFS queue's rate (bytes/s); latency: the link's
     l3_store_tokens: int = 0
     l3_store_bytes_per_s: float = 25.0e9
+    # --- admit: host DRAM per decode instance (tokens); swapped-out KV takes what the
+    # host KV pool of replicate_tiered / cost_aware leaves (paged swap falls back to
+    # recompute when a victim's context does not fit in what is left), and
+    # SGLang's reserved decode tokens: paged admission needs its own prompt blocks plus this
+    # many tokens for every admitted request, itself included (0: off; docs/model.md §1.5.2)
+    swap_tokens: int = 2**62
+    reserved_decode_tokens: int = 0
+    # --- admit: a prefill instance holds a request's prompt KV from its step's start until
+    # the decode pull lands (or the request is rejected), out of its prefix cache's
+    # capacity; a step starts only while the held KV and its prompts fit (docs/model.md §1.4.1)
+    prefill_hold: bool = False
+    # --- admit: cost_aware's fourth option, a local prefill on decode (engine/costlocal.py)
+    cost_aware_local: bool = False
 
 
 @dataclass
@@ -244,6 +257,8 @@ def check_engine_config(cfg: EngineConfig) -> None:
         [
             ("memory.host_kv_gb", cfg.host_kv_tokens, 0, INT32_MAX),
             ("memory.l3_store_gb", cfg.l3_store_tokens, 0, 2**62),
+            ("cluster.decode.host_memory_gb", cfg.swap_tokens, 0, 2**62),
+            ("memory.reserved_decode_tokens", cfg.reserved_decode_tokens, 0, INT32_MAX),
             ("cluster.block_size", cfg.block_size, 1, INT32_MAX),
             ("cluster.prefill_token_budget", cfg.prefill_token_budget, 1, 2**62),
             ("prefill_cache_tokens", min(cfg.prefill_cache_tokens, 2**61), 0, 2**62),

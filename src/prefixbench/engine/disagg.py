@@ -27,6 +27,7 @@ import numpy as np
 from . import ced
 from . import conditional as cd
 from . import costaware as ca
+from . import costlocal as cl
 from . import kvroute as kv
 from . import layout as L
 from . import paging as pg
@@ -39,6 +40,7 @@ from .batch import (
     schedule,
 )
 from .blocks import (
+    pc_evict,
     pc_insert,
     prefill_hit,
     rs_acquire,
@@ -154,6 +156,12 @@ def arrive(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, t):
         if cd.prefills_locally(IS, F, R, B8, bid, bt, rid, d):
             prefill_on_decode(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t)
             return
+    if IS[L.IP_POLICY] == L.POL_COST_AWARE and IS[L.IP_CALOC]:  # --- cost_aware: local?
+        sync_paged(IS, F, R, B32, B8, TLF, TLI, t)
+        d = cl.candidate(IS, B8, bid, bt, rid)
+        if cl.prefills_locally(IS, F, R, B32, B8, bid, bt, rid, d, t):
+            prefill_on_decode(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t)
+            return
     p = route_prefill(IS, F, R, B32, bid, bt, rid)
     IS[IS[L.H_O] + L.O_PI * n + rid] = p
     pb = IS[L.H_PI] + p * L.NPI
@@ -201,6 +209,9 @@ def _take_batch(IS, F, R, B32, bid, bt, p, t):
         n_new = prompt - hit - x3
         if first != -1 and new_sum + n_new > budget:
             break
+        if not hold_fits(IS, pb, first, prompt):  # --- admit: back-pressure
+            break
+        hold_prompt(IS, R, pb, rid, prompt)
         q_popleft(IS, R, pb + L.P_QH, L.R_PQN)
         IS[pb + L.P_QN] -= 1
         first = step_append(R, first, last, rid)
@@ -231,12 +242,16 @@ def start_prefill(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, p, t):
     first, count, new_sum, gemm, attn, kv_io, replayed, c = _take_batch(
         IS, F, R, B32, bid, bt, p, t
     )
+    if first == -1:  # --- admit: held KV leaves no room; a pull's landing restarts it
+        return
+    if IS[L.IP_HOLD]:
+        pc_evict(IS, B32, p)
     flops = gemm + attn
     dur = prefill_step_time(F, c0, gemm, attn, new_sum, kv_io) + F[c0 + L.C_CEDC] * replayed
     if in_window(F, t):
         F[IS[L.H_FPB] + p] += clipped(F, c, c + dur)
         pw = IS[L.H_FCH] + IS[L.IP_NP] * IS[L.IP_ND] * IS[L.IP_NC] + 2 * p
-        add_step_work(F, pw, flops, weights_read(F, c0, new_sum) + kv_io, t, t + dur)
+        add_step_work(F, pw, flops, weights_read(F, c0, new_sum) + kv_io, c, c + dur)
     if in_energy_window(F, t):
         power_work(  # --- power
             F, prefill_record(IS, F, p), c0, F[c0 + L.C_FRP], flops,
@@ -256,6 +271,50 @@ def start_prefill(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, p, t):
         hand_off_step(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, first, t)
         IS[L.GI_DEFER] = 0
         stream_batch(IS, F, R, EHT, EHI, TLF, TLI, first, t)
+
+
+@jit
+def hold_fits(IS, pb, first, prompt):
+    """--- admit: a prompt joins the step being formed only while the KV held on the
+    prefill instance (pulls in flight and this step's) and its own fit the instance's KV
+    pool; the first of a step always goes when nothing is held."""
+    if not IS[L.IP_HOLD]:
+        return True
+    held = IS[pb + L.P_HELD]
+    return (first == -1 and held == 0) or held + prompt <= IS[L.IP_PCAP]
+
+
+@jit
+def hold_prompt(IS, R, pb, rid, prompt):
+    """--- admit: the prompt's KV is held from its step's start until it is pulled."""
+    if IS[L.IP_HOLD]:
+        IS[pb + L.P_HELD] += prompt
+        R[rid * L.NR + L.R_FLAGS] |= L.F_HELD
+
+
+@jit
+def release_hold(IS, R, rid):
+    """--- admit: the decode pull of ``rid`` completed (or it was rejected): its prefill
+    instance frees the KV; a stalled instance is restarted after the event (kick_prefills)."""
+    fl = rid * L.NR + L.R_FLAGS
+    if R[fl] & L.F_HELD:
+        R[fl] &= ~L.F_HELD
+        p = IS[IS[L.H_O] + L.O_PI * IS[L.IP_N] + rid]
+        pb = IS[L.H_PI] + p * L.NPI
+        IS[pb + L.P_HELD] -= R[rid * L.NR + L.R_PROMPT]
+        IS[pb + L.P_KICK] = 1
+
+
+@jit
+def kick_prefills(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, t):
+    """--- admit: after an event that freed held KV, an idle prefill instance with a
+    queue starts its next step."""
+    for p in range(IS[L.IP_NP]):
+        pb = IS[L.H_PI] + p * L.NPI
+        if IS[pb + L.P_KICK]:
+            IS[pb + L.P_KICK] = 0
+            if IS[pb + L.P_BH] == -1 and IS[pb + L.P_QH] != -1:
+                start_prefill(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, p, t)
 
 
 @jit
@@ -320,7 +379,7 @@ def hand_off_one(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t):
         if wait:
             wait_for_room(IS, F, R, EHT, EHI, rid, d, t)
         else:
-            reject(IS, F, rid, d, t, L.R_NO_MEMORY)
+            reject(IS, F, R, rid, d, t, L.R_NO_MEMORY)
 
 
 # ---------------------------------------------------------------- admission
@@ -357,9 +416,10 @@ def route_decode(IS, F, R, B8, bid, bt, rid):
     return least_loaded(IS, L.DI0 + L.D_LOAD, L.NDI, nd)
 
 
-@sig("void(int64[::1], float64[::1], int64, int64, float64, int64)")
-def reject(IS, F, rid, d, t, reason):
+@sig("void(int64[::1], float64[::1], int32[::1], int64, int64, float64, int64)")
+def reject(IS, F, R, rid, d, t, reason):
     n, io = IS[L.IP_N], IS[L.H_O]
+    release_hold(IS, R, rid)  # --- admit
     IS[io + L.O_OUT * n + rid] = L.OUT_REJECTED
     IS[io + L.O_REA * n + rid] = reason
     F[IS[L.H_FT] + L.T_DN * n + rid] = t
@@ -475,15 +535,32 @@ def _need(IS, R, rr, prompt, hit_tok):
 
 
 @jit
-def _make_room(IS, F, B32, B8, bid, d, t, i0, i1, nhit, nhost, need, tier):
+def reserved_room(IS, R, rr, d, need, own):
+    """The room paged admission asks for with SGLang's reserved decode tokens N
+    (``num_reserved_decode_tokens``, docs/model.md §1.5.2): its ``own`` prompt tokens plus
+    min(N, output − 1), in whole blocks (so that alone it always fits), plus N for every
+    admitted, unfinished request on ``d``; ``need`` when off."""
+    n_res = IS[L.IP_RDT]
+    if n_res == 0:
+        return need
+    grow = np.int64(R[rr + L.R_OUTPUT]) - 1
+    if grow > n_res:
+        grow = n_res
+    bs = IS[L.IP_BS]
+    return (own + grow + bs - 1) // bs * bs + n_res * IS[L.DI0 + d * L.NDI + L.D_ADM]
+
+
+@jit
+def _make_room(IS, F, B32, B8, bid, d, t, i0, i1, nhit, nhost, need, room, tier):
     """Free ``need`` tokens on ``d`` (trimming idle replicas LRU), take the hit run and the
-    host run; returns the host run's tokens, or -1 (nothing changed) if there is no room,
-    and the time the trim's queued demotion copies complete (-inf if none, host tier)."""
+    host run; returns the host run's tokens, or -1 (nothing changed) if there is no
+    ``room`` (``need`` plus any reserved decode tokens), and the time the trim's queued
+    demotion copies complete (-inf if none, host tier)."""
     b = L.DI0 + d * L.NDI
     free = IS[L.IP_BUDGET] - IS[b + L.D_PRIV] - IS[b + L.D_USED]
-    if free < need:
+    if free < room:
         idle_hit = rs_idle_tokens(IS, B32, bid, d, i0, i0 + nhit)
-        if free + IS[b + L.D_IDLE] - idle_hit < need:
+        if free + IS[b + L.D_IDLE] - idle_hit < room:
             return -1, -L.INF
     host_tok = 0
     if tier:  # out of the pool first: the trim demotes into it
@@ -515,6 +592,7 @@ def _book(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t, nhit, hit_t
         ptoks = persist_new_blocks(IS, F, R, B32, B8, bid, bt, rid, d, i0 + nhit, i1)
     private = need - ptoks
     IS[b + L.D_ACT] += prompt + R[rr + L.R_OUTPUT]  # --- kv routing
+    IS[b + L.D_ADM] += 1  # --- admit
     IS[b + L.D_PRIV] += private
     R[rr + L.R_PRIV] = private
     R[rr + L.R_NHIT] = nhit
@@ -535,6 +613,8 @@ def _book(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t, nhit, hit_t
 def _split(IS, F, R, rid, d, t, prompt, hit_tok, nhost, host_tok, l3_tok):
     """The policy's hand-off: (tokens over the link, tokens recomputed on decode, the host
     run promoted or not); the L3 run's ``l3_tok`` never cross the link."""
+    if IS[L.IP_POLICY] == L.POL_COST_AWARE and R[rid * L.NR + L.R_FLAGS] & L.F_LOCAL:
+        return np.int64(0), prompt - hit_tok, False  # --- cost_aware's local prefill
     if IS[L.IP_POLICY] == L.POL_COST_AWARE:  # transfer, promote or recompute (costaware.py)
         return ca.choose(IS, F, R, rid, d, t, prompt, hit_tok, host_tok)
     xfer, rc = handoff(IS, R, rid, prompt, hit_tok)
@@ -636,9 +716,10 @@ def admit(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t):
     prompt = np.int64(R[rr + L.R_PROMPT])
     need = _need(IS, R, rr, prompt, hit_tok)
     if need > IS[L.IP_BUDGET]:
-        reject(IS, F, rid, d, t, L.R_TOO_LARGE)
+        reject(IS, F, R, rid, d, t, L.R_TOO_LARGE)
         return True
-    host_tok, gate = _make_room(IS, F, B32, B8, bid, d, t, i0, i1, nhit, nhost, need, tier)
+    room = reserved_room(IS, R, rr, d, need, prompt - hit_tok)  # --- admit: SGLang's gate
+    host_tok, gate = _make_room(IS, F, B32, B8, bid, d, t, i0, i1, nhit, nhost, need, room, tier)
     if host_tok < 0:
         return False
     _book(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, rid, d, t, nhit, hit_tok, need)
@@ -679,7 +760,7 @@ def timeout(IS, F, R, rid, t):
     # leave the wait queue now: a stale entry would make later requests queue behind it
     d = IS[io + L.O_DI * n + rid]
     wq_remove(IS, R, L.DI0 + d * L.NDI + L.D_WQH, rid)
-    reject(IS, F, rid, d, t, L.R_TIMEOUT)
+    reject(IS, F, R, rid, d, t, L.R_TIMEOUT)
     return True
 
 
@@ -692,6 +773,7 @@ def landed(IS, F, R, B8, EHT, EHI, bid, rid, t):
     the request joins the batch unless its prefix recompute is still pending."""
     n = IS[L.IP_N]
     F[IS[L.H_FT] + L.T_XE * n + rid] = t
+    release_hold(IS, R, rid)  # --- admit: the pull is complete
     d = IS[IS[L.H_O] + L.O_DI * n + rid]
     fl = rid * L.NR + L.R_FLAGS
     if R[fl] & L.F_PERS and not R[fl] & L.F_RC:  # recomputed blocks: when rebuilt
@@ -718,6 +800,7 @@ def finish(IS, F, R, B32, B8, bid, bt, rid, d, t):
     IS[b + L.D_CTX] -= np.int64(R[rr + L.R_PROMPT]) + R[rr + L.R_OUTPUT]
     IS[b + L.D_PRIV] -= R[rr + L.R_PRIV]
     IS[b + L.D_ACT] -= np.int64(R[rr + L.R_PROMPT]) + R[rr + L.R_OUTPUT]  # --- kv routing
+    IS[b + L.D_ADM] -= 1  # --- admit
     keep_answer(IS, F, B32, B8, bid, bt, rid, d)  # generated.py: before the chain's release
     ptr = IS[L.H_PTR]  # --- l3: its chain, then its answer, are written to the store
     l3_write_run(IS, F, B32, bid, bt, IS[ptr + rid], IS[ptr + rid + 1], t)

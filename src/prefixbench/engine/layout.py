@@ -147,7 +147,16 @@ IP_HWP = 48
 # --- l3: the shared L3 store (l3store.py; replicate_tiered only, 0 = off): capacity in
 # tokens, tokens stored, its LRU head/tail, its peak, the offset of its block records in B32
 IP_L3CAP, GI_L3USED, GI_L3LRUH, GI_L3LRUT, GI_L3PEAK, H_L3 = range(49, 55)
-DI0 = 55
+# --- admit: host memory left for swapped-out KV per decode instance (tokens; paged swap
+# falls back to recompute when it is full), SGLang's reserved decode tokens per admitted
+# request (paged admission gate; 0 = off)
+IP_SWAPCAP, IP_RDT = 55, 56
+# --- admit: prefill KV held until the decode pull completes (vLLM NIXL delay_free_blocks;
+# 1 on, 0 off), counted against the prefill instance's KV pool (its prefix cache)
+IP_HOLD = 57
+# --- admit: cost_aware may prefill on the decode instance (1) or never (0; costlocal.py)
+IP_CALOC = 58
+DI0 = 59
 # decode instance fields (queue head/tail pairs adjacent)
 (
     D_B,  # sequences in the batch
@@ -179,9 +188,14 @@ D_HUSED, D_HCAP, D_HLRUH, D_HLRUT, D_HPEAK, D_LHUSED = range(21, 27)
 D_PQH, D_PQT, D_FQH, D_FQT = range(27, 31)
 # --- kv routing: prompt + output tokens of the admitted, unfinished requests (kvroute.py)
 D_ACT = 31
-NDI = 32
+# --- admit: swapped-out KV tokens held in host memory; admitted, unfinished requests
+# (preempted ones included: the reserved-decode-tokens gate)
+D_SWAPU, D_ADM = 32, 33
+NDI = 34
 P_LOAD, P_QH, P_QT, P_BH, P_USED, P_LRUH, P_LRUT, P_QN = range(8)
-NPI = 8
+# --- admit: prompt tokens held until their pull completes; a release may restart a step
+P_HELD, P_KICK = 8, 9
+NPI = 10
 # integer result columns
 O_PI, O_DI, O_OUT, O_REA, O_PH, O_RH, O_RC, O_XT, O_PT = range(9)
 O_HBMB, O_HOSTB, O_LINKB, O_HOSTT = range(9, 13)  # --- tiered
@@ -246,6 +260,8 @@ F_PRE, F_REPF = 16, 32  # --- paged: preempted (until it rejoins), its re-prefil
 F_CED = 64  # --- ced: its replay job is queued or done (engine/ced.py)
 F_SOLO = 128  # --- paged: preempted while running alone: it resumes without shared blocks
 F_LOCAL = 256  # --- conditional: prefilled on its decode instance (engine/conditional.py)
+F_SWAPD = 512  # --- admit: preempted by swap (its KV in host memory), not by recompute
+F_HELD = 1024  # --- admit: its prompt KV is held on its prefill instance until pulled
 
 # ---------------------------------------------------------------- F (float64)
 FP_LINK_BPS, FP_LINK_LAT, FP_WAIT_TO, FP_TWARM = range(4)

@@ -24,6 +24,7 @@ from .layout import (
     GI_HSZ,
     GI_INSYS,
     GI_TLN,
+    IP_HOLD,
     IP_N,
     IP_ND,
     IP_NP,
@@ -111,6 +112,8 @@ def run_disaggregated(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt):
                 continue
         else:
             dis.arrive(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, a, t)
+        if IS[IP_HOLD]:  # --- admit: held KV freed by this event restarts a stalled prefill
+            dis.kick_prefills(IS, F, R, B32, B8, EHT, EHI, TLF, TLI, bid, bt, t)
         F[G_NOW] = t
     return DONE
 

@@ -19,7 +19,9 @@ trimmed), and waits, ahead of every new admission, to resume when memory frees:
   recompute jobs (recompute.py) stay queued for the mixed iterations after it;
 * swap: its whole context, in blocks, is copied to host memory over the decode instance's
   host path when it is preempted and back, as private blocks, when it resumes
-  (engine/hostpath.py).
+  (engine/hostpath.py); the copy holds host memory (``IP_SWAPCAP`` per instance) until it
+  is back, and a victim whose context does not fit in what is left is preempted by
+  recompute instead.
 
 Closed form: memory is accounted per iteration without an event per iteration. Between two
 boundaries the batch is fixed, so the blocks it takes by any iteration are a step function
@@ -67,6 +69,13 @@ def generated_before(R, rid):
     held: its iteration g attends prompt + g tokens)."""
     g = np.int64(R[rid * L.NR + L.R_GEN]) - 1
     return g if g > 0 else np.int64(0)
+
+
+@jit
+def swap_tokens(IS, R, rid):
+    """Tokens a swapped sequence's context takes in host memory (whole blocks: its prompt
+    and the tokens generated before its last iteration)."""
+    return blocks(IS, np.int64(R[rid * L.NR + L.R_PROMPT]) + generated_before(R, rid))
 
 
 @jit
@@ -301,10 +310,13 @@ def preempt(IS, F, R, B32, B8, bid, d, rid, t):
     if g == 0:  # its first token was due at the end of the iteration it now misses
         F[ft + L.T_FT * n + rid] = np.nan
         F[ft + L.T_DS * n + rid] = np.nan
-    if IS[L.IP_SWAP]:
-        tok = blocks(IS, np.int64(R[rr + L.R_PROMPT]) + generated_before(R, rid))
-        IS[io + L.O_PTOK * n + rid] += tok
-        host_path_move(IS, F, d, t, tok * F[L.FP_DC + L.C_KV])
+    if IS[L.IP_SWAP]:  # --- admit: swapped if its context fits the host memory left
+        tok = swap_tokens(IS, R, rid)
+        if IS[b + L.D_SWAPU] + tok <= IS[L.IP_SWAPCAP]:
+            IS[b + L.D_SWAPU] += tok
+            R[rr + L.R_FLAGS] |= L.F_SWAPD
+            IS[io + L.O_PTOK * n + rid] += tok
+            host_path_move(IS, F, d, t, tok * F[L.FP_DC + L.C_KV])
     # prepend: the queue resumes the earliest admitted of a boundary's victims first
     h = b + L.D_PQH
     R[rr + L.R_PGN] = IS[h]
@@ -368,7 +380,8 @@ def resume_one(IS, F, R, B32, B8, EHT, EHI, bid, bt, d, rid, t):
     i0, i1 = IS[ptr + rid], IS[ptr + rid + 1]
     nhit = 0
     solo = R[rr + L.R_FLAGS] & L.F_SOLO
-    if not IS[L.IP_SWAP] and IS[L.IP_POLICY] >= L.POL_HOTSET and i1 > i0 and not solo:
+    swapped = R[rr + L.R_FLAGS] & L.F_SWAPD
+    if not swapped and IS[L.IP_POLICY] >= L.POL_HOTSET and i1 > i0 and not solo:
         nhit = rs_match(B8, IS[L.IP_U], d, bid, i0, i1)
     hit = 0
     for j in range(i0, i0 + nhit):
@@ -386,7 +399,7 @@ def resume_one(IS, F, R, B32, B8, EHT, EHI, bid, bt, d, rid, t):
     R[rr + L.R_PRIV] = need
     IS[L.GI_ASEQ] += 1
     R[rr + L.R_ASEQ] = IS[L.GI_ASEQ]
-    if IS[L.IP_SWAP]:
+    if swapped:
         land = host_path_move(IS, F, d, t, need * F[L.FP_DC + L.C_KV])
         push(EHT, EHI, IS, land, L.EV_TRANSFER, rid, 1)
     else:
@@ -476,8 +489,11 @@ def still_joining(IS, R, nj):
 
 @jit
 def swapped_in(IS, F, R, EHT, EHI, rid, t):
-    """A swapped sequence's KV is back on its decode instance: it queues to rejoin."""
+    """A swapped sequence's KV is back on its decode instance (its host copy is freed):
+    it queues to rejoin."""
     d = IS[IS[L.H_O] + L.O_DI * IS[L.IP_N] + rid]
+    IS[L.DI0 + d * L.NDI + L.D_SWAPU] -= swap_tokens(IS, R, rid)
+    R[rid * L.NR + L.R_FLAGS] &= ~L.F_SWAPD
     q_append(IS, R, L.DI0 + d * L.NDI + L.D_JQH, L.R_JQN, rid)
     interrupt(IS, F, EHT, EHI, d, t)
 

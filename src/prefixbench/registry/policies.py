@@ -74,10 +74,11 @@ POLICIES: tuple[Policy, ...] = (
     Policy(
         "cost_aware",
         5,
-        "decides each hand-off from its own queues: send the missing blocks, promote them "
-        "from host memory, or recompute the cached prefix",
-        "per request, the cheaper of transfer and recompute now (queues, batch stall); "
-        "keeps every block (keeping costs no memory admission could use)",
+        "decides each request from its own queues: prefill it locally, send the missing "
+        "blocks, promote them from host memory, or recompute the cached prefix",
+        "per request, the cheapest of a local prefill (at arrival), transfer, promotion and "
+        "recompute now (queues, batch stall); keeps every block (keeping costs no memory "
+        "admission could use)",
         "#0072B2",  # blue
         "cost-aware",
         5,

@@ -422,7 +422,9 @@ class InstanceGroup(_M):
         gt=0,
         le=1e6,
         description="Host DRAM per instance, GB (default: 256 per device, as a DGX H100's "
-        "2 TB for 8 GPUs); memory.host_kv_gb must fit in it.",
+        "2 TB for 8 GPUs); memory.host_kv_gb must fit in it, and on a decode instance "
+        "what the host KV pool leaves holds swapped-out KV (memory.preemption: swap; a "
+        "victim that does not fit is recomputed, docs/model.md §1.5.1).",
     )
     # --- power (docs/model.md §2.11)
     power_cap_w: float | None = Field(
@@ -675,6 +677,12 @@ class ClusterSpec(_M):
         "prefill on their decode instance (Dynamo's max_remote_prefill_cache_hit_ratio, "
         "default 0.5).",
     )
+    cost_aware_local_prefill: bool = Field(
+        True,
+        description="cost_aware: also price a local prefill on the decode instance at "
+        "arrival (conditional_disagg's chunked-prefill mechanism), beside transfer, "
+        "promotion and recompute (docs/model.md §1.14.1); false: never local.",
+    )
 
     @model_validator(mode="after")
     def _speculative_on_decode(self) -> ClusterSpec:
@@ -762,6 +770,24 @@ class MemorySpec(_M):
         "recompute",
         description="paged: a preempted request re-prefills its context on resume (recompute) "
         "or moves its KV to host memory and back (swap, over cluster.decode.host_path).",
+    )
+    reserved_decode_tokens: int = Field(
+        0,
+        ge=0,
+        le=2**31 - 1,
+        description="paged: SGLang's --num-reserved-decode-tokens (its default 512; vLLM "
+        "has none): a request is admitted only if its own prompt blocks plus this many "
+        "tokens for every admitted, unfinished request on the instance (itself: at most its "
+        "output − 1) fit after trimming idle replicas (docs/model.md §1.5.2); 0: off.",
+    )
+    prefill_hold: bool = Field(
+        True,
+        description="Prefill-side back-pressure: a prefill instance keeps each prompt's KV "
+        "from its step's start until the decode pull lands (or the request is rejected), "
+        "out of its prefix cache's room, and starts a step only while the held KV and the "
+        "step's prompts fit (vLLM NixlConnector's delay_free_blocks, SGLang's prefill "
+        "inflight queue: both stacks do it; docs/model.md §1.4.1). false: freed when the "
+        "step ends (the behaviour before).",
     )
     host_write_policy: Literal["write_back", "write_through", "write_through_selective"] = Field(
         "write_back",

@@ -493,7 +493,17 @@ def engine_config(s: Scenario, k: Costs, req: Requests, budget: int) -> EngineCo
         host_write_policy=m.host_write_policy,
         l3_store_tokens=int(min(m.l3_store_gb * 1e9 / k.kv_bpt, 2**62)),
         l3_store_bytes_per_s=m.l3_store_gbps * 1e9 / 8,
+        swap_tokens=host_memory_tokens(s, k.kv_bpt),  # --- admit
+        reserved_decode_tokens=m.reserved_decode_tokens,
+        prefill_hold=m.prefill_hold,
+        cost_aware_local=c.cost_aware_local_prefill,
     )
+
+
+def host_memory_tokens(s: Scenario, kv_bpt: float) -> int:
+    """A decode instance's host DRAM in KV tokens: what swapped-out KV may take, less the
+    host KV pool of the tiered policies (the engine subtracts it; docs/model.md §1.5.1)."""
+    return int(min(s.cluster.decode.host_memory() * 1e9 / kv_bpt, 2**62))
 
 
 def prepare(s: Scenario) -> Prepared:
