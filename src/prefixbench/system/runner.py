@@ -36,6 +36,7 @@ from prefixbench.physics.power import with_power
 from prefixbench.scenario.describe import run_notes
 from prefixbench.scenario.models import Scenario, SessionWorkload, SyntheticWorkload, TraceWorkload
 from prefixbench.support.suggest import did_you_mean
+from prefixbench.workload.dense import unique_counts
 from prefixbench.workload.requests import Requests
 
 DEFAULT_REQUESTS = 10_000  # synthetic run length when run.requests is not set (docs/model.md)
@@ -117,7 +118,7 @@ def reference_demand(
     )
     ws = 0.0
     if len(req.blk_hash):
-        hashes, first, counts = np.unique(req.blk_hash, return_index=True, return_counts=True)
+        hashes, first, counts = unique_counts(req.blk_hash)
         shared = counts >= 2  # a block referenced once is never reused: not working set
         if shared.any():
             hashes, first, counts = hashes[shared], first[shared], counts[shared]
@@ -135,7 +136,7 @@ def hot_blocks(req: Requests, upto: int, budget_tokens: float) -> list[tuple[int
     end = int(req.blk_ptr[min(upto, len(req))])
     if end == 0 or budget_tokens <= 0:
         return []
-    hashes, first, counts = np.unique(req.blk_hash[:end], return_index=True, return_counts=True)
+    hashes, first, counts = unique_counts(req.blk_hash[:end])
     tokens = req.blk_tokens[:end][first]
     order = np.lexsort((hashes, -counts))
     csum = np.cumsum(tokens[order])
