@@ -97,13 +97,14 @@ class Recorder:
         prefix = f"{self.label}: " if self.label else ""
         roles = ROLES[self.mode]
         out = []
-        for r in np.unique(role).tolist():
+        width = int(tracks.max()) + 1  # (role, track) pairs as one small key: a bincount
+        seen = np.flatnonzero(np.bincount(role * width + tracks)).tolist()
+        for r in sorted({k // width for k in seen}):
             out.append(
                 f'{{"ph":"M","name":"process_name","pid":{pid_base + r + 1},'
                 f'"args":{{"name":{_json_str(prefix + roles[r])}}}}}'
             )
-        pairs = np.unique(np.stack([role, tracks], axis=1), axis=0).tolist()
-        for r, t in pairs:
+        for r, t in (divmod(k, width) for k in seen):  # sorted by role, then track
             out.append(
                 f'{{"ph":"M","name":"thread_name","pid":{pid_base + r + 1},"tid":{t + 1},'
                 f'"args":{{"name":{_json_str(self._track_name(r, t))}}}}}'
