@@ -85,7 +85,7 @@ def run(
     """Simulate one scenario under every policy (or those given) and compare them."""
     from prefixbench.io.export import parse_percentiles, run_result, write_requests
 
-    from ..study.runs import run_scenario, write_run
+    from ..study.runs import stream_run
 
     s, preset_for_trace = _run_scenario(scenario, seed, overrides, trace, trace_format, skip_bad)
     pcts = parse_percentiles(percentiles)
@@ -93,8 +93,13 @@ def run(
     bar = _Progress("simulating", "policies")
     with bar:
         bar.start(len(policies))
-        tables = run_scenario(s, policies, track_gaps=True, timeline=timeline, on_policy=bar.point)
-    paths = write_run(tables, out_dir)
+        tables, paths = stream_run(
+            s, policies, out_dir, track_gaps=True, timeline=timeline, on_policy=bar.point
+        )
+    if requests_out is not None or save_result or as_json:  # they read every request row
+        from prefixbench.io.artifacts import read_artifact
+
+        tables.requests = read_artifact(paths[0], "requests")
     if requests_out is not None:
         paths.append(write_requests(tables.requests, requests_out))
     if save_result:
