@@ -70,10 +70,15 @@ class Recorder:
     def events(self, pid_base: int = 0) -> tuple[list[str], bytes]:
         """Chrome trace events: the process and track names (JSON object strings), and
         every slice and counter sample, each preceded by ``,\\n`` (compiled writer)."""
+        names, body = self.event_buffer(pid_base)
+        return names, body.tobytes()
+
+    def event_buffer(self, pid_base: int = 0) -> tuple[list[str], np.ndarray]:
+        """``events`` with the text as the writer's byte array (no copy into ``bytes``)."""
         rows, ns = self.slices()
         m = rows.shape[0]
         if m == 0:
-            return [], b""
+            return [], np.zeros(0, dtype=np.uint8)
         kinds, tracks = rows[:, 0], rows[:, 1]
         role = _roles(self.mode, kinds)
         pid = pid_base + role + 1
@@ -91,7 +96,7 @@ class Recorder:
             np.ascontiguousarray(ns).reshape(-1),
         )
         k = write_events(tpl, off, tpl_id, flat_i, flat_ns, pid, tid, kvb, buf)
-        return self._names(pid_base, role, tracks), buf[:k].tobytes()
+        return self._names(pid_base, role, tracks), buf[:k]
 
     def _names(self, pid_base: int, role: np.ndarray, tracks: np.ndarray) -> list[str]:
         prefix = f"{self.label}: " if self.label else ""
@@ -162,7 +167,7 @@ def write_chrome_trace(recorders: list[Recorder], path: Path) -> Path:
         ) from None
     try:
         with os.fdopen(fd, "wb") as f:
-            parts = [r.events(pid_base=100 * i) for i, r in enumerate(recorders)]
+            parts = [r.event_buffer(pid_base=100 * i) for i, r in enumerate(recorders)]
             names = [n for ns, _ in parts for n in ns]
             f.write(b'{"displayTimeUnit":"ns","traceEvents":[\n')
             f.write(",\n".join(names).encode())
