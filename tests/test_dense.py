@@ -40,3 +40,18 @@ def test_dense_ids_equal_iff_equal(name):
     pairs = set(zip(rank.reshape(-1).tolist(), ids.tolist(), strict=True))
     distinct = len(set(values.tolist()))
     assert len(pairs) == distinct == len(set(ids.tolist()))  # a bijection of the values
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_most_referenced_is_the_sorted_cut(seed):
+    """The counting cut of the working set equals the sort-based one it replaced."""
+    from prefixbench.system.runner import most_referenced
+
+    rng = np.random.default_rng(seed)
+    counts = rng.integers(2, int(rng.integers(3, 40)), int(rng.integers(1, 300)))
+    hashes = np.arange(counts.size)  # ascending, as unique_counts returns them
+    for coverage in (0.9, 0.5, 0.999, 1.0, 0.01):
+        order = np.lexsort((hashes, -counts))
+        covered = np.cumsum(counts[order]) / counts.sum()
+        want = order[: int(np.searchsorted(covered, coverage) + 1)]
+        assert sorted(most_referenced(counts, coverage).tolist()) == sorted(want.tolist())

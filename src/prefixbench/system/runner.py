@@ -121,13 +121,30 @@ def reference_demand(
         hashes, first, counts = unique_counts(req.blk_hash)
         shared = counts >= 2  # a block referenced once is never reused: not working set
         if shared.any():
-            hashes, first, counts = hashes[shared], first[shared], counts[shared]
-            order = np.lexsort((hashes, -counts))
-            covered = np.cumsum(counts[order]) / counts.sum()
-            keep = order[: int(np.searchsorted(covered, WORKING_SET_COVERAGE) + 1)]
+            first, counts = first[shared], counts[shared]
+            keep = most_referenced(counts, WORKING_SET_COVERAGE)
             ws = float(req.blk_tokens[first[keep]].sum())
     ws = min(ws, active)  # a vast reuse history (multi-turn traces) must not dwarf the active set
     return active + ws, active, ws, b
+
+
+def most_referenced(counts: np.ndarray, coverage: float) -> np.ndarray:
+    """The blocks (indices into ``counts``, blocks in ascending hash order) that the
+    most-referenced-first order (ties: lower hash first) takes until they carry
+    ``coverage`` of all references, found by counting instead of sorting: every block
+    referenced more often than the cut's count, and the first blocks of the cut's count.
+    The cut is where ``np.cumsum(counts[order]) / counts.sum()`` first reaches ``coverage``,
+    the same float comparisons as the sorted order's (tests/test_dense.py)."""
+    total = counts.sum()
+    per = np.bincount(counts)  # blocks per reference count
+    c_desc = np.arange(per.size - 1, -1, -1)
+    ends = np.cumsum(per[::-1] * c_desc)  # references up to the end of each count's group
+    g = min(int(np.searchsorted(ends / total, coverage)), per.size - 1)  # the cut's group
+    c = int(c_desc[g])
+    before = int(ends[g]) - c * int(per[c])  # references of the more-referenced blocks
+    within = (before + c * np.arange(1, per[c] + 1)) / total
+    r = min(int(np.searchsorted(within, coverage)) + 1, int(per[c]))
+    return np.concatenate((np.flatnonzero(counts > c), np.flatnonzero(counts == c)[:r]))
 
 
 def hot_blocks(req: Requests, upto: int, budget_tokens: float) -> list[tuple[int, int]]:

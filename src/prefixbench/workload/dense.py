@@ -81,13 +81,28 @@ def _hash_ids(values):
 
 
 @njit(cache=True)
-def _first_index(ids, u):
-    """The first index of each id in [0, u) (``len(ids)`` for an id that never appears)."""
-    m = ids.shape[0]
-    first = np.full(u, m, dtype=np.int64)
-    for j in range(m - 1, -1, -1):
-        first[ids[j]] = j
-    return first
+def _small_counts(values, u):
+    """For small non-negative values: (the distinct values ascending, the first index of
+    each, its count), in two linear passes."""
+    counts = np.zeros(u, dtype=np.int64)
+    first = np.empty(u, dtype=np.int64)
+    for j in range(values.shape[0]):
+        v = values[j]
+        if counts[v] == 0:
+            first[v] = j
+        counts[v] += 1
+    k = 0
+    for v in range(u):
+        k += counts[v] > 0
+    seen = np.empty(k, dtype=np.int64)
+    f = np.empty(k, dtype=np.int64)
+    c = np.empty(k, dtype=np.int64)
+    k = 0
+    for v in range(u):
+        if counts[v] > 0:
+            seen[k], f[k], c[k] = v, first[v], counts[v]
+            k += 1
+    return seen, f, c
 
 
 def dense_ids(values) -> tuple[np.ndarray, int]:
@@ -109,9 +124,7 @@ def unique_counts(values) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     if values.size == 0:
         return values.copy(), np.zeros(0, np.int64), np.zeros(0, np.int64)
     if u:
-        counts = np.bincount(values, minlength=u)
-        seen = np.flatnonzero(counts)
-        return seen.astype(np.int64), _first_index(values, u)[seen], counts[seen].astype(np.int64)
+        return _small_counts(values, u)
     ids, uniq, first = _hash_ids(values)
     counts = np.bincount(ids, minlength=uniq.size).astype(np.int64)
     order = np.argsort(uniq, kind="stable")
