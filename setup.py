@@ -47,6 +47,8 @@ with counting_compiles(show):
     warm_up(colocated=True)
 from prefixbench.metrics.bound import belady_resident  # the hindsight bound's heap
 belady_resident([0, 2, 3], [5, 6, 5], [4, 4, 4], 4.0)
+from prefixbench.workload.dense import warm_up as dense_warm_up  # linear-time block ids
+dense_warm_up()
 sys.exit(0 if engine_compiled() else 3)
 """
 

@@ -25,11 +25,16 @@ Measures, and prints and writes as JSON (median / min / max over repeats):
   and `recommend`), plus the default `run` (10,000 requests, all policies);
 * scaling: cost against requests (10k → 1M) and against grid size (1 → 672 runs), with the
   log-log slope (1.0 = linear);
-* compile: the engine's cold numba compile (empty cache directory) and warm load.
+* compile: the engine's cold numba compile (empty cache directory) and warm load;
+* events: the engine's CPU ns per event against the decode batch, and a bare heap loop's;
+* timeline: `run --timeline` against `run` (fresh processes, alternated);
+* scale: `run` with 1M requests under every policy and 10M under one (wall, CPU, peak RSS
+  by ``/usr/bin/time -v``), and the Mooncake trace tiled to 1M requests.
 
 ``--blis PATH`` (a built BLIS binary) also times the shared W1 workload in BLIS and in
-prefixbench (/work/shared/peers/blis/README.md). ``--only a,b`` runs only the named sections (compile, throughput, study, commands, cold, startup,
-help, million, scaling).
+prefixbench (../shared/peers/blis/README.md). ``--only a,b`` runs only the named sections
+(compile, throughput, study, commands, cold, startup, help, million, scaling, events,
+timeline, scale).
 
 The machine is recorded too (CPU, cores, versions, load average: on a shared machine the
 load of other processes inflates wall times; CPU-time figures are less affected).
@@ -54,13 +59,15 @@ from bench.commands import (
     bench_startup,
 )
 from bench.common import POLICIES, ROOT, default_trace, machine_info, product_engine
-from bench.engine import bench_compile, bench_scaling_requests, bench_throughput
+from bench.engine import bench_compile, bench_event_cost, bench_scaling_requests, bench_throughput
 from bench.modes import mode_million, mode_study, mode_wrap
+from bench.scale import bench_scale, bench_timeline
 from bench.study import bench_million, bench_scaling_grid, bench_study
 from bench.verdicts import verdicts
 
 SECTIONS = (
     "compile", "throughput", "study", "commands", "cold", "help", "startup", "million", "scaling",
+    "events", "timeline", "scale",
 )  # fmt: skip
 
 
@@ -173,6 +180,7 @@ def main() -> None:
             fit = r["scaling_grid"]["linear_fit"]
             print(f"  wall ≈ {fit['fixed_s']:.2f} s + {fit['per_run_s'] * 1e3:.1f} ms x runs")
 
+    _scale_sections(r, only, quick, trace)
     if args.blis:
         print("BLIS comparison (W1, fresh processes, median of 3):", flush=True)
         r["blis"] = bench_blis(Path(args.blis))
@@ -188,6 +196,22 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(r, indent=2) + "\n")
     print(f"wrote {out}")
+
+
+def _scale_sections(r: dict, only: set, quick: bool, trace: Path) -> None:
+    """The engine's cost per event against batch size, `--timeline` against a plain run,
+    and the large runs (1M x every policy, 10M x one, the 1M trace), each measured once."""
+    if "events" in only:
+        print("cost per event against the decode batch (enterprise_hotset):", flush=True)
+        r["events"] = bench_event_cost(
+            20_000 if quick else 50_000, [1.0, 3.0, 6.0, 9.0], 2 if quick else 5
+        )
+    if "timeline" in only:
+        print("run --timeline against run (fresh processes, alternated):", flush=True)
+        r["timeline"] = bench_timeline(1 if quick else 3)
+    if "scale" in only:
+        print("large runs (fresh processes, once each):", flush=True)
+        r["scale"] = bench_scale(trace, ten_million=not quick)
 
 
 if __name__ == "__main__":

@@ -159,3 +159,94 @@ def bench_scaling_requests(sizes: list[int], repeats: int) -> dict:
         "loglog_slope_simulate_cpu": slope(xs, [r["simulate_cpu_s"]["median"] for r in rows]),
         "loglog_slope_simulate_wall": slope(xs, [r["simulate_wall_s"]["median"] for r in rows]),
     }
+
+
+# ------------------------------------------------------------------ cost per event
+
+FLOOR_EVENTS = 2_000_000
+
+
+def _floor_loop():
+    """A compiled loop of the engine's structure doing nothing else: pop an event from the
+    engine's own heap (engine/queues.py), push the next one; ``live`` events outstanding."""
+    from numba import njit
+
+    from prefixbench.engine.queues import pop, push
+
+    @njit(cache=False)
+    def loop(EHT, EHI, IS, n, live):
+        for i in range(live):
+            push(EHT, EHI, IS, 1e-3 * i, 0, i, 0)
+        done = 0
+        while done < n:
+            t, kind, a, b = pop(EHT, EHI, IS)
+            push(EHT, EHI, IS, t + 1e-3 * (1 + a % 7), kind, a, b)
+            done += 1
+        return done
+
+    return loop
+
+
+def bench_floor(live: int = 64, repeats: int = 3) -> dict:
+    """ns per event of the bare heap loop (the floor the engine's cost is compared with)."""
+    import numpy as np
+
+    from prefixbench.engine import layout as L
+
+    loop = _floor_loop()
+    state = lambda: (  # noqa: E731
+        np.zeros(live + 4),
+        np.zeros(3 * (live + 4), np.int64),
+        np.zeros(L.GI_TLN + 1, np.int64),
+    )
+    loop(*state(), 1000, live)  # compile
+    cpu = []
+    for _ in range(repeats):
+        args = state()
+        c = time.process_time()
+        loop(*args, FLOOR_EVENTS, live)
+        cpu.append(time.process_time() - c)
+    return {"events": FLOOR_EVENTS, "live": live, "ns_per_event": 1e9 * min(cpu) / FLOOR_EVENTS}
+
+
+def bench_event_cost(n: int, rates: list[float], repeats: int) -> dict:
+    """The engine's CPU ns per event (events = pushes onto its heap) against the decode
+    batch, which the arrival rate sets: ``enterprise_hotset`` (the default scenario) under
+    ``replicate_all_lru``, with the ITL tracking ``prefixbench run`` turns on."""
+    import dataclasses
+
+    from prefixbench.engine import layout as L
+    from prefixbench.engine import simulate
+    from prefixbench.scenario.loader import load_scenario
+    from prefixbench.system.runner import prepare
+
+    rows = []
+    for rate in rates:
+        sets = [f"run.requests={n}", f"workload.arrivals.rate={rate}"]
+        prep = prepare(load_scenario("enterprise_hotset", sets))
+        cfg = dataclasses.replace(prep.base, policy="replicate_all_lru", track_gaps=True)
+        simulate(prep.requests.slice(0, 2000), cfg)  # load the compiled code
+        cpu = []
+        for _ in range(repeats):
+            c = time.process_time()
+            res = simulate(prep.requests, cfg, keep_state=True)
+            cpu.append(time.process_time() - c)
+        events = int(res.state.IS[L.GI_SEQ])
+        row = {
+            "rate": rate,
+            "requests": n,
+            "events": events,
+            "mean_decode_batch": res.stats["mean_decode_batch"],
+            "simulate_cpu_s": stats(cpu),
+            "ns_per_event": 1e9 * statistics.median(cpu) / events,
+        }
+        rows.append(row)
+        print(
+            f"  rate {rate:5.1f}/s: batch {row['mean_decode_batch']:6.1f}, "
+            f"{events:>9,d} events, {row['ns_per_event']:6.0f} ns/event (cpu)",
+            flush=True,
+        )
+    floor = bench_floor()
+    print(f"  floor (bare heap loop, 64 live events): {floor['ns_per_event']:.0f} ns/event")
+    return {"scenario": "enterprise_hotset", "policy": "replicate_all_lru", "rows": rows,
+            "floor": floor}  # fmt: skip

@@ -85,16 +85,11 @@ def run(
     """Simulate one scenario under every policy (or those given) and compare them."""
     from prefixbench.io.export import parse_percentiles, run_result, write_requests
 
-    from ..study.runs import run_scenario, write_run
-
     s, preset_for_trace = _run_scenario(scenario, seed, overrides, trace, trace_format, skip_bad)
     pcts = parse_percentiles(percentiles)
     policies = policy_list(policy)
-    bar = _Progress("simulating", "policies")
-    with bar:
-        bar.start(len(policies))
-        tables = run_scenario(s, policies, track_gaps=True, timeline=timeline, on_policy=bar.point)
-    paths = write_run(tables, out_dir)
+    rows_needed = requests_out is not None or save_result or as_json
+    tables, paths = _simulate(s, policies, out_dir, timeline, rows_needed)
     if requests_out is not None:
         paths.append(write_requests(tables.requests, requests_out))
     if save_result:
@@ -113,6 +108,24 @@ def run(
     else:
         _print_run(s, tables.prepared, rows)
     err.print(f"wrote {', '.join(str(p) for p in paths)}", markup=False, highlight=False)
+
+
+def _simulate(s, policies, out_dir, timeline, rows_needed: bool):
+    """Run every policy with a progress bar, requests.parquet streamed to ``out_dir``; the
+    request rows are read back only when an output needs them all."""
+    from ..study.runs import stream_run
+
+    bar = _Progress("simulating", "policies")
+    with bar:
+        bar.start(len(policies))
+        tables, paths = stream_run(
+            s, policies, out_dir, track_gaps=True, timeline=timeline, on_policy=bar.point
+        )
+    if rows_needed:  # --requests-out, --save-result and --json read every request row
+        from prefixbench.io.artifacts import read_artifact
+
+        tables.requests = read_artifact(paths[0], "requests")
+    return tables, paths
 
 
 def _run_scenario(scenario, seed, overrides, trace, trace_format, skip_bad):

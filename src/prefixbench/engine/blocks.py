@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..workload.dense import dense_ids
 from . import layout as L
 from .hosttier import ht_demote
 from .jit import entry, jit
@@ -60,8 +61,9 @@ def dense_block_ids(blk_hash: np.ndarray, hot: np.ndarray) -> tuple[np.ndarray, 
     """Block hashes as dense ids in [0, U): (request blocks, hot blocks, U).
 
     Hashes that are already small non-negative integers (synthetic prefix ids, Mooncake
-    hash ids and tiled copies of them) are used as they are; others are ranked with
-    ``np.unique``. Equal hash <=> equal id either way, which is all the caches need.
+    hash ids and tiled copies of them) are used as they are; others are numbered in order
+    of first appearance (workload/dense.py: a compiled hash table, linear time). Equal hash
+    <=> equal id either way, which is all the caches need.
     """
     total = blk_hash.shape[0] + hot.shape[0]
     if total == 0:
@@ -71,9 +73,8 @@ def dense_block_ids(blk_hash: np.ndarray, hot: np.ndarray) -> tuple[np.ndarray, 
     hi = max(int(a.max()) for a in both)
     if lo >= 0 and hi < min(2**31 - 1, 4 * total + 65536):
         return blk_hash, hot, hi + 1
-    _, inv = np.unique(np.concatenate((blk_hash, hot)), return_inverse=True)
-    inv = inv.astype(np.int64).reshape(-1)
-    return inv[: blk_hash.shape[0]], inv[blk_hash.shape[0] :], int(inv.max()) + 1
+    ids, u = dense_ids(np.concatenate((blk_hash, hot)))
+    return ids[: blk_hash.shape[0]], ids[blk_hash.shape[0] :], u
 
 
 @jit

@@ -70,10 +70,15 @@ class Recorder:
     def events(self, pid_base: int = 0) -> tuple[list[str], bytes]:
         """Chrome trace events: the process and track names (JSON object strings), and
         every slice and counter sample, each preceded by ``,\\n`` (compiled writer)."""
+        names, body = self.event_buffer(pid_base)
+        return names, body.tobytes()
+
+    def event_buffer(self, pid_base: int = 0) -> tuple[list[str], np.ndarray]:
+        """``events`` with the text as the writer's byte array (no copy into ``bytes``)."""
         rows, ns = self.slices()
         m = rows.shape[0]
         if m == 0:
-            return [], b""
+            return [], np.zeros(0, dtype=np.uint8)
         kinds, tracks = rows[:, 0], rows[:, 1]
         role = _roles(self.mode, kinds)
         pid = pid_base + role + 1
@@ -91,19 +96,20 @@ class Recorder:
             np.ascontiguousarray(ns).reshape(-1),
         )
         k = write_events(tpl, off, tpl_id, flat_i, flat_ns, pid, tid, kvb, buf)
-        return self._names(pid_base, role, tracks), buf[:k].tobytes()
+        return self._names(pid_base, role, tracks), buf[:k]
 
     def _names(self, pid_base: int, role: np.ndarray, tracks: np.ndarray) -> list[str]:
         prefix = f"{self.label}: " if self.label else ""
         roles = ROLES[self.mode]
         out = []
-        for r in np.unique(role).tolist():
+        width = int(tracks.max()) + 1  # (role, track) pairs as one small key: a bincount
+        seen = np.flatnonzero(np.bincount(role * width + tracks)).tolist()
+        for r in sorted({k // width for k in seen}):
             out.append(
                 f'{{"ph":"M","name":"process_name","pid":{pid_base + r + 1},'
                 f'"args":{{"name":{_json_str(prefix + roles[r])}}}}}'
             )
-        pairs = np.unique(np.stack([role, tracks], axis=1), axis=0).tolist()
-        for r, t in pairs:
+        for r, t in (divmod(k, width) for k in seen):  # sorted by role, then track
             out.append(
                 f'{{"ph":"M","name":"thread_name","pid":{pid_base + r + 1},"tid":{t + 1},'
                 f'"args":{{"name":{_json_str(self._track_name(r, t))}}}}}'
@@ -161,7 +167,7 @@ def write_chrome_trace(recorders: list[Recorder], path: Path) -> Path:
         ) from None
     try:
         with os.fdopen(fd, "wb") as f:
-            parts = [r.events(pid_base=100 * i) for i, r in enumerate(recorders)]
+            parts = [r.event_buffer(pid_base=100 * i) for i, r in enumerate(recorders)]
             names = [n for ns, _ in parts for n in ns]
             f.write(b'{"displayTimeUnit":"ns","traceEvents":[\n')
             f.write(",\n".join(names).encode())

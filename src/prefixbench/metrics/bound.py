@@ -42,6 +42,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from prefixbench.workload.dense import dense_ids
+
 INF = math.inf
 
 
@@ -103,10 +105,9 @@ def available_from(ptr, blocks, warm=(), answers=None) -> np.ndarray:
         np.asarray(answers[0], dtype=np.int64), np.asarray(answers[1], dtype=np.int64)
     )  # fmt: skip
     warm = np.asarray(warm, dtype=np.int64)
-    _, ids = np.unique(np.concatenate((blocks, a_hash, warm)), return_inverse=True)
-    ids = ids.astype(np.int64).reshape(-1)
+    ids, u = dense_ids(np.concatenate((blocks, a_hash, warm)))
     c_ids, a_ids, w_ids = np.split(ids, [blocks.size, blocks.size + a_hash.size])
-    avail = np.full(int(ids.max()) + 1 if ids.size else 0, n + 1, dtype=np.int64)
+    avail = np.full(u, n + 1, dtype=np.int64)
     np.minimum.at(avail, c_ids, np.repeat(np.arange(n, dtype=np.int64), np.diff(ptr)) + 1)
     np.minimum.at(avail, a_ids, np.repeat(np.arange(n, dtype=np.int64), np.diff(a_ptr)) + 1)
     avail[w_ids] = 0
@@ -146,72 +147,85 @@ def belady_resident(ptr, blocks, tokens, capacity: float, warm=()) -> np.ndarray
     ptr = np.asarray(ptr, dtype=np.int64)
     n = len(ptr) - 1
     blocks = np.asarray(blocks, dtype=np.int64)
-    tokens = np.asarray(tokens, dtype=np.int64)
+    tokens = np.ascontiguousarray(tokens, dtype=np.int64)
     if blocks.size == 0:
         return np.zeros(n, dtype=np.int64)
-    _, ids = np.unique(blocks, return_inverse=True)
-    ids = ids.astype(np.int64).reshape(-1)
-    m, u = blocks.size, int(ids.max()) + 1
-    req = np.repeat(np.arange(n, dtype=np.int64), np.diff(ptr))
-    depth = np.arange(m, dtype=np.int64) - ptr[:-1][req]
-    # the next request using the same block, for each reference (n: never again)
-    order = np.lexsort((np.arange(m), ids))
-    nxt = np.full(m, n, dtype=np.int64)
-    same = ids[order[1:]] == ids[order[:-1]]
-    nxt[order[:-1][same]] = req[order[1:][same]]
-    first = np.full(u, n, dtype=np.int64)
-    np.minimum.at(first, ids, req)
-    size = np.zeros(u, dtype=np.int64)
-    size[ids] = tokens
-    bdepth = np.zeros(u, dtype=np.int64)
-    bdepth[ids[::-1]] = depth[::-1]  # depth at a block's first reference
-    pre = np.lexsort((bdepth, first))  # free prewarm: the blocks used soonest first
-    pre = pre[np.isin(np.unique(blocks), np.asarray(warm, dtype=np.int64))[pre]]
+    warm = np.asarray(warm, dtype=np.int64)
+    ids, u = dense_ids(np.concatenate((blocks, warm)))
+    ids, w_ids = ids[: blocks.size], np.unique(ids[blocks.size :])
+    nxt, first, size, bdepth = _next_uses(ptr, ids, tokens, u)
+    w_ids = w_ids[first[w_ids] < n]  # a warm block no request uses is never held
+    pre = w_ids[np.lexsort((bdepth[w_ids], first[w_ids]))]  # free prewarm: used soonest first
     out = np.zeros(n, dtype=np.int64)
-    heap = np.zeros((m + u + 1, 3), dtype=np.int64)
-    _belady(ptr, ids, tokens, depth, nxt, first, size, bdepth, pre, float(capacity), n, heap, out)
+    hk = np.empty(blocks.size + pre.size + 1, dtype=np.int64)  # at most one entry a push
+    hb = np.empty(blocks.size + pre.size + 1, dtype=np.int64)
+    _belady(ptr, ids, tokens, nxt, first, size, bdepth, pre, float(capacity), n, hk, hb, out)
     return out
 
 
 @njit(cache=True)
-def _push(heap, hn, when, depth, b):
-    """Max-heap on (next use, depth): the farthest next use (deeper on a tie) on top."""
+def _next_uses(ptr, ids, tokens, u):
+    """One backward pass over the references: each one's next request using the same block
+    (n: never again), and per block its first request, size and depth at that request."""
+    n = ptr.shape[0] - 1
+    nxt = np.empty(ids.shape[0], dtype=np.int64)
+    first = np.full(u, n, dtype=np.int64)
+    size = np.zeros(u, dtype=np.int64)
+    bdepth = np.zeros(u, dtype=np.int64)
+    for j in range(ids.shape[0]):  # a block's size: its last reference's (as the numpy pass)
+        size[ids[j]] = tokens[j]
+    for i in range(n - 1, -1, -1):
+        for j in range(ptr[i + 1] - 1, ptr[i] - 1, -1):
+            b = ids[j]
+            nxt[j] = first[b]
+            first[b] = i
+            bdepth[b] = j - ptr[i]
+    return nxt, first, size, bdepth
+
+
+@njit(cache=True)
+def _push(hk, hb, hn, key, b):
+    """Max-heap on ``key`` = next use · D + depth (the farthest next use, deeper on a tie,
+    on top), sifting a hole up: the same arrangement as swapping pairwise."""
     i = hn
-    heap[i, 0], heap[i, 1], heap[i, 2] = when, depth, b
     while i > 0:
         p = (i - 1) // 2
-        if heap[p, 0] > heap[i, 0] or (heap[p, 0] == heap[i, 0] and heap[p, 1] >= heap[i, 1]):
+        if hk[p] >= key:
             break
-        for c in range(3):
-            heap[p, c], heap[i, c] = heap[i, c], heap[p, c]
+        hk[i], hb[i] = hk[p], hb[p]
         i = p
+    hk[i], hb[i] = key, b
     return hn + 1
 
 
 @njit(cache=True)
-def _pop(heap, hn):
+def _pop(hk, hb, hn):
     hn -= 1
-    for c in range(3):
-        heap[0, c] = heap[hn, c]
+    key, b = hk[hn], hb[hn]
     i = 0
     while True:
-        a, z, best = 2 * i + 1, 2 * i + 2, i
-        for k in (a, z):
-            if k < hn and (
-                heap[k, 0] > heap[best, 0]
-                or (heap[k, 0] == heap[best, 0] and heap[k, 1] > heap[best, 1])
-            ):
-                best = k
+        a, best, top = 2 * i + 1, i, key
+        if a < hn and hk[a] > top:
+            best, top = a, hk[a]
+        if a + 1 < hn and hk[a + 1] > top:
+            best = a + 1
         if best == i:
-            return hn
-        for c in range(3):
-            heap[best, c], heap[i, c] = heap[i, c], heap[best, c]
+            break
+        hk[i], hb[i] = hk[best], hb[best]
         i = best
+    hk[i], hb[i] = key, b
+    return hn
 
 
 @njit(cache=True)
-def _belady(ptr, ids, tokens, depth, nxt, first, size, bdepth, pre, cap, n, heap, out):
+def _belady(ptr, ids, tokens, nxt, first, size, bdepth, pre, cap, n, hk, hb, out):
+    """Belady's MIN over the requests; the heap keeps stale entries (lazy deletion)."""
     u = size.shape[0]
+    D = 1  # keys pack (next use, depth) as next use · D + depth, depth < D
+    for i in range(n):
+        D = max(D, ptr[i + 1] - ptr[i])
+    for k in range(pre.shape[0]):
+        D = max(D, bdepth[pre[k]] + 1)
     when = np.full(u, -1, dtype=np.int64)  # next use of a cached block, -1: not cached
     used = 0
     hn = 0
@@ -219,7 +233,8 @@ def _belady(ptr, ids, tokens, depth, nxt, first, size, bdepth, pre, cap, n, heap
         b = pre[k]
         when[b] = first[b]
         used += size[b]
-        hn = _push(heap, hn, first[b], bdepth[b], b)
+        hn = _push(hk, hb, hn, first[b] * D + bdepth[b], b)
+    never = n * D  # keys from here up: a next use of n, never again
     for i in range(-1, n):
         if i >= 0:
             h = 0
@@ -233,10 +248,10 @@ def _belady(ptr, ids, tokens, depth, nxt, first, size, bdepth, pre, cap, n, heap
                 if when[b] < 0:
                     used += size[b]
                 when[b] = nxt[j]
-                hn = _push(heap, hn, nxt[j], depth[j], b)
-        while hn > 0 and (used > cap or heap[0, 0] >= n):
-            w, b = heap[0, 0], heap[0, 2]
-            hn = _pop(heap, hn)
+                hn = _push(hk, hb, hn, nxt[j] * D + (j - ptr[i]), b)
+        while hn > 0 and (used > cap or hk[0] >= never):
+            w, b = hk[0] // D, hb[0]
+            hn = _pop(hk, hb, hn)
             if when[b] == w:
                 when[b] = -1
                 used -= size[b]

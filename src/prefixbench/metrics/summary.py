@@ -28,7 +28,7 @@ def requests_frame(prep: Prepared, policy: str, res: SimResult) -> pl.DataFrame:
     df = pl.DataFrame(
         {
             "request_id": np.arange(n, dtype=np.int64),
-            "policy": [policy] * n,
+            "policy": pl.repeat(policy, n, dtype=pl.Utf8, eager=True),  # not a list of n
             "arrival": req.arrival,
             "prompt_tokens": req.prompt_len,
             "output_tokens": req.output_len,

@@ -45,9 +45,11 @@ def run_scenario(
     track_gaps: bool = False,
     timeline: Path | None = None,
     on_policy=None,
+    sink=None,
 ) -> RunTables:
     """Simulate ``s`` under each policy on the same requests (one prepared workload);
-    ``on_policy(policy)`` is called after each (a progress bar)."""
+    ``on_policy(policy)`` is called after each (a progress bar). With ``sink`` (an
+    io/stream.PartWriter) each policy's request rows go to it instead of being kept."""
     prep = prepare(s)
     if timeline is not None:
         from prefixbench.support.memcheck import check_timeline
@@ -68,8 +70,11 @@ def run_scenario(
         df = requests_frame(prep, policy, res)
         rows.append(check_row({**keys, **summarize(prep, policy, df, res)}, f"policy {policy}"))
         stats[policy] = res.stats
-        if keep_requests:
+        if sink is not None:
+            sink.add(df)
+        elif keep_requests:
             frames.append(df)
+        del df, res  # one policy's columns alive at a time
         if on_policy:
             on_policy(policy)
     if timeline is not None:
@@ -110,6 +115,25 @@ def _write_timeline(recorders: list, path: Path) -> Path:
         if tmpdir is not None:
             shutil.rmtree(tmpdir, ignore_errors=True)
     return path
+
+
+def stream_run(s: Scenario, policies: list[str], out: Path, **kw) -> tuple[RunTables, list[Path]]:
+    """``run_scenario`` writing ``out``/requests.parquet policy by policy (io/stream.py), so
+    a large run holds one policy's request table at a time; then the summary."""
+    from prefixbench.io.stream import PartWriter
+
+    sink = PartWriter(Path(out) / "requests.parquet", "requests")
+    try:
+        t = run_scenario(s, policies, sink=sink, **kw)
+    except BaseException:
+        sink.discard()
+        raise
+    meta = {"scenario": t.prepared.scenario.model_dump(mode="json")}
+    paths = [
+        sink.close(meta),
+        write_atomic(t.summary, Path(out) / "summary.parquet", "summary", meta),
+    ]
+    return t, paths
 
 
 def write_run(t: RunTables, out: Path) -> list[Path]:

@@ -36,6 +36,7 @@ from prefixbench.physics.power import with_power
 from prefixbench.scenario.describe import run_notes
 from prefixbench.scenario.models import Scenario, SessionWorkload, SyntheticWorkload, TraceWorkload
 from prefixbench.support.suggest import did_you_mean
+from prefixbench.workload.dense import unique_counts
 from prefixbench.workload.requests import Requests
 
 DEFAULT_REQUESTS = 10_000  # synthetic run length when run.requests is not set (docs/model.md)
@@ -117,16 +118,33 @@ def reference_demand(
     )
     ws = 0.0
     if len(req.blk_hash):
-        hashes, first, counts = np.unique(req.blk_hash, return_index=True, return_counts=True)
+        hashes, first, counts = unique_counts(req.blk_hash)
         shared = counts >= 2  # a block referenced once is never reused: not working set
         if shared.any():
-            hashes, first, counts = hashes[shared], first[shared], counts[shared]
-            order = np.lexsort((hashes, -counts))
-            covered = np.cumsum(counts[order]) / counts.sum()
-            keep = order[: int(np.searchsorted(covered, WORKING_SET_COVERAGE) + 1)]
+            first, counts = first[shared], counts[shared]
+            keep = most_referenced(counts, WORKING_SET_COVERAGE)
             ws = float(req.blk_tokens[first[keep]].sum())
     ws = min(ws, active)  # a vast reuse history (multi-turn traces) must not dwarf the active set
     return active + ws, active, ws, b
+
+
+def most_referenced(counts: np.ndarray, coverage: float) -> np.ndarray:
+    """The blocks (indices into ``counts``, blocks in ascending hash order) that the
+    most-referenced-first order (ties: lower hash first) takes until they carry
+    ``coverage`` of all references, found by counting instead of sorting: every block
+    referenced more often than the cut's count, and the first blocks of the cut's count.
+    The cut is where ``np.cumsum(counts[order]) / counts.sum()`` first reaches ``coverage``,
+    the same float comparisons as the sorted order's (tests/test_dense.py)."""
+    total = counts.sum()
+    per = np.bincount(counts)  # blocks per reference count
+    c_desc = np.arange(per.size - 1, -1, -1)
+    ends = np.cumsum(per[::-1] * c_desc)  # references up to the end of each count's group
+    g = min(int(np.searchsorted(ends / total, coverage)), per.size - 1)  # the cut's group
+    c = int(c_desc[g])
+    before = int(ends[g]) - c * int(per[c])  # references of the more-referenced blocks
+    within = (before + c * np.arange(1, per[c] + 1)) / total
+    r = min(int(np.searchsorted(within, coverage)) + 1, int(per[c]))
+    return np.concatenate((np.flatnonzero(counts > c), np.flatnonzero(counts == c)[:r]))
 
 
 def hot_blocks(req: Requests, upto: int, budget_tokens: float) -> list[tuple[int, int]]:
@@ -135,7 +153,7 @@ def hot_blocks(req: Requests, upto: int, budget_tokens: float) -> list[tuple[int
     end = int(req.blk_ptr[min(upto, len(req))])
     if end == 0 or budget_tokens <= 0:
         return []
-    hashes, first, counts = np.unique(req.blk_hash[:end], return_index=True, return_counts=True)
+    hashes, first, counts = unique_counts(req.blk_hash[:end])
     tokens = req.blk_tokens[:end][first]
     order = np.lexsort((hashes, -counts))
     csum = np.cumsum(tokens[order])

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .dense import dense_ids
 from .requests import Requests
 
 MIN_WHOLE = 2  # whole blocks a chain needs before a follow-up can be matched to it
@@ -41,8 +42,7 @@ def _follow_ups(req: Requests, whole: np.ndarray, wants: np.ndarray):
     counts = np.diff(req.blk_ptr)
     owner = np.repeat(np.arange(n, dtype=np.int64), counts)
     pos = np.arange(int(req.blk_ptr[-1]), dtype=np.int64) - req.blk_ptr[:-1][owner]
-    _, rank = np.unique(req.blk_hash, return_inverse=True)
-    rank = rank.astype(np.int64).reshape(-1)
+    rank, _ = dense_ids(req.blk_hash)  # equal hash <=> equal id is all the keys need
     inner = pos < counts[owner] - 1  # a block with a block after it in its chain
     key = rank[inner] * (n + 1) + owner[inner]
     order = np.argsort(key, kind="stable")

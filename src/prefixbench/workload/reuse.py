@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .dense import dense_ids
 from .requests import Requests
 
 
@@ -27,9 +28,8 @@ def reusable_tokens(req: Requests, answers: bool = False) -> np.ndarray:
         a_owner = np.repeat(np.arange(n, dtype=np.int64), np.diff(req.ans_ptr))
         hashes = np.concatenate((req.blk_hash, req.ans_hash))
         owners = np.concatenate((owner, a_owner))
-    _, inverse = np.unique(hashes, return_inverse=True)
-    inverse = inverse.reshape(-1)
-    earliest = np.full(int(inverse.max()) + 1, np.iinfo(np.int64).max, dtype=np.int64)
+    inverse, u = dense_ids(hashes)
+    earliest = np.full(u, np.iinfo(np.int64).max, dtype=np.int64)
     np.minimum.at(earliest, inverse, owners)
     seen = earliest[inverse[: len(owner)]] < owner  # first carried by an earlier request
     # leading run per request: the position of its first unseen block (or its chain's end)
