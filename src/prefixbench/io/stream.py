@@ -21,7 +21,7 @@ from pathlib import Path
 import polars as pl
 
 from prefixbench.errors import ArtifactError
-from prefixbench.io.artifacts import _UMASK, DIGEST_KEY, SCHEMA_VERSION, _conform
+from prefixbench.io.artifacts import _UMASK, DIGEST_KEY, SCHEMA_VERSION, conform
 
 
 def _data_digest(path: Path) -> str:
@@ -55,7 +55,7 @@ class PartWriter:
 
     def add(self, df: pl.DataFrame) -> None:
         part = self.dir / f"part-{len(self.parts):04d}.parquet"
-        self._guard(lambda: _conform(df, self.kind).write_parquet(part, compression="lz4"))
+        self._guard(lambda: conform(df, self.kind).write_parquet(part, compression="lz4"))
         self.parts.append(part)
 
     def _sink(self, target: Path, metadata: dict) -> None:
