@@ -239,3 +239,24 @@ def test_reserved_decode_tokens_round_with_the_prompt_so_a_lone_request_fits():
     c = simulate(req, cfg).columns
     assert c["outcome"].tolist() == [1]
     assert c["t_admit"][0] == 0.0
+
+
+def test_swap_that_finds_host_memory_full_loses_what_recompute_loses():
+    """0.001 GB of host memory holds 34 tokens of Qwen2-1.5B KV (28,672 B/token): every
+    victim is recomputed, so the run's lost work is the recompute run's, in tokens."""
+    from prefixbench.metrics.summary import requests_frame, summarize
+    from prefixbench.scenario.loader import load_scenario
+    from prefixbench.system.runner import prepare, simulate_policy
+
+    rows = []
+    for mode in ("swap", "recompute"):
+        over = ["memory.budget_factor=0.35", f"memory.preemption={mode}", "run.requests=1500"]
+        if mode == "swap":
+            over.append("cluster.decode.host_memory_gb=0.001")
+        prep = prepare(load_scenario("medium_chat", over))
+        res = simulate_policy(prep, "replicate_all_lru")
+        df = requests_frame(prep, "replicate_all_lru", res)
+        rows.append(summarize(prep, "replicate_all_lru", df, res))
+    swap, rec = rows
+    assert rec["preemptions_per_request"] > 0
+    assert swap["preempt_lost_per_request"] == rec["preempt_lost_per_request"]

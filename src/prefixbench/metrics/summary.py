@@ -148,15 +148,15 @@ def _if(measured: bool, expr: pl.Expr) -> pl.Expr:
     return expr.mean() if measured else pl.lit(None, pl.Float64)
 
 
-def _preemption(done: pl.DataFrame, kv_bpt: int, mode: str) -> dict:
+def _preemption(done: pl.DataFrame) -> dict:
     """Paged admission (docs/model.md): preemptions of the completed steady requests, their
-    lost work (tokens re-prefilled, or KV bytes swapped to host and back) and delay."""
+    lost work (tokens re-prefilled, or swapped to host and back) and delay."""
     if "preemptions" not in done.columns or not done.height:
         return {"preempted_fraction": 0.0, "preemptions_per_request": 0.0,
                 "preempt_delay_mean_ms": 0.0, "preempt_lost_per_request": 0.0}  # fmt: skip
+    # tokens, whatever became of them: a swap whose host memory is full recomputes its victim
+    # (§1.5.2), so one run can mix both and a byte figure would mislabel the recomputed ones
     lost = pl.col("preempt_tokens").cast(pl.Float64)
-    if mode == "swap":
-        lost = lost * (2.0 * kv_bpt)  # out and back
     return done.select(
         (pl.col("preemptions") > 0).mean().alias("preempted_fraction"),
         pl.col("preemptions").cast(pl.Float64).mean().alias("preemptions_per_request"),
@@ -342,7 +342,7 @@ def summarize(prep: Prepared, policy: str, df: pl.DataFrame, res: SimResult) -> 
         "slo_attainment": slo_ok / n_steady if n_steady else 0.0,
         "goodput_rps": goodput_rps(s, slo_ok, n_steady, window),
         **_memory(prep, res.stats),
-        **_preemption(done, prep.kv_bpt, s.memory.preemption),
+        **_preemption(done),
     }
     row = _floats(row)
     row.update(_after(prep, df, res, out_tokens, steady))
