@@ -1,12 +1,21 @@
-"""Session hooks: the fuzzer's input count and time in the terminal summary."""
+"""Session hooks: Hypothesis's search made repeatable, and the fuzzer's input count and time
+in the terminal summary."""
 
 from __future__ import annotations
 
 import os
 import sys
 
+from hypothesis import settings
+
 # an out-of-range summary figure is a bug: raise in every test (metrics/invariants.py)
 os.environ["PREFIXBENCH_STRICT"] = "1"
+
+# The same inputs on every run, so a test run (CI's included) passes or fails for the code,
+# not for the draw; PREFIXBENCH_FUZZ_RANDOM=1 searches afresh (docs/reliability.md).
+settings.register_profile("repeatable", derandomize=True, database=None)
+if not os.environ.get("PREFIXBENCH_FUZZ_RANDOM"):
+    settings.load_profile("repeatable")
 
 
 def pytest_terminal_summary(terminalreporter) -> None:

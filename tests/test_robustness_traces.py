@@ -100,6 +100,9 @@ def mutated_mooncake(draw):
 def _check_line(err: TraceFormatError, path: Path, k: int) -> None:
     line = assert_clear(err, where=str(path))
     event(f"refused: {err.what.split(' ')[0]} {err.what.split(' ')[1] if ' ' in err.what else ''}")
+    if err.what.startswith("timestamps span"):  # a property of the whole trace, not of a line
+        assert err.where == str(path), line
+        return
     assert err.where.startswith(f"{path}:"), line
     lineno = int(err.where.rsplit(":", 1)[1])
     assert lineno in (k + 1, k + 2), f"error on line {lineno}, mutated line {k + 1}: {line}"
@@ -247,3 +250,19 @@ def test_mutated_azure_header(fuzz_dir: Path, header: str) -> None:
         read_azure(path).requests.validate()
     except TraceFormatError as err:
         assert_clear(err, where=str(path))
+
+
+def test_a_mutated_timestamp_that_stretches_the_span_is_refused_for_the_whole_trace(
+    tmp_path: Path,
+) -> None:
+    # found by the fuzzer: one record 1e10 s before the next; the span is the trace's
+    path = tmp_path / "m.jsonl"
+    path.write_bytes(
+        b'{"timestamp": -9999999999001, "input_length": 1, "output_length": 1, "hash_ids": [0]}\n'
+        b'{"timestamp": 1000.0, "input_length": 1, "output_length": 1, "hash_ids": [100]}\n'
+    )
+    for skip_bad in (False, True):
+        with pytest.raises(TraceFormatError) as e:
+            read_mooncake(path, block_size=BS, skip_bad=skip_bad)
+        line = assert_clear(e.value, where=str(path))
+        assert e.value.where == str(path) and "timestamps span 1e+10 s" in line, line
