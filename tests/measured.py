@@ -217,10 +217,16 @@ def mooncake_transfer() -> list[dict]:
 
 
 # NVIDIA H20 as InferSim's own hardware table gives it (alibaba/InferSim hardware/gpu.py:
-# BF16 148, FP8 296 TFLOP/s, 4,096 GB/s, 96 GB); not a catalog preset.
+# BF16 148, FP8 296 TFLOP/s, 4,096 GB/s, 96 GB); not a catalog preset. Its GEMM curve is
+# its own (AcceleratorSpec.gemm_mfu, gemm_half_tokens), fitted on the 16 FIT rows of
+# infersim_gemm_h20.csv only (tests/data/measured/README.md: every other weight shape):
+# least squares in log(predicted / measured) over a grid of 0.01 and 4 tokens, weights
+# read at the default MBU 0.7, gives 0.98 and 84 tokens (fit rows: gmean 1.00).
 H20 = AcceleratorSpec(
     name="h20", vendor="NVIDIA", peak_tflops=148.0, peak_fp8_tflops=296.0, hbm_gbps=4096.0,
     memory_gb=96.0, source="alibaba/InferSim hardware/gpu.py",
+    gemm_mfu=0.98, gemm_half_tokens=84.0,
+    gemm_source="alibaba/InferSim bench_data/gemm/h20/data.csv (DeepGEMM FP8), fit rows",
 )  # fmt: skip
 
 

@@ -59,6 +59,18 @@ def test_accelerator_file_loads_with_its_numbers(tmp_path):
     )
 
 
+def test_accelerator_file_carries_its_own_gemm_curve(tmp_path):
+    text = ACCEL + "gemm_mfu: 0.9\ngemm_half_tokens: 40\ngemm_source: my kernel bench\n"
+    spec = load_hardware(_write(tmp_path, text))
+    assert (spec.gemm_mfu, spec.gemm_half_tokens, spec.gemm_source) == (
+        0.9,
+        40.0,
+        "my kernel bench",
+    )
+    line = _error(_write(tmp_path, ACCEL + "gemm_mfu: 1.5\n", "bad.yaml"))
+    assert "field 'gemm_mfu'" in line and "must be > 0 and <= 1" in line
+
+
 def test_link_file_loads_with_its_numbers(tmp_path):
     spec = get_link(str(_write(tmp_path, LINK)))
     assert spec == LinkSpec(

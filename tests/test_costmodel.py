@@ -523,3 +523,28 @@ def test_quantized_gemms_run_at_their_dtype_peak_by_hand(weights, dev, gemm_peak
     t_gemm = (n * L8_F_LIN + L8_F_HEAD) * (n + 64) / (n * gemm_peak * 0.55)
     t_attn = L8_A * n * (n + 1) / 2 / (bf16_peak * 0.65)
     assert prefill_time(cost, [n], [0]) == pytest.approx(t_gemm + t_attn + 1.5e-3, rel=RTOL)
+
+
+def test_an_accelerator_carries_its_own_gemm_curve_by_hand():
+    # A part with measured constants (0.9 of peak, half at 40 tokens) prices its GEMMs on
+    # them; one without (the catalog's H100) keeps the defaults 0.68 and 96; a value the user
+    # set (here prefill MFU 0.5) wins over the part's.
+    from prefixbench.physics.costmodel import gemm_time
+
+    h100 = ACCELERATORS["h100-sxm"]
+    own = h100.model_copy(update={"gemm_mfu": 0.9, "gemm_half_tokens": 40.0})
+    m = MODELS["llama-3.1-8b"]
+    cost = InstanceCost.build(m, own, 1, Efficiency())
+    assert cost.flops_rate_prefill == pytest.approx(989.5e12 * 0.9, rel=RTOL)
+    assert cost.flops_rate_decode == pytest.approx(989.5e12 * 0.9, rel=RTOL)
+    assert cost.gemm_half == pytest.approx(40.0)
+    # 1 TFLOP at 40 tokens: eff = 0.9 · 40 / (40 + 40) = 0.45 of 989.5 TFLOP/s
+    t = float(gemm_time(cost, 1e12, 40, cost.flops_rate_prefill))
+    assert t == pytest.approx(1e12 / (0.45 * 989.5e12), rel=RTOL)
+    default = InstanceCost.build(m, h100, 1, Efficiency())
+    assert default.flops_rate_prefill == pytest.approx(989.5e12 * 0.68, rel=RTOL)
+    assert default.gemm_half == pytest.approx(96.0)
+    mixed = InstanceCost.build(m, own, 1, Efficiency(mfu_prefill=0.5))
+    assert mixed.flops_rate_prefill == pytest.approx(989.5e12 * 0.5, rel=RTOL)
+    assert mixed.flops_rate_decode == pytest.approx(989.5e12 * 0.9, rel=RTOL)
+    assert mixed.gemm_half == pytest.approx(40.0)

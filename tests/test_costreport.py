@@ -143,3 +143,22 @@ def test_prompts_beyond_the_max_context_are_flagged():
     assert [r["beyond_max_context"] for r in rep["prefill"]] == [False, True]  # 4,096 max
     r = runner.invoke(app, ["cost", "llama-2-7b", "--tokens", "4096,8192"])
     assert "8,192*" in r.output and "extrapolated" in r.output
+
+
+def test_the_efficiency_shown_is_the_accelerators_own_gemm_curve(tmp_path):
+    # A hardware file with its own GEMM curve: `cost` shows (and prices with) 0.9 and 40
+    # tokens, not the H100-fitted 0.68 and 96 it shows for the catalog's H100.
+    hw = tmp_path / "mine.yaml"
+    hw.write_text(
+        "hardware: accelerator\nname: mine\npeak_tflops: 500\nhbm_gbps: 2000\n"
+        "memory_gb: 64\ngemm_mfu: 0.9\ngemm_half_tokens: 40\nsource: user\n",
+        encoding="utf-8",
+    )
+    own = cost_report("llama-3.1-8b", str(hw))
+    assert (own["efficiency"]["mfu_prefill"], own["efficiency"]["mfu_decode"]) == (0.9, 0.9)
+    assert own["efficiency"]["gemm_half_tokens"] == 40.0
+    # ridge after efficiency: 500 TFLOP/s · 0.9 over 2,000 GB/s · 0.7
+    assert own["figures"]["effective_ridge_prefill"] == pytest.approx(450e12 / 1400e9)
+    h100 = cost_report("llama-3.1-8b", "h100-sxm")
+    assert h100["efficiency"]["mfu_prefill"] == 0.68
+    assert h100["efficiency"]["gemm_half_tokens"] == 96.0

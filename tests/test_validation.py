@@ -66,16 +66,23 @@ def test_held_out_accuracy(group):
 
 
 UNFINISHED = {
-    # A user report on AMD MI355 hosts (DRAM buffers): 1-3 NICs scale as the model says
-    # (1.10-1.14), then 4 NICs reach 76 GB/s, less than 3 (135), and 8 only 118: a ceiling
-    # well below the H800-class 190 GB/s that also falls with NICs (the reporter asks why).
-    # One ceiling per link kind cannot hold two hosts; a per-host figure is a hardware file's.
-    "kv_transfer_mi355": "another host's NIC ceiling: 4-8 NICs at 0.47-0.68x (MI355 report)",
-    # The GEMM curve eff(T) = 0.68·T/(T+96) is fitted on H100 BF16 kernels (Vidur). DeepGEMM's
-    # FP8 GEMMs on an H20 (a part with a quarter of the H100's FP8 FLOPs per byte) reach
-    # 0.82-0.94 of peak from ~1k tokens and leave the compute bound at far fewer tokens:
-    # the efficiency curve is per accelerator, which one fitted curve does not carry.
-    "gemm_h20": "H100-fitted GEMM curve on H20 FP8 (DeepGEMM, InferSim): 1.31x, 19 % within",
+    # A user report on AMD MI355 hosts (DRAM buffers, all six rows held out): 1, 2, 3 NICs
+    # scale as the model says (1.13, 1.13 at the best ceiling below), then 4 NICs reach
+    # 75.94 GB/s, less than 3 (135.03), 7 reach 84.60 and 8 reach 118.40. The transfer model
+    # min(η · NICs · line, ceiling) never falls as NICs are added, and the report has no fit
+    # row to read a per-host ceiling from. Even a ceiling chosen on these held-out rows
+    # (scanned 10-400 GB/s in steps of 0.5) puts at most 4 of 6 within ±20 % (111 GB/s:
+    # 1.13, 1.13, 1.28, 0.72, 0.80, 1.12). No cited mechanism makes 4 NICs slower than 3:
+    # the reporter asks why and the thread has no answer (kvcache-ai/Mooncake #1617).
+    "kv_transfer_mi355": "4 NICs slower than 3 (MI355 report): no ceiling fits, 4 of 6 at best",
+    # The H20's own GEMM curve (0.98·T/(T+84), tests/measured.py H20) is fitted on the fit
+    # rows: every other weight shape in file order, a rule fixed before any ratio was seen
+    # (tests/data/measured/README.md). Those shapes are the wide ones (k·n of 12.6-36.7 M);
+    # the held-out ones are the narrow ones (4.2-8.5 M), which reach less of the peak at
+    # few tokens (m = 16: 0.44-0.61): the error depends on the weight shape, which a curve
+    # in tokens alone does not carry. Held out: gmean 0.75, 62 % within (H100 curve: 1.13,
+    # 38 %).
+    "gemm_h20": "H20 curve from its fit shapes: held-out narrow GEMMs 0.75x, 62 % within",
 }
 
 
@@ -88,6 +95,19 @@ UNFINISHED = {
 )
 def test_held_out_accuracy_not_yet_met(group):
     _accurate(group)
+
+
+def test_h20_gemm_curve_reproduces_its_fit_rows():
+    # 0.98 and 84 tokens were read from these 16 rows (least squares in log ratio): their
+    # geometric mean is 1.00 by construction, and the H100 curve misses them by 1.50x.
+    ratios = [
+        r["prefixbench_ms"] / r["measured_ms"]
+        for r in ROWS
+        if r["group"] == "gemm_h20" and r["split"] == "fit"
+    ]
+    assert len(ratios) == 16
+    gmean = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+    assert 0.98 <= gmean <= 1.02, gmean
 
 
 def test_fit_points_reproduce_their_constants():

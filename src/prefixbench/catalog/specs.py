@@ -125,6 +125,24 @@ class AcceleratorSpec(_Spec):
     hbm_gbps: float = Field(gt=0, le=1e6, description="Memory bandwidth, GB/s (10^9 bytes/s).")
     memory_gb: float = Field(gt=0, le=1e5, description="Memory capacity, GB (10^9 bytes).")
     source: str = Field("", description="Datasheet the numbers come from.")
+    # --- GEMM efficiency, eff(T) = gemm_mfu · T / (T + gemm_half_tokens) of the weight
+    # format's peak (docs/model/cost-model.md "Per-operator roofline"). None: the H100-fitted
+    # defaults of physics.costmodel (an accelerator without kernel measurements of its own).
+    gemm_mfu: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="Fraction of the tensor peak a saturated GEMM reaches "
+        "on this part, measured (None: the H100-fitted default).",
+    )
+    gemm_half_tokens: float | None = Field(
+        None,
+        ge=0,
+        le=1e6,
+        description="Tokens per device at which a GEMM reaches half of "
+        "gemm_mfu on this part, measured (None: the H100-fitted default).",
+    )
+    gemm_source: str = Field("", description="Measurements the GEMM constants are fitted on.")
     # --- power: None means "not modelled" (a user file may leave them out)
     tdp_w: float | None = Field(
         None, gt=0, le=1e5, description="Board power limit (TDP), W, from the datasheet."

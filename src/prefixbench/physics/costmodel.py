@@ -350,6 +350,23 @@ def gemm_peak_tflops(m: ModelSpec, dev: AcceleratorSpec) -> float:
     return dev.peak_tflops
 
 
+def gemm_constants(eff: Efficiency, dev: AcceleratorSpec) -> tuple[float, float, float]:
+    """(prefill MFU, decode MFU, half-saturation tokens) of the GEMM efficiency curve on
+    ``dev``: the accelerator's own measured constants where its spec carries them, else the
+    H100-fitted defaults; a value the user set in ``eff`` (a scenario, calibrate) wins over
+    both (docs/model/cost-model.md "Per-operator roofline")."""
+    given = eff.model_fields_set
+
+    def pick(field: str, own: float | None) -> float:
+        return own if own is not None and field not in given else getattr(eff, field)
+
+    return (
+        pick("mfu_prefill", dev.gemm_mfu),
+        pick("mfu_decode", dev.gemm_mfu),
+        pick("gemm_half_tokens", dev.gemm_half_tokens),
+    )
+
+
 def ridge_point(dev: AcceleratorSpec) -> float:
     """FLOPs per byte at which the roofline turns from memory- to compute-bound."""
     return dev.peak_tflops * 1e12 / (dev.hbm_gbps * 1e9)
@@ -487,13 +504,14 @@ class InstanceCost:
         working = devices // par.pp  # one pipeline stage works at a time (§2.8)
         comm_per_token, comm_fixed = comm_coeffs(m, devices, par)
         peak = gemm_peak_tflops(m, dev) * 1e12 * working
+        mfu_prefill, mfu_decode, half = gemm_constants(eff, dev)
         return cls(
-            flops_rate_prefill=peak * eff.mfu_prefill,
-            flops_rate_decode=peak * eff.mfu_decode,
+            flops_rate_prefill=peak * mfu_prefill,
+            flops_rate_decode=peak * mfu_decode,
             byte_rate=dev.hbm_gbps * 1e9 * working * eff.mbu,
             attn_rate=dev.peak_tflops * 1e12 * working * eff.mfu_attention,
             kv_rate=dev.hbm_gbps * 1e9 * working * eff.mbu_kv,
-            gemm_half=eff.gemm_half_tokens * (devices // (par.tp * par.pp)),
+            gemm_half=half * (devices // (par.tp * par.pp)),
             prefill_overhead=eff.prefill_overhead_ms / 1e3,
             decode_overhead=eff.decode_overhead_ms / 1e3,
             linear_flops=linear_flops_per_token(m),

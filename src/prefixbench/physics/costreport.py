@@ -167,6 +167,18 @@ def _positive(kind: str, values) -> list[int]:
     return vals
 
 
+def _effective(eff: cm.Efficiency, dev) -> dict:
+    """The efficiency block as priced on ``dev``: its own GEMM curve where it carries one
+    (costmodel.gemm_constants), so the figures shown are the ones used."""
+    mfu_prefill, mfu_decode, half = cm.gemm_constants(eff, dev)
+    return {
+        **eff.model_dump(),
+        "mfu_prefill": mfu_prefill,
+        "mfu_decode": mfu_decode,
+        "gemm_half_tokens": half,
+    }
+
+
 def cost_report(
     model: str,
     accelerator: str = "h100-sxm",
@@ -200,7 +212,7 @@ def cost_report(
         "model": one_line(m.name),
         "accelerator": one_line(dev.name),
         "devices": devices,
-        "efficiency": eff.model_dump(),
+        "efficiency": _effective(eff, dev),
         "fabric": one_line(fab.name),
         "figures": {
             "comm_seconds_per_token": cost.comm_per_token,

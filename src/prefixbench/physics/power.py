@@ -35,6 +35,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from prefixbench.errors import CatalogError, ScenarioError
+from prefixbench.physics.costmodel import gemm_constants
 
 VOLT_FLOOR = 0.5  # assumption: the voltage stops falling below half the nominal clock
 # KV link energy (assumption): a 400 Gb/s NIC port draws on the order of 20 W at line rate
@@ -66,7 +67,7 @@ def device_power(dev, eff, where: str = "accelerator") -> dict[str, float]:
             where=where,
             fix="check tdp_w, idle_w and memory_pj_per_bit",
         )
-    mfu = max(eff.mfu_prefill, eff.mfu_decode)
+    mfu = max(gemm_constants(eff, dev)[:2])  # the device's own GEMM curve where it has one
     return {
         "tdp_w": tdp,
         "idle_w": idle,
