@@ -630,7 +630,7 @@ def hostile_frame(draw, frames: dict[str, pl.DataFrame]) -> tuple[str, pl.DataFr
     return kind, df, meta
 
 
-@settings(max_examples=300, **FUZZ)
+@settings(max_examples=250, **FUZZ)
 @given(data=st.data())
 def test_fuzz_parquet_results(fuzz_dir: Path, results, data) -> None:
     from prefixbench.io.artifacts import artifact_meta, read_artifact, write_atomic
@@ -773,7 +773,7 @@ cli_args = st.one_of(
 )
 
 
-@settings(max_examples=150, **FUZZ)
+@settings(max_examples=110, **FUZZ)
 @given(args=cli_args)
 def test_fuzz_cli(no_runs, args: list[str]) -> None:
     from prefixbench.cli import app
