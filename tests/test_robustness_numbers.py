@@ -87,6 +87,32 @@ def test_hardware_files_are_strict(tmp_path):
         assert_clear(e.value)
 
 
+def test_link_ceiling_and_l3_store_bandwidth_have_physical_floors(tmp_path):
+    """A NIC ceiling or an L3 store of 1e-300 GB/s was accepted: TTFT 9e302 ms and the
+    stability check's squares overflowing. The ceiling's floor is its link bandwidth's (a
+    scenario override 0.001 GB/s, a hardware file 1 KB/s); the store's is 1 MB/s
+    (0.008 Gbit/s). Each floor itself is accepted."""
+    from prefixbench.catalog.userfile import load_hardware
+    from prefixbench.scenario.loader import load_scenario
+
+    for field, low, floor in (("cluster.link.ceiling_gbps", "1e-300", "0.001"),
+                              ("memory.l3_store_gbps", "1e-9", "0.008")):  # fmt: skip
+        with pytest.raises(ScenarioError, match=field.split(".")[-1]) as e:
+            load_scenario("tool_call", [f"{field}={low}"])
+        assert_clear(e.value)
+        assert floor in str(e.value)
+        load_scenario("tool_call", [f"{field}={floor}"])
+    link = {"hardware": "link", "name": "mine", "bandwidth_gbps": 3, "latency_us": 5,
+            "source": "user"}  # fmt: skip
+    p = tmp_path / "l.yaml"
+    p.write_text(json.dumps({**link, "ceiling_gbps": 1e-300}))
+    with pytest.raises(CatalogError, match="'ceiling_gbps' is 1e-300 GB/s, below 1e-06") as e:
+        load_hardware(p)
+    assert_clear(e.value)
+    p.write_text(json.dumps({**link, "ceiling_gbps": 1e-6}))
+    assert load_hardware(p).ceiling_gbps == 1e-6
+
+
 def test_efficiency_files_are_strict(tmp_path):
     from prefixbench.scenario.loader import load_efficiency
 

@@ -204,9 +204,10 @@ def load_hardware(ref: str | Path, expect: str | None = None) -> AcceleratorSpec
 
 
 # Physical floors of a user's hardware (the specs' bounds are only > 0): 1 GFLOP/s, 1 MB/s
-# of memory bandwidth, 1 MB of memory, 1 KB/s of link. Below them a step takes longer than
-# any run, and 1e-300 made every time overflow.
-FLOORS = {"peak_tflops": 1e-3, "hbm_gbps": 1e-3, "memory_gb": 1e-3, "bandwidth_gbps": 1e-6}
+# of memory bandwidth, 1 MB of memory, 1 KB/s of link (per NIC, and the NICs' ceiling
+# together). Below them a step takes longer than any run, and 1e-300 made every time overflow.
+FLOORS = {"peak_tflops": 1e-3, "hbm_gbps": 1e-3, "memory_gb": 1e-3, "bandwidth_gbps": 1e-6,
+          "ceiling_gbps": 1e-6}  # fmt: skip
 
 
 def _plain_numbers(fields: dict, cls, where: str) -> None:

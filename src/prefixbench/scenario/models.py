@@ -557,10 +557,11 @@ class LinkConfig(_M):
     )
     ceiling_gbps: float | None = Field(
         None,
-        gt=0,
+        ge=1e-3,
         le=1e5,
         description="Override the most GB/s an instance's NICs reach together (shared_nics; "
-        "catalog: 190 on the RDMA links, none elsewhere).",
+        "0.001 to 10⁵, the bandwidth's floor; catalog: 190 on the RDMA links, none "
+        "elsewhere).",
     )
     setup_us: float | None = Field(
         None,
@@ -808,9 +809,10 @@ class MemorySpec(_M):
     )
     l3_store_gbps: float = Field(
         200.0,
-        gt=0,
+        ge=0.008,
         le=1e6,
-        description="The L3 store's bandwidth, Gbit/s, one FCFS queue for every read and "
+        description="The L3 store's bandwidth, Gbit/s (0.008, i.e. 1 MB/s as a link's "
+        "floor, to 10⁶), one FCFS queue for every read and "
         "write (default 200: one 200 Gb/s RDMA NIC, an NVIDIA ConnectX-7 port, as "
         "Mooncake's transfer engine uses; an assumption, docs/model.md §1.13.1).",
     )
