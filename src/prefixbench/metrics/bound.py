@@ -108,10 +108,20 @@ def available_from(ptr, blocks, warm=(), answers=None) -> np.ndarray:
     ids, u = dense_ids(np.concatenate((blocks, a_hash, warm)))
     c_ids, a_ids, w_ids = np.split(ids, [blocks.size, blocks.size + a_hash.size])
     avail = np.full(u, n + 1, dtype=np.int64)
-    np.minimum.at(avail, c_ids, np.repeat(np.arange(n, dtype=np.int64), np.diff(ptr)) + 1)
-    np.minimum.at(avail, a_ids, np.repeat(np.arange(n, dtype=np.int64), np.diff(a_ptr)) + 1)
+    _first_after(avail, np.ascontiguousarray(c_ids), ptr)
+    _first_after(avail, np.ascontiguousarray(a_ids), a_ptr)
     avail[w_ids] = 0
     return avail[c_ids]
+
+
+@njit(cache=True)
+def _first_after(avail, ids, ptr):
+    """``avail[b]`` lowered to one past the first request whose references (``ptr``
+    offsets into ``ids``) hold block ``b``: ``np.minimum.at`` in one pass."""
+    for i in range(ptr.shape[0] - 1):
+        for j in range(ptr[i], ptr[i + 1]):
+            if i + 1 < avail[ids[j]]:
+                avail[ids[j]] = i + 1
 
 
 def max_resident(ptr, blocks, tokens, capacity: float, warm=(), answers=None) -> np.ndarray:
@@ -132,7 +142,8 @@ def max_resident(ptr, blocks, tokens, capacity: float, warm=(), answers=None) ->
     before = np.concatenate(([0], csum))[ptr[:-1]]
     cum = csum - before[req]  # tokens of the chain up to and including each block
     fit = np.where(lead & (cum <= capacity), cum, 0)  # cum grows along a chain: fits lead
-    np.maximum.at(out, req, fit)
+    has = np.diff(ptr) > 0  # per chain the largest fit (≥ 0): a segmented max, exact
+    out[has] = np.maximum.reduceat(fit, ptr[:-1][has])
     return out
 
 
