@@ -172,3 +172,48 @@ def test_the_bound_is_tight_on_sessions():
     r = run_scenario(s, ["transfer_per_request"], keep_requests=False).summary.row(0, named=True)
     assert r["handoff_bound_ms"] <= r["handoff_hindsight_ms"] * (1 + 1e-12)
     assert r["handoff_bound_ms"] >= 0.9 * r["handoff_hindsight_ms"]
+
+
+def _hindsight_run(cap: str):
+    s = load_scenario(
+        "enterprise_hotset",
+        ["run.requests=400", "run.warmup_requests=50", f"run.hindsight_max_requests={cap}"],
+    )
+    t = run_scenario(s, ["replicate_all_lru"], keep_requests=False)
+    return t.summary.row(0, named=True), t.prepared.notes
+
+
+def test_hindsight_is_skipped_above_its_threshold_only():
+    """At the threshold the Belady schedule runs; one request above it, it is skipped:
+    ``handoff_hindsight_ms`` is None (not 0, not NaN), one note says so, and the lower
+    bound and the policy's own figures are unchanged."""
+    on, on_notes = _hindsight_run("400")
+    off, off_notes = _hindsight_run("399")
+    always, _ = _hindsight_run("null")
+    assert isinstance(on["handoff_hindsight_ms"], float) and on["handoff_hindsight_ms"] > 0
+    assert always["handoff_hindsight_ms"] == on["handoff_hindsight_ms"]
+    assert off["handoff_hindsight_ms"] is None
+    assert not any("hindsight" in n for n in on_notes)
+    skipped = [n for n in off_notes if "hindsight" in n]
+    assert len(skipped) == 1 and "run.hindsight_max_requests" in skipped[0]
+    for k in ("handoff_ms", "handoff_base_ms", "handoff_bound_ms", "bound_share", "ttft_p99_ms"):
+        assert off[k] == on[k], k
+
+
+def test_skipped_hindsight_is_null_in_run_json(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from prefixbench.cli import app
+
+    args = ["run", "enterprise_hotset", "-p", "replicate_all_lru", "--json", "--out",
+            str(tmp_path), "--set", "run.requests=400", "--set", "run.warmup_requests=50",
+            "--set", "run.hindsight_max_requests=100"]  # fmt: skip
+    r = CliRunner(env={"COLUMNS": "80", "NO_COLOR": "1", "TERM": "dumb"}).invoke(app, args)
+    assert r.exit_code == 0, r.stderr
+    assert "NaN" not in r.stdout
+    assert '"handoff_hindsight_ms": null' in r.stdout
+    (row,) = json.loads(r.stdout)["results"]
+    assert [ln for ln in r.stderr.splitlines() if "hindsight bound skipped" in ln]
+    assert row["prefixbench"]["handoff_hindsight_ms"] is None

@@ -96,7 +96,8 @@ def bench_scale(trace: Path, ten_million: bool = True) -> dict:
     out["trace_1m"] = r
     print(
         f"  Mooncake trace tiled to 1M, replicate_all_lru: {r['run_s']:.1f} s (prepare "
-        f"{r['prepare_s']:.1f}, simulate {r['simulate_s']:.1f}, metrics {r['metrics_s']:.1f}), "
+        f"{r['prepare_s']:.1f}, simulate {r['simulate_s']:.1f}, metrics {r['metrics_s']:.1f}, "
+        f"bound {r['bound_s']:.1f}{'' if r.get('hindsight') else ' without hindsight'}), "
         f"peak RSS {r['peak_rss_mb']:.0f} MB",
         flush=True,
     )

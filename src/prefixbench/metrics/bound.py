@@ -108,10 +108,20 @@ def available_from(ptr, blocks, warm=(), answers=None) -> np.ndarray:
     ids, u = dense_ids(np.concatenate((blocks, a_hash, warm)))
     c_ids, a_ids, w_ids = np.split(ids, [blocks.size, blocks.size + a_hash.size])
     avail = np.full(u, n + 1, dtype=np.int64)
-    np.minimum.at(avail, c_ids, np.repeat(np.arange(n, dtype=np.int64), np.diff(ptr)) + 1)
-    np.minimum.at(avail, a_ids, np.repeat(np.arange(n, dtype=np.int64), np.diff(a_ptr)) + 1)
+    _first_after(avail, np.ascontiguousarray(c_ids), ptr)
+    _first_after(avail, np.ascontiguousarray(a_ids), a_ptr)
     avail[w_ids] = 0
     return avail[c_ids]
+
+
+@njit(cache=True)
+def _first_after(avail, ids, ptr):
+    """``avail[b]`` lowered to one past the first request whose references (``ptr``
+    offsets into ``ids``) hold block ``b``: ``np.minimum.at`` in one pass."""
+    for i in range(ptr.shape[0] - 1):
+        for j in range(ptr[i], ptr[i + 1]):
+            if i + 1 < avail[ids[j]]:
+                avail[ids[j]] = i + 1
 
 
 def max_resident(ptr, blocks, tokens, capacity: float, warm=(), answers=None) -> np.ndarray:
@@ -132,7 +142,8 @@ def max_resident(ptr, blocks, tokens, capacity: float, warm=(), answers=None) ->
     before = np.concatenate(([0], csum))[ptr[:-1]]
     cum = csum - before[req]  # tokens of the chain up to and including each block
     fit = np.where(lead & (cum <= capacity), cum, 0)  # cum grows along a chain: fits lead
-    np.maximum.at(out, req, fit)
+    has = np.diff(ptr) > 0  # per chain the largest fit (≥ 0): a segmented max, exact
+    out[has] = np.maximum.reduceat(fit, ptr[:-1][has])
     return out
 
 
@@ -263,8 +274,9 @@ def _belady(ptr, ids, tokens, nxt, first, size, bdepth, pre, cap, n, hk, hb, out
 _MEMO: dict[int, tuple[object, np.ndarray, np.ndarray]] = {}
 
 
-def _resident(prep) -> tuple[np.ndarray, np.ndarray]:
-    """(bound's, hindsight's) resident tokens per request of a prepared scenario (once)."""
+def _resident(prep) -> tuple[np.ndarray, np.ndarray | None]:
+    """(bound's, hindsight's) resident tokens per request of a prepared scenario (once;
+    hindsight's None when skipped)."""
     hit = _MEMO.get(id(prep))
     if hit is not None and hit[0] is prep:
         return hit[1], hit[2]
@@ -276,10 +288,12 @@ def _resident(prep) -> tuple[np.ndarray, np.ndarray]:
     warm = [h for h, _ in b.hot_blocks]  # replicate_hotset's set, resident from the start
     ans = getattr(req, "ans_ptr", None)  # generated-token caching: answers count as computed
     answers = None if ans is None else (ans, req.ans_hash)
-    out = (
-        max_resident(req.blk_ptr, req.blk_hash, req.blk_tokens, cap_all, warm, answers),
-        belady_resident(req.blk_ptr, req.blk_hash, req.blk_tokens, cap, warm),
-    )
+    from prefixbench.system.runner import hindsight_on
+
+    hind = None  # skipped above run.hindsight_max_requests (docs/model.md "The optimal bound")
+    if hindsight_on(prep.scenario, len(req)):
+        hind = belady_resident(req.blk_ptr, req.blk_hash, req.blk_tokens, cap, warm)
+    out = (max_resident(req.blk_ptr, req.blk_hash, req.blk_tokens, cap_all, warm, answers), hind)
     _MEMO.clear()  # one prepared scenario at a time (a study runs its policies together)
     _MEMO[id(prep)] = (prep, *out)
     return out
@@ -319,11 +333,11 @@ def gap_columns(prep, cols: dict, measured: np.ndarray) -> dict:
     )
     base = pr.transfer(prompt)
     bound = pr.best(prompt, ph, lb_h[m])
-    hind = pr.best(prompt, ph, bel_h[m])
+    hind = None if bel_h is None else float(pr.best(prompt, ph, bel_h[m]).mean()) * 1e3
     out = {
         "handoff_ms": float(pol.mean()) * 1e3,
         "handoff_base_ms": float(base.mean()) * 1e3,
-        "handoff_hindsight_ms": float(hind.mean()) * 1e3,
+        "handoff_hindsight_ms": hind,
         "handoff_bound_ms": float(bound.mean()) * 1e3,
     }
     room = out["handoff_base_ms"] - out["handoff_bound_ms"]

@@ -82,6 +82,20 @@ def _pcts(col: str, name: str) -> list[pl.Expr]:
     ]
 
 
+def _one(lf: pl.LazyFrame, *exprs: pl.Expr) -> dict:
+    """One row of aggregates of ``lf``: only the columns the expressions read are taken,
+    and a filtered ``lf`` is filtered inside the query (no copy of the whole table)."""
+    names = sorted({n for e in exprs for n in e.meta.root_names()})
+    # the filtered columns in one chunk, then the aggregates: the same summation as over a
+    # filtered frame (a lazy filter yields a chunk per thread, and a mean over two chunks
+    # can differ in the last bit)
+    return lf.select(names).collect().rechunk().select(*exprs).row(0, named=True)
+
+
+def _height(lf: pl.LazyFrame) -> int:
+    return _one(lf, pl.len().alias("n"))["n"]
+
+
 _REUSE: dict[int, tuple[object, np.ndarray]] = {}
 
 
@@ -101,26 +115,27 @@ def _reusable(prep: Prepared) -> np.ndarray:
     return tokens
 
 
-def _reusable_rate(prep: Prepared, admitted: pl.DataFrame) -> float:
+def _reusable_rate(prep: Prepared, admitted: pl.LazyFrame) -> float:
     """Share of admitted prompt tokens an unbounded cache could serve (workload/reuse.py)."""
-    prompt = admitted["prompt_tokens"].sum()
+    prompt = _one(admitted, pl.col("prompt_tokens").sum())["prompt_tokens"]
     if not prompt:
         return float("nan")
-    ids = admitted["request_id"].to_numpy()
+    ids = admitted.select("request_id").collect()["request_id"].to_numpy()
     return float(_reusable(prep)[ids].sum() / prompt)
 
 
-def _tiers(admitted: pl.DataFrame) -> dict:
+def _tiers(admitted: pl.LazyFrame) -> dict:
     """Where the admitted requests' chain blocks came from (docs/model.md, "Metrics"): decode
     HBM, the host tier, the L3 store, or none (sent over the link or recomputed); null with
     no chains."""
-    t = admitted.select(
+    t = _one(
+        admitted,
         pl.col("chain_blocks").sum().alias("n"),
         pl.col("hbm_hit_blocks").sum().alias("hbm"),
         pl.col("host_hit_blocks").sum().alias("host"),
         pl.col("l3_hit_blocks").sum().alias("l3"),
         (pl.col("host_bytes").mean() / 1e6).alias("host_mb_per_request"),
-    ).row(0, named=True)
+    )
     n = t.pop("n") or 0
     out = {"host_mb_per_request": t["host_mb_per_request"]}
     for k in ("hbm", "host", "l3"):
@@ -148,31 +163,33 @@ def _if(measured: bool, expr: pl.Expr) -> pl.Expr:
     return expr.mean() if measured else pl.lit(None, pl.Float64)
 
 
-def _preemption(done: pl.DataFrame) -> dict:
+def _preemption(done: pl.LazyFrame, n_done: int) -> dict:
     """Paged admission (docs/model.md): preemptions of the completed steady requests, their
     lost work (tokens re-prefilled, or swapped to host and back) and delay."""
-    if "preemptions" not in done.columns or not done.height:
+    if "preemptions" not in done.collect_schema().names() or not n_done:
         return {"preempted_fraction": 0.0, "preemptions_per_request": 0.0,
                 "preempt_delay_mean_ms": 0.0, "preempt_lost_per_request": 0.0}  # fmt: skip
     # tokens, whatever became of them: a swap whose host memory is full recomputes its victim
     # (§1.5.2), so one run can mix both and a byte figure would mislabel the recomputed ones
     lost = pl.col("preempt_tokens").cast(pl.Float64)
-    return done.select(
+    return _one(
+        done,
         (pl.col("preemptions") > 0).mean().alias("preempted_fraction"),
         pl.col("preemptions").cast(pl.Float64).mean().alias("preemptions_per_request"),
         (pl.col("preempt_delay_s") * MS).mean().alias("preempt_delay_mean_ms"),
         lost.mean().alias("preempt_lost_per_request"),
-    ).row(0, named=True)
+    )
 
 
-def _latency(done: pl.DataFrame, s, gaps: bool) -> dict:
+def _latency(done: pl.LazyFrame, s, gaps: bool) -> dict:
     """Latency percentiles and per-stage means of the completed steady requests."""
     # colocated instances have no hand-off: KV is reserved before the prefill (its wait is in
     # the prefill queue) and nothing crosses a link
     handoff = s.cluster.mode != "colocated"
     # layer-wise streaming hands off when the prefill starts (docs/model.md §1.7.1)
     handed = "t_prefill_start" if s.cluster.link.streaming == "layerwise" else "t_prefill_end"
-    return done.select(
+    return _one(
+        done,
         *_pcts("ttft_ms", "ttft"),
         *_pcts("ttft_prefill_ms", "ttft_prefill"),
         *_pcts("tpot_ms", "tpot"),
@@ -213,7 +230,7 @@ def _latency(done: pl.DataFrame, s, gaps: bool) -> dict:
         .alias("first_iteration_ms"),
         pl.lit(s.efficiency.request_overhead_ms, pl.Float64).alias("request_overhead_ms"),
         *_itl_max(gaps),
-    ).row(0, named=True)
+    )
 
 
 def _itl_max(gaps: bool) -> list[pl.Expr]:
@@ -229,9 +246,10 @@ def _itl_max(gaps: bool) -> list[pl.Expr]:
     ]
 
 
-def _admitted(prep: Prepared, admitted: pl.DataFrame) -> dict:
+def _admitted(prep: Prepared, admitted: pl.LazyFrame) -> dict:
     """Reuse, transfer and recompute figures of the admitted steady requests."""
-    adm = admitted.select(
+    adm = _one(
+        admitted,
         (pl.col("replica_hit_tokens") > 0).mean().alias("shared_request_fraction"),
         (pl.col("replica_hit_tokens").sum() / pl.col("prompt_tokens").sum()).alias(
             "replica_hit_rate"
@@ -245,7 +263,7 @@ def _admitted(prep: Prepared, admitted: pl.DataFrame) -> dict:
         (pl.col("transfer_bytes").mean() / 1e6).alias("transfer_mb_per_request"),
         pl.col("recompute_tokens").mean().alias("recompute_tokens_per_request"),
         pl.col("recompute_tokens").sum().alias("recompute_tokens_total"),
-    ).row(0, named=True)
+    )
     adm["reusable_rate"] = _reusable_rate(prep, admitted)
     adm.update(_tiers(admitted))
     return adm
@@ -307,34 +325,45 @@ def _after(prep: Prepared, df: pl.DataFrame, res: SimResult, out_tokens, steady)
             prep.base.prefill_cost,
             prep.base.decode_cost,
             int(out_tokens),
-            float(steady["transfer_bytes"].sum()) if "transfer_bytes" in steady.columns else 0.0,
+            float(_one(steady, pl.col("transfer_bytes").sum())["transfer_bytes"])
+            if "transfer_bytes" in steady.collect_schema().names()
+            else 0.0,
         )
     )
     return row
 
 
+def _counts(steady: pl.LazyFrame) -> tuple[int, int, int]:
+    """Steady requests, of them completed and rejected."""
+    o = pl.col("outcome")
+    c = _one(steady, pl.len().alias("n"), (o == "completed").sum().alias("done"),
+             (o == "rejected").sum().alias("rejected"))  # fmt: skip
+    return int(c["n"]), int(c["done"] or 0), int(c["rejected"] or 0)
+
+
 def summarize(prep: Prepared, policy: str, df: pl.DataFrame, res: SimResult) -> dict:
-    """The run's summary row: latency percentiles, throughput, rejects, reuse, memory, links."""
+    """The run's summary row: latency percentiles, throughput, rejects, reuse, memory, links.
+    Each figure is one query over the columns it reads, filtered inside the query, so the
+    request table is never copied whole (docs/performance.md "Large runs")."""
     s = prep.scenario
-    steady = df.filter(~pl.col("warmup"))
+    steady = df.lazy().filter(~pl.col("warmup"))
     done = steady.filter(pl.col("outcome") == "completed")
     arr = prep.requests.arrival
     warm = min(s.run.warmup_requests, len(arr) - 1)
     span = float(arr[-1] - arr[warm])
     window = span if span > 0 else None  # one request or equal arrivals: no rate to measure
     lat = _latency(done, s, "max_token_gap" in df.columns)
-    n_steady = steady.height
-    rejected = steady.filter(pl.col("outcome") == "rejected").height
+    n_steady, n_done, rejected = _counts(steady)
     slo_ok = lat.pop("_slo_ok") or 0
     out_tokens = lat.pop("_out_tokens") or 0
     row = {
         "policy": policy,
         "requests": len(df),
         "steady_requests": n_steady,
-        "completed": done.height,
+        "completed": n_done,
         "rejected": rejected,
         "reject_rate": rejected / n_steady if n_steady else 0.0,
-        "throughput_rps": done.height / window if window else None,
+        "throughput_rps": n_done / window if window else None,
         "throughput_tok_s": out_tokens / window if window else None,
         **lat,
         **itl_summary(res.stats),
@@ -342,7 +371,7 @@ def summarize(prep: Prepared, policy: str, df: pl.DataFrame, res: SimResult) -> 
         "slo_attainment": slo_ok / n_steady if n_steady else 0.0,
         "goodput_rps": goodput_rps(s, slo_ok, n_steady, window),
         **_memory(prep, res.stats),
-        **_preemption(done),
+        **_preemption(done, n_done),
     }
     row = _floats(row)
     row.update(_after(prep, df, res, out_tokens, steady))

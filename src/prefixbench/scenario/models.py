@@ -879,6 +879,14 @@ class RunSpec(_M):
         le=10_000_000,
         description="Leading requests excluded from steady-state statistics.",
     )
+    hindsight_max_requests: int | None = Field(
+        200_000,
+        ge=0,
+        le=10_000_000,
+        description="Above this many requests the hindsight (Belady) schedule is skipped and "
+        "handoff_hindsight_ms is null; null: always computed (docs/model.md, \"The optimal "
+        "bound\").",
+    )
 
 
 class ModelFormat(_M):

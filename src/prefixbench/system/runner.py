@@ -542,10 +542,26 @@ def prepare(s: Scenario) -> Prepared:
             where="run.warmup_requests",
             fix="lower it or replay more requests",
         )
+    if not hindsight_on(s, len(req)):
+        notes.append(hindsight_note(s, len(req)))
     return Prepared(
         s, k.model, req, base, k.kv_bpt, ref.tokens, ref.active, ref.working_set, ref.batch,
         notes, ref.gb,
     )  # fmt: skip
+
+
+def hindsight_on(s: Scenario, n: int) -> bool:
+    """Whether the hindsight schedule (metrics/bound.py) is computed for ``n`` requests:
+    at most ``run.hindsight_max_requests`` of them, or always when that is null."""
+    cap = s.run.hindsight_max_requests
+    return cap is None or n <= cap
+
+
+def hindsight_note(s: Scenario, n: int) -> str:
+    return (
+        f"hindsight bound skipped: {n:,} requests > run.hindsight_max_requests "
+        f"({s.run.hindsight_max_requests:,}); --set run.hindsight_max_requests=null computes it"
+    )
 
 
 HICACHE_RATIO = 2.0  # SGLang HiCache --hicache-ratio: host pool = 2x the device KV pool
