@@ -269,18 +269,24 @@ override = st.tuples(
 ).map(lambda kv: f"{kv[0]}={kv[1]}")
 
 
+def _set_then_validate(preset: str, sets: list[str]):
+    """``sets`` over a preset: one clear ``--set`` line, or the validated scenario (or None
+    when validation refused it clearly)."""
+    from prefixbench.scenario.loader import apply_overrides
+
+    try:
+        data = apply_overrides(PRESET_DATA[preset], sets)
+    except PrefixbenchError as e:
+        _clear(e, where="--set")
+        return None
+    return _validate_or_refuse(data, "preset (with --set)")
+
+
 @settings(max_examples=4000, **FUZZ)
 @given(preset=st.sampled_from(PRESETS), sets=st.lists(override, min_size=1, max_size=3))
 def test_fuzz_set_overrides(preset: str, sets: list[str]) -> None:
-    from prefixbench.scenario.loader import apply_overrides
-
     with _timed("--set paths and values"):
-        try:
-            data = apply_overrides(PRESET_DATA[preset], sets)
-        except PrefixbenchError as e:
-            _clear(e, where="--set")
-            return
-        _validate_or_refuse(data, "preset (with --set)")
+        _set_then_validate(preset, sets)
 
 
 # ------------------------------------------------------------------ config.json
@@ -878,15 +884,8 @@ recent_override = st.tuples(
 @given(preset=st.sampled_from(PRESETS), sets=st.lists(recent_override, min_size=1, max_size=4))
 def test_fuzz_recent_fields(preset: str, sets: list[str]) -> None:
     """Hostile and legal values of every field added since the last pass (validation)."""
-    from prefixbench.scenario.loader import apply_overrides
-
     with _timed("recent fields (host write policy, conditional, kv_aware, cache_generated)"):
-        try:
-            data = apply_overrides(PRESET_DATA[preset], sets)
-        except PrefixbenchError as e:
-            _clear(e, where="--set")
-            return
-        _validate_or_refuse(data, "preset (with --set)")
+        _set_then_validate(preset, sets)
 
 
 legal_recent = st.lists(
@@ -967,15 +966,8 @@ def test_fuzz_merged_fields(preset: str, sets: list[str]) -> None:
     """Hostile and legal values of the fields merged since (L3 store, reserved decode
     tokens, prefill hold, cost_aware's local prefill, swap's host memory, the NICs'
     ceiling, the per-prompt-token cost): one clear line, or a scenario within bounds."""
-    from prefixbench.scenario.loader import apply_overrides
-
     with _timed("merged fields (L3 store, reserved tokens, hold, swap, ceiling, prompt cost)"):
-        try:
-            data = apply_overrides(PRESET_DATA[preset], sets)
-        except PrefixbenchError as e:
-            _clear(e, where="--set")
-            return
-        s = _validate_or_refuse(data, "preset (with --set)")
+        s = _set_then_validate(preset, sets)
         if s is None:
             return
         c, m = s.cluster, s.memory  # the physical floors hold (docs/reliability.md)

@@ -27,15 +27,21 @@ def ht_base(IS, d):
 
 
 @jit
-def ht_match(IS, B32, d, bid, i0, i1):
-    """Leading blocks of ``bid[i0:i1]`` present in decode ``d``'s host tier."""
-    base = ht_base(IS, d)
+def leading_present(B32, base, bid, i0, i1):
+    """Leading blocks of ``bid[i0:i1]`` present in the block records at ``base`` (a host
+    tier's, or the L3 store's: the same four-slot layout)."""
     k = 0
     for j in range(i0, i1):
         if B32[base + 4 * bid[j] + L.HT_IN] == 0:
             break
         k += 1
     return k
+
+
+@jit
+def ht_match(IS, B32, d, bid, i0, i1):
+    """Leading blocks of ``bid[i0:i1]`` present in decode ``d``'s host tier."""
+    return leading_present(B32, ht_base(IS, d), bid, i0, i1)
 
 
 @jit

@@ -19,6 +19,7 @@ Records: block ``h`` at ``IS[H_L3] + 4·h`` in ``B32`` (tokens, LRU prev, LRU ne
 from __future__ import annotations
 
 from . import layout as L
+from .hosttier import leading_present
 from .jit import jit
 from .queues import lru_append, lru_unlink
 from .window import clipped
@@ -27,13 +28,7 @@ from .window import clipped
 @jit
 def l3_match(IS, B32, bid, i0, i1):
     """Leading blocks of ``bid[i0:i1]`` present in the store."""
-    base = IS[L.H_L3]
-    k = 0
-    for j in range(i0, i1):
-        if B32[base + 4 * bid[j] + L.HT_IN] == 0:
-            break
-        k += 1
-    return k
+    return leading_present(B32, IS[L.H_L3], bid, i0, i1)
 
 
 @jit
