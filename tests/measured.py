@@ -217,29 +217,32 @@ def mooncake_transfer() -> list[dict]:
 
 
 # NVIDIA H20 as InferSim's own hardware table gives it (alibaba/InferSim hardware/gpu.py:
-# BF16 148, FP8 296 TFLOP/s, 4,096 GB/s, 96 GB); not a catalog preset. Its GEMM curve is
-# its own (AcceleratorSpec.gemm_mfu, gemm_half_tokens), fitted on the 16 FIT rows of
-# infersim_gemm_h20.csv only (tests/data/measured/README.md: every other weight shape):
-# least squares in log(predicted / measured) over a grid of 0.01 and 4 tokens, weights
-# read at the default MBU 0.7, gives 0.98 and 84 tokens (fit rows: gmean 1.00).
+# BF16 148, FP8 296 TFLOP/s, 4,096 GB/s, 96 GB, 78 SMs); not a catalog preset. Its GEMM
+# constants are its own (AcceleratorSpec gemm_mfu, gemm_half_tokens, gemm_kernel_us,
+# gemm_mbu; docs/model/cost-model.md "GEMM kernel fixed time"), fitted on the 16 FIT rows
+# of infersim_gemm_h20.csv only (tests/data/measured/README.md: every other weight shape):
+# least squares in log(predicted / measured) over a grid (MFU 0.80-1.00 by 0.01, T½ 0-40
+# tokens by 2, kernel time 2-5 µs by 0.1, weights' MBU 0.30-0.60 by 0.01) gives 0.91,
+# 10 tokens, 3.5 µs and 0.43 (fit rows: gmean 1.00, all within ±6 %).
 H20 = AcceleratorSpec(
     name="h20", vendor="NVIDIA", peak_tflops=148.0, peak_fp8_tflops=296.0, hbm_gbps=4096.0,
     memory_gb=96.0, source="alibaba/InferSim hardware/gpu.py",
-    gemm_mfu=0.98, gemm_half_tokens=84.0,
+    gemm_mfu=0.91, gemm_half_tokens=10.0, gemm_kernel_us=3.5, gemm_mbu=0.43,
     gemm_source="alibaba/InferSim bench_data/gemm/h20/data.csv (DeepGEMM FP8), fit rows",
 )  # fmt: skip
 
 
 def infersim_gemm_h20(eff: cm.Efficiency) -> list[dict]:
     """InferSim (Alibaba): one FP8 GEMM (m tokens × k × n weights, DeepGEMM) on an H20, vs the
-    product's GEMM operator (costmodel.gemm_operator_time) of an FP8 (W8A8) checkpoint:
-    2·m·k·n FLOPs at eff(m) of the FP8 peak against k·n weights read once."""
+    product's GEMM kernel (costmodel.gemm_kernel_time) of an FP8 (W8A8) checkpoint: the
+    kernel's fixed time plus max(2·m·k·n FLOPs at eff(m) of the FP8 peak, k·n weights read
+    once at the H20's weights' MBU)."""
     m8 = with_formats(MODELS["llama-3.1-8b"], weights="fp8")  # only its weight format is used
     cost = cm.InstanceCost.build(m8, H20, 1, eff)
     rows = []
     for r in _read("infersim_gemm_h20.csv"):
         m, k, n = int(r["m"]), int(r["k"]), int(r["n"])
-        t = cm.gemm_operator_time(
+        t = cm.gemm_kernel_time(
             cost, 2.0 * m * k * n, m, k * n * m8.quant_bytes, cost.flops_rate_prefill
         )
         rows.append(

@@ -12,7 +12,7 @@ in the product shows up as a disagreement with the reference simulator.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 def _module_params(m) -> dict[str, float]:
@@ -101,13 +101,33 @@ class Efficiency:
     gemm_half_tokens: float = 0.0
     mfu_attention: float = 1.0
     mbu_kv: float = 1.0
+    given: frozenset = frozenset()  # fields the scenario set: an accelerator's own yield
 
     @classmethod
     def of(cls, e) -> Efficiency:
         return cls(
             e.mfu_prefill, e.mfu_decode, e.mbu, e.prefill_overhead_ms, e.decode_overhead_ms,
-            e.gemm_half_tokens, e.mfu_attention, e.mbu_kv,
+            e.gemm_half_tokens, e.mfu_attention, e.mbu_kv, frozenset(e.model_fields_set),
         )  # fmt: skip
+
+    def on(self, accelerator, layers: int) -> Efficiency:
+        """This block on ``accelerator``: its measured GEMM curve (gemm_mfu for prefill and
+        decode, gemm_half_tokens) and weights' MBU (gemm_mbu) unless the scenario set them,
+        and its GEMM kernels' fixed time (four per layer plus the LM head, gemm_kernel_us
+        each) in every step's overhead (docs/model/cost-model.md "GEMM kernel fixed time")."""
+        own = {
+            "mfu_prefill": getattr(accelerator, "gemm_mfu", None),
+            "mfu_decode": getattr(accelerator, "gemm_mfu", None),
+            "gemm_half_tokens": getattr(accelerator, "gemm_half_tokens", None),
+            "mbu": getattr(accelerator, "gemm_mbu", None),
+        }
+        fixed_ms = (4 * layers + 1) * (getattr(accelerator, "gemm_kernel_us", None) or 0.0) / 1e3
+        return replace(
+            self,
+            **{k: v for k, v in own.items() if v is not None and k not in self.given},
+            prefill_overhead_ms=self.prefill_overhead_ms + fixed_ms,
+            decode_overhead_ms=self.decode_overhead_ms + fixed_ms,
+        )
 
 
 @dataclass(frozen=True)
@@ -168,6 +188,7 @@ class Roofline:
     ) -> None:
         p = _module_params(model)
         split = split or Split()
+        eff = eff.on(accelerator, model.layers)
         # §2.8: one pipeline stage runs at a time, so a step sees devices / pp of them.
         at_once = devices // split.pp
         # §2.11: a power cap lowers the core clock, so every FLOP rate, not the HBM rate

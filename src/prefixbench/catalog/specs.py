@@ -142,6 +142,23 @@ class AcceleratorSpec(_Spec):
         description="Tokens per device at which a GEMM reaches half of "
         "gemm_mfu on this part, measured (None: the H100-fitted default).",
     )
+    # --- GEMM kernel fixed time and weight bandwidth (docs/model/cost-model.md "GEMM kernel
+    # fixed time"): what a small GEMM pays whatever its shape. None: not measured, 0 µs and
+    # the weights' default MBU (Efficiency.mbu).
+    gemm_kernel_us: float | None = Field(
+        None,
+        ge=0,
+        le=1e4,
+        description="Fixed time of one GEMM kernel on this part (prologue, pipeline fill, "
+        "epilogue), µs, measured (None: 0).",
+    )
+    gemm_mbu: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="Fraction of HBM bandwidth a GEMM reading its weights reaches on this "
+        "part, measured (None: the default MBU).",
+    )
     gemm_source: str = Field("", description="Measurements the GEMM constants are fitted on.")
     # --- power: None means "not modelled" (a user file may leave them out)
     tdp_w: float | None = Field(

@@ -47,6 +47,7 @@ UNITS = {
     "idle_w": "W",
     "memory_pj_per_bit": "pJ/bit",
     "gemm_half_tokens": "tokens",  # --- GEMM efficiency
+    "gemm_kernel_us": "µs",
 }
 MAX_BYTES = 64 * 1024  # a hardware file is a dozen lines
 # Where a scenario names hardware: (path in the scenario, kind of hardware).

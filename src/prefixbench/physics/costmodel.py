@@ -367,6 +367,22 @@ def gemm_constants(eff: Efficiency, dev: AcceleratorSpec) -> tuple[float, float,
     )
 
 
+def weight_mbu(eff: Efficiency, dev: AcceleratorSpec) -> float:
+    """Fraction of HBM bandwidth the weights stream at: the accelerator's own measured
+    ``gemm_mbu`` where its spec carries one, else ``eff.mbu``; a value the user set in
+    ``eff`` wins (docs/model/cost-model.md "GEMM kernel fixed time")."""
+    if dev.gemm_mbu is not None and "mbu" not in eff.model_fields_set:
+        return dev.gemm_mbu
+    return eff.mbu
+
+
+def gemm_kernels(m: ModelSpec) -> int:
+    """GEMM kernels one step launches: four per layer (vLLM's fused QKV projection, the O
+    projection, the fused gate-up projection, the down projection) plus the LM head. An
+    approximation for MoE and MLA layers, which launch more (docs/model/cost-model.md)."""
+    return 4 * m.layers + 1
+
+
 def ridge_point(dev: AcceleratorSpec) -> float:
     """FLOPs per byte at which the roofline turns from memory- to compute-bound."""
     return dev.peak_tflops * 1e12 / (dev.hbm_gbps * 1e9)
@@ -456,6 +472,7 @@ class InstanceCost:
     attn_rate: float = 1e30  # attention FLOP/s (bf16 peak · mfu_attention)
     kv_rate: float = 1e30  # bytes/s streaming KV (HBM · mbu_kv)
     gemm_half: float = 0.0  # step tokens at which GEMM efficiency is half (T½ · groups)
+    gemm_kernel: float = 0.0  # fixed seconds of one GEMM kernel (prologue, fill, epilogue)
     # --- power (docs/model.md §2.11; power.py fills them, defaults: not modelled)
     clock: float = 1.0  # core clock under the power cap, fraction of nominal (rates include it)
     j_per_flop: float = 0.0  # dynamic energy of one FLOP at nominal clock and voltage, J
@@ -505,15 +522,18 @@ class InstanceCost:
         comm_per_token, comm_fixed = comm_coeffs(m, devices, par)
         peak = gemm_peak_tflops(m, dev) * 1e12 * working
         mfu_prefill, mfu_decode, half = gemm_constants(eff, dev)
+        kernel = (dev.gemm_kernel_us or 0.0) / 1e6
+        fixed = gemm_kernels(m) * kernel  # every step's GEMM kernels' fixed time
         return cls(
             flops_rate_prefill=peak * mfu_prefill,
             flops_rate_decode=peak * mfu_decode,
-            byte_rate=dev.hbm_gbps * 1e9 * working * eff.mbu,
+            byte_rate=dev.hbm_gbps * 1e9 * working * weight_mbu(eff, dev),
             attn_rate=dev.peak_tflops * 1e12 * working * eff.mfu_attention,
             kv_rate=dev.hbm_gbps * 1e9 * working * eff.mbu_kv,
             gemm_half=half * (devices // (par.tp * par.pp)),
-            prefill_overhead=eff.prefill_overhead_ms / 1e3,
-            decode_overhead=eff.decode_overhead_ms / 1e3,
+            gemm_kernel=kernel,
+            prefill_overhead=eff.prefill_overhead_ms / 1e3 + fixed,
+            decode_overhead=eff.decode_overhead_ms / 1e3 + fixed,
             linear_flops=linear_flops_per_token(m),
             lm_head_flops=lm_head_flops(m),
             attn_coef=attention_flops_coef(m),
@@ -591,6 +611,13 @@ def gemm_operator_time(cost: InstanceCost, flops, tokens, weight_bytes, rate: fl
     """One GEMM operator (or several of the same intensity) over ``tokens`` tokens:
     max(FLOPs at eff(T), its ``weight_bytes`` at the weights' bandwidth)."""
     return np.maximum(gemm_time(cost, flops, tokens, rate), weight_bytes / cost.byte_rate)
+
+
+def gemm_kernel_time(cost: InstanceCost, flops, tokens, weight_bytes, rate: float):
+    """ONE GEMM kernel: its fixed time (prologue, pipeline fill, epilogue; 0 where the
+    accelerator has no measured one) plus gemm_operator_time. A step's kernels' fixed
+    times sit in its overhead (InstanceCost.build, gemm_kernels)."""
+    return cost.gemm_kernel + gemm_operator_time(cost, flops, tokens, weight_bytes, rate)
 
 
 def attention_time(cost: InstanceCost, flops, kv_io):

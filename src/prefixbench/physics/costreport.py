@@ -168,14 +168,17 @@ def _positive(kind: str, values) -> list[int]:
 
 
 def _effective(eff: cm.Efficiency, dev) -> dict:
-    """The efficiency block as priced on ``dev``: its own GEMM curve where it carries one
-    (costmodel.gemm_constants), so the figures shown are the ones used."""
+    """The efficiency block as priced on ``dev``: its own GEMM curve, weights' MBU and GEMM
+    kernel time where it carries them (costmodel.gemm_constants, weight_mbu), so the
+    figures shown are the ones used."""
     mfu_prefill, mfu_decode, half = cm.gemm_constants(eff, dev)
     return {
         **eff.model_dump(),
         "mfu_prefill": mfu_prefill,
         "mfu_decode": mfu_decode,
         "gemm_half_tokens": half,
+        "mbu": cm.weight_mbu(eff, dev),
+        "gemm_kernel_us": dev.gemm_kernel_us or 0.0,
     }
 
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from prefixbench.errors import CatalogError, ScenarioError
-from prefixbench.physics.costmodel import gemm_constants
+from prefixbench.physics.costmodel import gemm_constants, weight_mbu
 
 VOLT_FLOOR = 0.5  # assumption: the voltage stops falling below half the nominal clock
 # KV link energy (assumption): a 400 Gb/s NIC port draws on the order of 20 W at line rate
@@ -58,7 +58,7 @@ def device_power(dev, eff, where: str = "accelerator") -> dict[str, float]:
     """Per-device figures: idle, memory and compute power (W), J per FLOP and per byte."""
     tdp, idle, pj = _figures(dev, where)
     j_byte = pj * 8e-12
-    p_mem = j_byte * dev.hbm_gbps * 1e9 * eff.mbu
+    p_mem = j_byte * dev.hbm_gbps * 1e9 * weight_mbu(eff, dev)
     p_comp = tdp - idle - p_mem
     if p_comp <= 0:
         raise CatalogError(
