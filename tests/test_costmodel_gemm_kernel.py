@@ -113,3 +113,14 @@ def test_an_accelerator_file_carries_its_kernel_time_and_mbu(tmp_path):
     with pytest.raises(CatalogError) as e:
         load_hardware(path)
     assert "gemm_kernel_us" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_cost_report_shows_the_mbu_and_kernel_time_it_priced_with(tmp_path):
+    from prefixbench.physics.costreport import cost_report
+
+    path = tmp_path / "h20.yaml"
+    path.write_text(ACCEL + "gemm_kernel_us: 3.5\ngemm_mbu: 0.43\n", encoding="utf-8")
+    eff = cost_report("llama-3.1-8b", accelerator=str(path))["efficiency"]
+    assert (eff["mbu"], eff["gemm_kernel_us"]) == (0.43, 3.5)
+    plain = cost_report("llama-3.1-8b", accelerator="h100-sxm")["efficiency"]
+    assert (plain["mbu"], plain["gemm_kernel_us"]) == (0.7, 0.0)

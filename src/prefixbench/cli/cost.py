@@ -138,6 +138,11 @@ def _render(rep: dict) -> None:
             f"{eff['mfu_prefill']:.3g}/{eff['mfu_decode']:.3g}, {eff['mbu']:.3g}, "
             f"{eff['prefill_overhead_ms']:.3g}/{eff['decode_overhead_ms']:.3g} ms",
         ),
+        *(
+            [("GEMM kernel fixed time (each)", f"{eff['gemm_kernel_us']:.3g} µs")]
+            if eff.get("gemm_kernel_us")
+            else []
+        ),
     ]:
         head.add_row(label, value)
     out.print(head)
