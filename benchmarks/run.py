@@ -31,10 +31,12 @@ Measures, and prints and writes as JSON (median / min / max over repeats):
 * scale: `run` with 1M requests under every policy and 10M under one (wall, CPU, peak RSS
   by ``/usr/bin/time -v``), and the Mooncake trace tiled to 1M requests.
 
-``--blis PATH`` (a built BLIS binary) also times the shared W1 workload in BLIS and in
-prefixbench (../shared/peers/blis/README.md). ``--only a,b`` runs only the named sections
-(compile, throughput, study, commands, cold, startup, help, million, scaling, events,
-timeline, scale).
+``--blis PATH`` (a built BLIS binary; benchmarks/blis/BUILD.md) also times the shared W1 and
+W2 workloads in BLIS and in prefixbench (/work/shared/peers/blis/README.md): alternated fresh
+processes, median wall and CPU of ``--blis-repeats``, and the outputs side by side.
+``--only a,b`` runs only the named sections (compile, throughput, study, commands, cold,
+startup, help, million, scaling, events, timeline, scale; ``--only blis`` runs the BLIS
+comparison alone).
 
 The machine is recorded too (CPU, cores, versions, load average: on a shared machine the
 load of other processes inflates wall times; CPU-time figures are less affected).
@@ -91,6 +93,7 @@ def main() -> None:
     ap.add_argument(
         "--blis", default=None, help="a built BLIS binary: also time the shared W1 workload in both"
     )
+    ap.add_argument("--blis-repeats", type=int, default=3, help="alternated runs of each side")
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     ap.add_argument("--wrap", action="store_true", help=argparse.SUPPRESS)
     args, rest = ap.parse_known_args()
@@ -182,8 +185,14 @@ def main() -> None:
 
     _scale_sections(r, only, quick, trace)
     if args.blis:
-        print("BLIS comparison (W1, fresh processes, median of 3):", flush=True)
-        r["blis"] = bench_blis(Path(args.blis))
+        print(
+            f"BLIS comparison (W1, W2; fresh processes alternated, median of "
+            f"{args.blis_repeats}):",
+            flush=True,
+        )
+        r["blis"] = bench_blis(Path(args.blis), args.blis_repeats)
+        if "error" in r["blis"]:
+            print(f"  {r['blis']['error']}", flush=True)
     r["loadavg_end"] = os.getloadavg()
     r["benchmark_wall_s"] = time.perf_counter() - t_start
     r["targets"] = verdicts(r)
