@@ -186,8 +186,7 @@ def main() -> None:
     _scale_sections(r, only, quick, trace)
     if args.blis:
         print(
-            f"BLIS comparison (W1, W2; fresh processes alternated, median of "
-            f"{args.blis_repeats}):",
+            f"BLIS comparison (W1, W2; fresh processes alternated, median of {args.blis_repeats}):",
             flush=True,
         )
         r["blis"] = bench_blis(Path(args.blis), args.blis_repeats)

@@ -115,6 +115,9 @@ def parse_blis(stdout: str) -> dict:
     m = re.search(r"^Cache Hit Rate: ([0-9.]+)", stdout, re.M)
     if m:
         out["cache_hit_rate"] = float(m.group(1))
+    m = re.search(r"^Dropped at Decode KV: (\d+)", stdout, re.M)
+    if m:
+        out["dropped_at_decode_kv"] = int(m.group(1))
     m = re.search(r"^KV Transfer Duration \(us\): mean=([0-9.]+)", stdout, re.M)
     if m:
         out["transfer_mean_us"] = float(m.group(1))
@@ -127,7 +130,7 @@ def parse_prefixbench(stdout: str) -> dict:
     """The one policy's figures from ``run --json``."""
     r = json.loads(stdout)["results"][0]
     pb = r["prefixbench"]
-    keys = ("completed", "prefill_hit_rate", "transfer_mb_per_request", "ttft_mean_ms",
+    keys = ("completed", "rejected", "prefill_hit_rate", "transfer_mb_per_request", "ttft_mean_ms",
             "ttft_p99_ms", "tpot_mean_ms", "tpot_p99_ms", "e2e_mean_ms")  # fmt: skip
     out = {k: pb.get(k) for k in keys}
     out["total_input_tokens"] = r.get("total_input_tokens")
@@ -148,6 +151,8 @@ def side_by_side(blis_out: dict, pb_out: dict) -> list[tuple[str, str, str]]:
     return [
         ("completed requests", f(blis_out.get("completed_requests"), ","),
          f(pb_out.get("completed"), ",")),
+        ("dropped / rejected", f(blis_out.get("dropped_at_decode_kv"), ","),
+         f(pb_out.get("rejected"), ",")),
         ("input tokens", f(blis_out.get("total_input_tokens"), ","),
          f(pb_out.get("total_input_tokens"), ",")),
         ("prefill hit rate", f(None if hit is None else 2 * hit, ".4f"),
