@@ -94,6 +94,7 @@ def main() -> None:
         "--blis", default=None, help="a built BLIS binary: also time the shared W1 workload in both"
     )
     ap.add_argument("--blis-repeats", type=int, default=3, help="alternated runs of each side")
+    ap.add_argument("--blis-workloads", default="w1,w2", help="shared workloads to compare")
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     ap.add_argument("--wrap", action="store_true", help=argparse.SUPPRESS)
     args, rest = ap.parse_known_args()
@@ -186,10 +187,12 @@ def main() -> None:
     _scale_sections(r, only, quick, trace)
     if args.blis:
         print(
-            f"BLIS comparison (W1, W2; fresh processes alternated, median of {args.blis_repeats}):",
+            f"BLIS comparison ({args.blis_workloads}; fresh processes alternated, "
+            f"median of {args.blis_repeats}):",
             flush=True,
         )
-        r["blis"] = bench_blis(Path(args.blis), args.blis_repeats)
+        works = tuple(args.blis_workloads.split(","))
+        r["blis"] = bench_blis(Path(args.blis), args.blis_repeats, works)
         if "error" in r["blis"]:
             print(f"  {r['blis']['error']}", flush=True)
     r["loadavg_end"] = os.getloadavg()

@@ -227,6 +227,8 @@ def bench_blis(blis: Path, repeats: int = 3, works: tuple[str, ...] = ("w1", "w2
     """The shared workloads in BLIS (``blis``: its binary) and in prefixbench, alternated."""
     blis = Path(blis).resolve()
     src = blis_source_dir(blis)
+    if unknown := [w for w in works if w not in WORKLOADS]:
+        return {"error": f"unknown workload {', '.join(unknown)}: use {', '.join(WORKLOADS)}"}
     need = [PEERS / WORKLOADS[w][2] for w in works] + [PEERS / "blis_w1.yaml"]
     if not blis.is_file() or src is None or not all(p.is_file() for p in need):
         return {
