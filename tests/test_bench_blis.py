@@ -70,7 +70,7 @@ def test_parse_blis_reads_the_cluster_block_not_an_instance():
     assert got["ttft_mean_ms"] == pytest.approx(17.0634492)
     assert got["itl_mean_ms"] == pytest.approx(4.057004077254902)
     assert got["cache_hit_rate"] == pytest.approx(0.4373)
-    assert got["dropped_at_decode_kv"] == 0
+    assert got["dropped_at_decode_kv"] == 0 and got["dropped_unservable"] == 0
     assert got["transfer_mean_us"] == pytest.approx(11059.5)
     # (11059.5 us - 50 us base latency) at 25 GB/s = 11009.5e-6 s * 25e9 B/s = 275.2375 MB
     assert got["transfer_mb_per_request"] == pytest.approx(275.2375)
@@ -82,6 +82,7 @@ def test_side_by_side_doubles_blis_hit_rate_for_the_prefill_pools():
           "ttft_mean_ms": 61.8, "tpot_mean_ms": 10.0, "total_input_tokens": 21012480}  # fmt: skip
     rows = {name: (a, b) for name, a, b in blis.side_by_side(blis.parse_blis(STDOUT), pb)}
     assert rows["prefill hit rate"] == ("0.8746", "0.8722")
+    assert rows["dropped / rejected"] == ("0", "n/a")
     assert rows["KV MB per request"] == ("275.2", "275.4")
     assert rows["TPOT mean ms"] == ("4.06", "10.00")
     assert rows["TTFT p99 ms"][1] == "n/a"  # missing figures are shown, not invented

@@ -110,7 +110,7 @@ def parse_blis(stdout: str) -> dict:
         c = json.loads(m.group(0))
         for k in ("completed_requests", "total_input_tokens", "total_output_tokens",
                   "ttft_mean_ms", "ttft_p99_ms", "itl_mean_ms", "itl_p99_ms", "e2e_mean_ms",
-                  "preemption_count"):  # fmt: skip
+                  "preemption_count", "dropped_unservable"):  # fmt: skip
             out[k] = c.get(k)
     m = re.search(r"^Cache Hit Rate: ([0-9.]+)", stdout, re.M)
     if m:
@@ -144,6 +144,8 @@ def side_by_side(blis_out: dict, pb_out: dict) -> list[tuple[str, str, str]]:
     (``ReserveTransferredKV`` allocates with no cached blocks, sim/cluster/instance.go;
     the mean is in sim/cluster/cluster.go), so the prefill pools' mean is twice it."""
     hit = blis_out.get("cache_hit_rate")
+    drops = [blis_out.get(k) for k in ("dropped_unservable", "dropped_at_decode_kv")]
+    dropped = None if None in drops else sum(drops)
 
     def f(v, fmt):
         return "n/a" if v is None else format(v, fmt)
@@ -151,7 +153,7 @@ def side_by_side(blis_out: dict, pb_out: dict) -> list[tuple[str, str, str]]:
     return [
         ("completed requests", f(blis_out.get("completed_requests"), ","),
          f(pb_out.get("completed"), ",")),
-        ("dropped / rejected", f(blis_out.get("dropped_at_decode_kv"), ","),
+        ("dropped / rejected", f(dropped, ","),
          f(pb_out.get("rejected"), ",")),
         ("input tokens", f(blis_out.get("total_input_tokens"), ","),
          f(pb_out.get("total_input_tokens"), ",")),
