@@ -73,7 +73,7 @@ SECTIONS = (
 )  # fmt: skip
 
 
-def main() -> None:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
         "--quick", action="store_true", help="fewer repeats and smaller sizes (a few minutes)"
@@ -91,13 +91,17 @@ def main() -> None:
     )
     ap.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections to run")
     ap.add_argument(
-        "--blis", default=None, help="a built BLIS binary: also time the shared W1 workload in both"
+        "--blis", default=None, help="a built BLIS binary: also compare it on the shared workloads"
     )
     ap.add_argument("--blis-repeats", type=int, default=3, help="alternated runs of each side")
     ap.add_argument("--blis-workloads", default="w1,w2", help="shared workloads to compare")
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     ap.add_argument("--wrap", action="store_true", help=argparse.SUPPRESS)
-    args, rest = ap.parse_known_args()
+    return ap
+
+
+def main() -> None:
+    args, rest = _parser().parse_known_args()
     if args.wrap:
         mode_wrap([a for a in sys.argv[1:] if a != "--wrap"])
         return
@@ -109,20 +113,7 @@ def main() -> None:
     quick = args.quick
     trace = Path(args.trace) if args.trace else default_trace()
     t_start = time.perf_counter()
-    r: dict = {
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "quick": quick,
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "machine": machine_info(),
-        "loadavg_start": os.getloadavg(),
-    }
-    print(
-        f"machine: {r['machine']['nproc']} x {r['machine']['cpu_model']}, "
-        f"python {r['machine']['python']}, numpy {r['machine']['numpy']}, "
-        f"numba {r['machine']['numba']}; load {r['loadavg_start'][0]:.1f}"
-    )
-    r["engine_in_product_path"] = product_engine()
-    print(f"engine: {r['engine_in_product_path']}")
+    r = _record(quick)
     only = set(args.only.split(","))
     r["sections"] = sorted(only)
 
@@ -186,15 +177,45 @@ def main() -> None:
 
     _scale_sections(r, only, quick, trace)
     if args.blis:
-        print(
-            f"BLIS comparison ({args.blis_workloads}; fresh processes alternated, "
-            f"median of {args.blis_repeats}):",
-            flush=True,
-        )
-        works = tuple(args.blis_workloads.split(","))
-        r["blis"] = bench_blis(Path(args.blis), args.blis_repeats, works)
-        if "error" in r["blis"]:
-            print(f"  {r['blis']['error']}", flush=True)
+        r["blis"] = _blis_section(args)
+    _finish(r, Path(args.out), t_start)
+
+
+def _record(quick: bool) -> dict:
+    """The run's record: command, machine, load, and which core the product dispatches to."""
+    r: dict = {
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "quick": quick,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "machine": machine_info(),
+        "loadavg_start": os.getloadavg(),
+    }
+    print(
+        f"machine: {r['machine']['nproc']} x {r['machine']['cpu_model']}, "
+        f"python {r['machine']['python']}, numpy {r['machine']['numpy']}, "
+        f"numba {r['machine']['numba']}; load {r['loadavg_start'][0]:.1f}"
+    )
+    r["engine_in_product_path"] = product_engine()
+    print(f"engine: {r['engine_in_product_path']}")
+    return r
+
+
+def _blis_section(args: argparse.Namespace) -> dict:
+    """The BLIS comparison (benchmarks/bench/blis.py) on the workloads asked for."""
+    print(
+        f"BLIS comparison ({args.blis_workloads}; fresh processes alternated, "
+        f"median of {args.blis_repeats}):",
+        flush=True,
+    )
+    works = tuple(args.blis_workloads.split(","))
+    res = bench_blis(Path(args.blis), args.blis_repeats, works)
+    if "error" in res:
+        print(f"  {res['error']}", flush=True)
+    return res
+
+
+def _finish(r: dict, out: Path, t_start: float) -> None:
+    """Each figure against its target, printed; the record written as JSON."""
     r["loadavg_end"] = os.getloadavg()
     r["benchmark_wall_s"] = time.perf_counter() - t_start
     r["targets"] = verdicts(r)
@@ -203,7 +224,6 @@ def main() -> None:
         mark = {True: "met", False: "MISSED", None: "n/a"}[v["met"]]
         val = "n/a" if v["value"] is None else f"{v['value']:,.3f}"
         print(f"  {k:36s} {val:>14s}  (target {v['target']}) {mark}")
-    out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(r, indent=2) + "\n")
     print(f"wrote {out}")
