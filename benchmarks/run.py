@@ -31,10 +31,12 @@ Measures, and prints and writes as JSON (median / min / max over repeats):
 * scale: `run` with 1M requests under every policy and 10M under one (wall, CPU, peak RSS
   by ``/usr/bin/time -v``), and the Mooncake trace tiled to 1M requests.
 
-``--blis PATH`` (a built BLIS binary) also times the shared W1 workload in BLIS and in
-prefixbench (../shared/peers/blis/README.md). ``--only a,b`` runs only the named sections
-(compile, throughput, study, commands, cold, startup, help, million, scaling, events,
-timeline, scale).
+``--blis PATH`` (a built BLIS binary; benchmarks/blis/BUILD.md) also times the shared W1 and
+W2 workloads in BLIS and in prefixbench (/work/shared/peers/blis/README.md): alternated fresh
+processes, median wall and CPU of ``--blis-repeats``, and the outputs side by side.
+``--only a,b`` runs only the named sections (compile, throughput, study, commands, cold,
+startup, help, million, scaling, events, timeline, scale; ``--only blis`` runs the BLIS
+comparison alone).
 
 The machine is recorded too (CPU, cores, versions, load average: on a shared machine the
 load of other processes inflates wall times; CPU-time figures are less affected).
@@ -71,7 +73,7 @@ SECTIONS = (
 )  # fmt: skip
 
 
-def main() -> None:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
         "--quick", action="store_true", help="fewer repeats and smaller sizes (a few minutes)"
@@ -89,11 +91,17 @@ def main() -> None:
     )
     ap.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections to run")
     ap.add_argument(
-        "--blis", default=None, help="a built BLIS binary: also time the shared W1 workload in both"
+        "--blis", default=None, help="a built BLIS binary: also compare it on the shared workloads"
     )
+    ap.add_argument("--blis-repeats", type=int, default=3, help="alternated runs of each side")
+    ap.add_argument("--blis-workloads", default="w1,w2", help="shared workloads to compare")
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     ap.add_argument("--wrap", action="store_true", help=argparse.SUPPRESS)
-    args, rest = ap.parse_known_args()
+    return ap
+
+
+def main() -> None:
+    args, rest = _parser().parse_known_args()
     if args.wrap:
         mode_wrap([a for a in sys.argv[1:] if a != "--wrap"])
         return
@@ -105,20 +113,7 @@ def main() -> None:
     quick = args.quick
     trace = Path(args.trace) if args.trace else default_trace()
     t_start = time.perf_counter()
-    r: dict = {
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "quick": quick,
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "machine": machine_info(),
-        "loadavg_start": os.getloadavg(),
-    }
-    print(
-        f"machine: {r['machine']['nproc']} x {r['machine']['cpu_model']}, "
-        f"python {r['machine']['python']}, numpy {r['machine']['numpy']}, "
-        f"numba {r['machine']['numba']}; load {r['loadavg_start'][0]:.1f}"
-    )
-    r["engine_in_product_path"] = product_engine()
-    print(f"engine: {r['engine_in_product_path']}")
+    r = _record(quick)
     only = set(args.only.split(","))
     r["sections"] = sorted(only)
 
@@ -182,8 +177,45 @@ def main() -> None:
 
     _scale_sections(r, only, quick, trace)
     if args.blis:
-        print("BLIS comparison (W1, fresh processes, median of 3):", flush=True)
-        r["blis"] = bench_blis(Path(args.blis))
+        r["blis"] = _blis_section(args)
+    _finish(r, Path(args.out), t_start)
+
+
+def _record(quick: bool) -> dict:
+    """The run's record: command, machine, load, and which core the product dispatches to."""
+    r: dict = {
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "quick": quick,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "machine": machine_info(),
+        "loadavg_start": os.getloadavg(),
+    }
+    print(
+        f"machine: {r['machine']['nproc']} x {r['machine']['cpu_model']}, "
+        f"python {r['machine']['python']}, numpy {r['machine']['numpy']}, "
+        f"numba {r['machine']['numba']}; load {r['loadavg_start'][0]:.1f}"
+    )
+    r["engine_in_product_path"] = product_engine()
+    print(f"engine: {r['engine_in_product_path']}")
+    return r
+
+
+def _blis_section(args: argparse.Namespace) -> dict:
+    """The BLIS comparison (benchmarks/bench/blis.py) on the workloads asked for."""
+    print(
+        f"BLIS comparison ({args.blis_workloads}; fresh processes alternated, "
+        f"median of {args.blis_repeats}):",
+        flush=True,
+    )
+    works = tuple(args.blis_workloads.split(","))
+    res = bench_blis(Path(args.blis), args.blis_repeats, works)
+    if "error" in res:
+        print(f"  {res['error']}", flush=True)
+    return res
+
+
+def _finish(r: dict, out: Path, t_start: float) -> None:
+    """Each figure against its target, printed; the record written as JSON."""
     r["loadavg_end"] = os.getloadavg()
     r["benchmark_wall_s"] = time.perf_counter() - t_start
     r["targets"] = verdicts(r)
@@ -192,7 +224,6 @@ def main() -> None:
         mark = {True: "met", False: "MISSED", None: "n/a"}[v["met"]]
         val = "n/a" if v["value"] is None else f"{v['value']:,.3f}"
         print(f"  {k:36s} {val:>14s}  (target {v['target']}) {mark}")
-    out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(r, indent=2) + "\n")
     print(f"wrote {out}")

@@ -34,6 +34,7 @@ TARGETS = {
     "help_wall_s": ("<=", 0.2),
     "startup_first_run_cpu_s": ("<=", 0.3),
     "run_all_policies_wall_s": ("<=", 0.8),
+    "blis_w1_wall_ratio": (">=", 15.0),
 }
 
 

@@ -23,6 +23,7 @@ def verdicts(r: dict) -> dict:
         "run_all_policies_wall_s": g(
             "startup_commands", "run_10k_all_policies", "wall_s", "median"
         ),
+        "blis_w1_wall_ratio": g("blis", "w1", "blis_over_prefixbench_wall"),
     }
     out = {}
     for k, (op, target) in TARGETS.items():

@@ -418,4 +418,13 @@ def policy_list(values: list[str] | None, default: list[str] | None = None) -> l
 
 
 def main() -> None:
-    app()
+    """The console script. At exit CPython's last collections walk every object the run
+    loaded (numba's, polars', pydantic's, the engine's machine code): 0.3-0.45 CPU-s of a
+    2 CPU-s `run` (docs/performance.md "Against BLIS"). Freezing them first skips those
+    walks; atexit handlers, stream flushing and module teardown still run as before."""
+    import gc
+
+    try:
+        app()
+    finally:
+        gc.freeze()
