@@ -194,6 +194,12 @@ class Cols:
         done = (df["outcome"] == "completed").fill_null(False).to_numpy()
         return cls(cols, done, df["warmup"].to_numpy().astype(bool))
 
+    @classmethod
+    def of_run(cls, run) -> Cols:
+        """The same inputs from a run's numpy columns (metrics/runcols.RunCols), each cast
+        to float64 only when the verdict first reads it."""
+        return cls(_Float(run), run.completed, run.warmup)
+
     def __getitem__(self, name: str) -> np.ndarray:
         return self.c[name]
 
@@ -202,6 +208,27 @@ class Cols:
 
     def rows(self, mask: np.ndarray) -> Cols:
         return Cols(_Masked(self.c, mask), self.completed[mask], self.warmup[mask])
+
+
+class _Float(Mapping):
+    """A run's whole columns as float64, cast when read (not kept: a masked subset keeps
+    what it takes, and the whole columns are read once each)."""
+
+    def __init__(self, run) -> None:
+        self._run = run
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return np.asarray(self._run.column(name), dtype=np.float64)
+
+    def take(self, name: str, mask: np.ndarray) -> np.ndarray:
+        """``self[name][mask]`` without a whole float64 copy of an integer column."""
+        return np.asarray(self._run.column(name)[mask], dtype=np.float64)
+
+    def __iter__(self):
+        return iter(COLUMNS)
+
+    def __len__(self) -> int:
+        return len(COLUMNS)
 
 
 class _Masked(Mapping):
@@ -213,7 +240,9 @@ class _Masked(Mapping):
 
     def __getitem__(self, name: str) -> np.ndarray:
         if name not in self._taken:
-            self._taken[name] = self._cols[name][self._mask]
+            take = getattr(self._cols, "take", None)
+            col = take(name, self._mask) if take else self._cols[name][self._mask]
+            self._taken[name] = col
         return self._taken[name]
 
     def __iter__(self):
@@ -492,7 +521,16 @@ def _union_length(start: np.ndarray, end: np.ndarray, t0: float, t1: float) -> f
     return float(z[-1] - a[0] - gaps)
 
 
-def instance_busy(df: pl.DataFrame, stats: dict, n_prefill: int, n_decode: int) -> dict:
+def _floats(col) -> np.ndarray:
+    """A column (polars or numpy) as float64 numpy."""
+    return (
+        col.cast(pl.Float64).to_numpy()
+        if isinstance(col, pl.Series)
+        else np.asarray(col, dtype=np.float64)
+    )
+
+
+def instance_busy(df: pl.DataFrame | Mapping, stats: dict, n_prefill: int, n_decode: int) -> dict:
     """Busy fraction of each prefill instance (its steps) and each decode instance (at least
     one sequence decoding) over the steady window [t_warm, t_steady] (utilisation.py), from
     the per-request timestamps; reported as the least and most loaded instance so a split is
@@ -509,8 +547,8 @@ def instance_busy(df: pl.DataFrame, stats: dict, n_prefill: int, n_decode: int) 
         if engine is not None:  # the figures prefill_util / decode_util average
             busy = [b / span for b in engine]
         else:
-            inst = df[f"{role}_instance"].to_numpy()
-            start, end = _col(df, a), _col(df, z)
+            inst = np.asarray(df[f"{role}_instance"])
+            start, end = _floats(df[a]), _floats(df[z])
             busy = [
                 _union_length(start[inst == i], end[inst == i], t0, t1) / span for i in range(n)
             ]
