@@ -145,11 +145,14 @@ def _prefill_busy(cost, budget: int, new: np.ndarray, cached: np.ndarray) -> flo
     if n == 0:
         return 0.0
     csum = np.concatenate(([0], np.cumsum(new)))
+    # each request's successor as a batch start, for every request at once; then the chain
+    # of starts from request 0 (the same batches as searching from each start in turn)
+    nxt = np.searchsorted(csum, csum[:-1] + budget, side="right") - 1
+    nxt = np.maximum(nxt, np.arange(1, n + 1)).tolist()
     starts, i = [], 0
     while i < n:
         starts.append(i)
-        j = int(np.searchsorted(csum, csum[i] + budget, side="right")) - 1
-        i = max(j, i + 1)
+        i = nxt[i]
     return float(prefill_times(cost, new, cached, np.asarray(starts)).sum())
 
 
