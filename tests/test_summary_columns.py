@@ -148,8 +148,9 @@ def test_derived_columns_are_the_tables(case):
 
 def test_chunks_make_the_whole_table(case):
     prep, policy, res, df = case
-    chunks = list(request_chunks(prep, policy, res, rows=257))
-    assert len(chunks) == 4  # 900 rows: 257 + 257 + 257 + 129
+    ranges = request_chunks(len(prep.requests), rows=257)
+    assert ranges == [(0, 257), (257, 514), (514, 771), (771, 900)]
+    chunks = [requests_frame(prep, policy, res, lo, hi) for lo, hi in ranges]
     assert_frame_equal(pl.concat(chunks), df, check_exact=True)
 
 

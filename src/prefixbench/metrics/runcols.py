@@ -46,22 +46,16 @@ DERIVED: dict[str, Callable] = {
 
 class Rows(Mapping):
     """The run's columns restricted to ``mask`` (None: every row), each taken or derived
-    when first read and kept; ``rows(mask)`` narrows further."""
+    when read and not kept (a figure's columns go when it is computed, so the summary's
+    memory is a few columns of the rows it reads); ``rows(mask)`` narrows further."""
 
     def __init__(self, run: RunCols, mask: np.ndarray | None) -> None:
-        self.run, self.mask, self._taken = run, mask, {}
+        self.run, self.mask = run, mask
 
     def __getitem__(self, name: str) -> np.ndarray:
-        col = self._taken.get(name)
-        if col is None:
-            col = self._taken[name] = self._compute(name)
-        return col
-
-    def _compute(self, name: str) -> np.ndarray:
         if name in DERIVED:
             return DERIVED[name](self.__getitem__)
-        full = self.run.column(name)
-        return full if self.mask is None else full[self.mask]
+        return self.run.column(name, self.mask)
 
     def __contains__(self, name) -> bool:
         return name in DERIVED or self.run.has(name)
@@ -79,10 +73,6 @@ class Rows(Mapping):
         full = np.zeros(self.run.n, dtype=bool)
         full[np.flatnonzero(self.mask)[mask]] = True
         return Rows(self.run, full)
-
-    def drop(self) -> None:
-        """Forget the columns taken so far (their memory goes back)."""
-        self._taken.clear()
 
 
 class RunCols:
@@ -108,28 +98,33 @@ class RunCols:
     def names(self) -> list[str]:
         return [*self.inputs, *self.cols, *_EXTRA, *DERIVED]
 
-    def column(self, name: str) -> np.ndarray:
-        """A whole column (the ``_EXTRA`` ones computed for every row)."""
-        if name in self.inputs:
-            return self.inputs[name]
-        if name in self.cols:
-            return np.asarray(self.cols[name])
-        return _EXTRA[name](self)
+    def column(self, name: str, mask: np.ndarray | None = None) -> np.ndarray:
+        """A column, of the rows in ``mask`` (None: all)."""
+        if name in _EXTRA:
+            return _EXTRA[name](self, mask)
+        col = self.inputs[name] if name in self.inputs else np.asarray(self.cols[name])
+        return col if mask is None else col[mask]
 
     def all(self) -> Rows:
         return Rows(self, None)
 
 
+def _sel(col: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+    return col if mask is None else col[mask]
+
+
 def _bytes(tokens: str) -> Callable:
     # int64 tokens × bytes per token, then float64: the table's cast
-    return lambda run: (np.asarray(run.cols[tokens]) * run.prep.kv_bpt).astype(np.float64)
+    return lambda run, m: (_sel(np.asarray(run.cols[tokens]), m) * run.prep.kv_bpt).astype(
+        np.float64
+    )
 
 
-# whole-run columns that are not engine results (computed when read, for the mask)
+# columns of the table that are not engine results, for the rows of a mask
 _EXTRA: dict[str, Callable] = {
-    "chain_blocks": lambda run: np.diff(run.prep.requests.blk_ptr),
-    "_api_ms": lambda run: client_overhead_ms(
-        run.prep.scenario.efficiency, run.prep.requests.prompt_len
+    "chain_blocks": lambda run, m: _sel(np.diff(run.prep.requests.blk_ptr), m),
+    "_api_ms": lambda run, m: client_overhead_ms(
+        run.prep.scenario.efficiency, _sel(run.prep.requests.prompt_len, m)
     ),
     "transfer_bytes": _bytes("transfer_tokens"),
     "host_bytes": _bytes("host_hit_tokens"),

@@ -64,12 +64,11 @@ def requests_frame(
 CHUNK_ROWS = 1 << 19  # request rows per chunk of requests.parquet (about 190 MB as a frame)
 
 
-def request_chunks(prep: Prepared, policy: str, res: SimResult, rows: int = CHUNK_ROWS):
-    """``requests_frame`` in chunks of ``rows`` requests, in order: a large run writes its
-    table without holding it whole (docs/performance.md "Large runs")."""
-    n = len(prep.requests)
-    for lo in range(0, max(n, 1), rows):
-        yield requests_frame(prep, policy, res, lo, min(lo + rows, n))
+def request_chunks(n: int, rows: int = CHUNK_ROWS) -> list[tuple[int, int]]:
+    """The ``(lo, hi)`` request ranges of ``requests_frame`` chunks of ``rows`` requests, in
+    order (one, empty, for no requests): a large run writes its table chunk by chunk, never
+    holding it whole (docs/performance.md "Large runs")."""
+    return [(lo, min(lo + rows, n)) for lo in range(0, max(n, 1), rows)]
 
 
 def goodput_rps(s, slo_ok: int, n_steady: int, window: float | None) -> float | None:
@@ -333,7 +332,6 @@ def summarize_result(prep: Prepared, policy: str, res: SimResult) -> dict:
     n_steady, n_done = len(steady), len(done)
     rejected = int(np.count_nonzero(run.rejected & ~run.warmup))
     slo_ok, out_tokens = lat.pop("_slo_ok"), lat.pop("_out_tokens")
-    done.drop()
     admitted = Rows(run, ~run.warmup & ~np.isnan(res.columns["t_admit"]))
     row = {
         "policy": policy,
@@ -352,7 +350,6 @@ def summarize_result(prep: Prepared, policy: str, res: SimResult) -> dict:
         **_memory(prep, res.stats),
         **_preemption(done, n_done),
     }
-    admitted.drop()
     row = _floats(row)
     row.update(_after(prep, run, res, out_tokens, steady))
     return row

@@ -71,9 +71,8 @@ def run_scenario(
         rows.append(check_row({**keys, **row}, f"policy {policy}"))
         stats[policy] = res.stats
         if sink is not None:  # written in chunks: the table is never whole
-            for chunk in request_chunks(prep, policy, res):
-                sink.add(chunk)
-            del chunk
+            for lo, hi in request_chunks(len(prep.requests)):  # each chunk freed once added
+                sink.add(requests_frame(prep, policy, res, lo, hi))
         elif keep_requests:
             frames.append(requests_frame(prep, policy, res))
         del res  # one policy's columns alive at a time
