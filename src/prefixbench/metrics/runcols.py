@@ -44,15 +44,29 @@ DERIVED: dict[str, Callable] = {
 }
 
 
+CACHE_BYTES = 64 << 20  # columns a Rows keeps once read, at most (the rest recomputed)
+
+
 class Rows(Mapping):
     """The run's columns restricted to ``mask`` (None: every row), each taken or derived
-    when read and not kept (a figure's columns go when it is computed, so the summary's
-    memory is a few columns of the rows it reads); ``rows(mask)`` narrows further."""
+    when read; read columns are kept up to ``CACHE_BYTES`` (a short run keeps them all, a
+    long one a few, so the summary's memory stays a few columns whatever the run's length);
+    ``rows(mask)`` narrows further."""
 
     def __init__(self, run: RunCols, mask: np.ndarray | None) -> None:
         self.run, self.mask = run, mask
+        self._kept: dict[str, np.ndarray] = {}
+        self._room = CACHE_BYTES
 
     def __getitem__(self, name: str) -> np.ndarray:
+        col = self._kept.get(name)
+        if col is None:
+            col = self._compute(name)
+            if col.nbytes <= self._room:
+                self._kept[name], self._room = col, self._room - col.nbytes
+        return col
+
+    def _compute(self, name: str) -> np.ndarray:
         if name in DERIVED:
             return DERIVED[name](self.__getitem__)
         return self.run.column(name, self.mask)
@@ -153,6 +167,12 @@ def fsum(x: np.ndarray):
 def fquantile(x: np.ndarray, q: float, nulls: bool = False) -> float | None:
     """The linear-interpolation quantile polars takes (nulls skipped)."""
     return _series(x, nulls).quantile(q, "linear")
+
+
+def fstats(x: np.ndarray, qs: tuple[float, ...], nulls: bool = False) -> list:
+    """``[fmean(x), fquantile(x, q) for q in qs]`` from one polars column."""
+    col = _series(x, nulls)
+    return [col.mean(), *(col.quantile(q, "linear") for q in qs)]
 
 
 def fdiv(a, b) -> float:

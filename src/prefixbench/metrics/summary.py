@@ -11,7 +11,7 @@ import polars as pl
 
 from prefixbench.engine import REASON_NAMES, Outcome, SimResult
 from prefixbench.metrics.itl import itl_summary
-from prefixbench.metrics.runcols import Rows, RunCols, fdiv, fmean, fquantile, fsum
+from prefixbench.metrics.runcols import Rows, RunCols, fdiv, fmean, fquantile, fstats, fsum
 from prefixbench.metrics.stability import Cols, assess, instance_busy
 from prefixbench.metrics.utilisation import instance_figures
 from prefixbench.physics.costmodel import client_overhead_ms
@@ -87,12 +87,12 @@ def goodput_rps(s, slo_ok: int, n_steady: int, window: float | None) -> float | 
 
 
 def _pcts(rows, col: str, name: str, nulls: bool = False) -> dict:
-    x = rows[col]
+    mean, p50, p90, p99 = fstats(rows[col], (0.5, 0.9, 0.99), nulls)
     return {
-        f"{name}_mean_ms": fmean(x, nulls),
-        f"{name}_p50_ms": fquantile(x, 0.5, nulls),
-        f"{name}_p90_ms": fquantile(x, 0.9, nulls),
-        f"{name}_p99_ms": fquantile(x, 0.99, nulls),
+        f"{name}_mean_ms": mean,
+        f"{name}_p50_ms": p50,
+        f"{name}_p90_ms": p90,
+        f"{name}_p99_ms": p99,
     }
 
 
@@ -284,7 +284,7 @@ def _floats(row: dict) -> dict:
     }
 
 
-def _after(prep: Prepared, run: RunCols, res: SimResult, out_tokens, steady: Rows) -> dict:
+def _after(prep: Prepared, run: RunCols, res: SimResult, out_tokens, steady_bytes) -> dict:
     """Stability, per-instance figures, the gap to the hindsight bound, and energy."""
     s, st = prep.scenario, res.stats
     # stability first: its flag is a bool and its evidence may be None (docs/model.md)
@@ -301,11 +301,7 @@ def _after(prep: Prepared, run: RunCols, res: SimResult, out_tokens, steady: Row
     row.update(gap_columns(prep, res.columns, measured))
     row.update(  # --- power: None-free, only when the devices have power figures
         energy_figures(
-            st,
-            prep.base.prefill_cost,
-            prep.base.decode_cost,
-            int(out_tokens),
-            float(fsum(steady["transfer_bytes"])) if "transfer_tokens" in res.columns else 0.0,
+            st, prep.base.prefill_cost, prep.base.decode_cost, int(out_tokens), steady_bytes
         )
     )
     return row
@@ -317,22 +313,31 @@ def summarize(prep: Prepared, policy: str, df: pl.DataFrame | None, res: SimResu
     return summarize_result(prep, policy, res)
 
 
+def _completed(run: RunCols, gaps: bool) -> tuple[dict, dict, int]:
+    """(latency figures, preemption figures, count) of the completed steady requests; the
+    subset and the columns it kept go when this returns."""
+    done = Rows(run, ~run.warmup & run.completed)
+    n_done = len(done)
+    return _latency(done, run.prep.scenario, gaps), _preemption(done, n_done), n_done
+
+
 def summarize_result(prep: Prepared, policy: str, res: SimResult) -> dict:
     """The run's summary row: latency percentiles, throughput, rejects, reuse, memory, links,
     from the engine's numpy columns restricted by masks (metrics/runcols.py), without the
     per-request table (docs/performance.md "Large runs")."""
     s, run = prep.scenario, RunCols(prep, res)
-    steady = run.all().rows(~run.warmup)
-    done = Rows(run, ~run.warmup & run.completed)
     arr = prep.requests.arrival
     warm = min(s.run.warmup_requests, len(arr) - 1)
     span = float(arr[-1] - arr[warm])
     window = span if span > 0 else None  # one request or equal arrivals: no rate to measure
-    lat = _latency(done, s, "max_token_gap" in res.columns)
-    n_steady, n_done = len(steady), len(done)
+    lat, pre, n_done = _completed(run, "max_token_gap" in res.columns)
+    n_steady = int(np.count_nonzero(~run.warmup))
     rejected = int(np.count_nonzero(run.rejected & ~run.warmup))
     slo_ok, out_tokens = lat.pop("_slo_ok"), lat.pop("_out_tokens")
-    admitted = Rows(run, ~run.warmup & ~np.isnan(res.columns["t_admit"]))
+    adm = _admitted(prep, Rows(run, ~run.warmup & ~np.isnan(res.columns["t_admit"])))
+    moved = Rows(run, ~run.warmup)["transfer_bytes"] if "transfer_tokens" in res.columns else None
+    steady_bytes = 0.0 if moved is None else float(fsum(moved))
+    del moved
     row = {
         "policy": policy,
         "requests": run.n,
@@ -344,12 +349,12 @@ def summarize_result(prep: Prepared, policy: str, res: SimResult) -> dict:
         "throughput_tok_s": out_tokens / window if window else None,
         **lat,
         **itl_summary(res.stats),
-        **_admitted(prep, admitted),
+        **adm,
         "slo_attainment": slo_ok / n_steady if n_steady else 0.0,
         "goodput_rps": goodput_rps(s, slo_ok, n_steady, window),
         **_memory(prep, res.stats),
-        **_preemption(done, n_done),
+        **pre,
     }
     row = _floats(row)
-    row.update(_after(prep, run, res, out_tokens, steady))
+    row.update(_after(prep, run, res, out_tokens, steady_bytes))
     return row
