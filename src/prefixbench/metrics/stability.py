@@ -145,11 +145,14 @@ def _prefill_busy(cost, budget: int, new: np.ndarray, cached: np.ndarray) -> flo
     if n == 0:
         return 0.0
     csum = np.concatenate(([0], np.cumsum(new)))
+    # each request's successor as a batch start, for every request at once; then the chain
+    # of starts from request 0 (the same batches as searching from each start in turn)
+    nxt = np.searchsorted(csum, csum[:-1] + budget, side="right") - 1
+    nxt = np.maximum(nxt, np.arange(1, n + 1))
     starts, i = [], 0
     while i < n:
         starts.append(i)
-        j = int(np.searchsorted(csum, csum[i] + budget, side="right")) - 1
-        i = max(j, i + 1)
+        i = int(nxt[i])
     return float(prefill_times(cost, new, cached, np.asarray(starts)).sum())
 
 
@@ -194,6 +197,12 @@ class Cols:
         done = (df["outcome"] == "completed").fill_null(False).to_numpy()
         return cls(cols, done, df["warmup"].to_numpy().astype(bool))
 
+    @classmethod
+    def of_run(cls, run) -> Cols:
+        """The same inputs from a run's numpy columns (metrics/runcols.RunCols), each cast
+        to float64 only when the verdict first reads it."""
+        return cls(_Float(run), run.completed, run.warmup)
+
     def __getitem__(self, name: str) -> np.ndarray:
         return self.c[name]
 
@@ -201,7 +210,37 @@ class Cols:
         return len(self.c["arrival"])
 
     def rows(self, mask: np.ndarray) -> Cols:
-        return Cols(_Masked(self.c, mask), self.completed[mask], self.warmup[mask])
+        """These rows restricted to ``mask``; a subset of a subset selects from the whole
+        columns (one mask), so only the columns each subset reads are copied, once."""
+        if isinstance(self.c, _Masked):
+            inner = self.c.mask
+            full = np.zeros(len(inner), dtype=bool)
+            full[np.flatnonzero(inner)[mask]] = True
+            sub = _Masked(self.c.base, full)
+        else:
+            sub = _Masked(self.c, mask)
+        return Cols(sub, self.completed[mask], self.warmup[mask])
+
+
+class _Float(Mapping):
+    """A run's whole columns as float64, cast when read (not kept: a masked subset keeps
+    what it takes, and the whole columns are read once each)."""
+
+    def __init__(self, run) -> None:
+        self._run = run
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return np.asarray(self._run.column(name), dtype=np.float64)
+
+    def take(self, name: str, mask: np.ndarray) -> np.ndarray:
+        """``self[name][mask]`` without a whole float64 copy of an integer column."""
+        return np.asarray(self._run.column(name, mask), dtype=np.float64)
+
+    def __iter__(self):
+        return iter(COLUMNS)
+
+    def __len__(self) -> int:
+        return len(COLUMNS)
 
 
 class _Masked(Mapping):
@@ -209,82 +248,114 @@ class _Masked(Mapping):
     of the columns of each subset it takes, and copying all of them was its main cost)."""
 
     def __init__(self, cols: Mapping[str, np.ndarray], mask: np.ndarray) -> None:
-        self._cols, self._mask, self._taken = cols, mask, {}
+        self.base, self.mask, self._taken = cols, mask, {}
 
     def __getitem__(self, name: str) -> np.ndarray:
         if name not in self._taken:
-            self._taken[name] = self._cols[name][self._mask]
+            take = getattr(self.base, "take", None)
+            col = take(name, self.mask) if take else self.base[name][self.mask]
+            self._taken[name] = col
         return self._taken[name]
 
     def __iter__(self):
-        return iter(self._cols)
+        return iter(self.base)
 
     def __len__(self) -> int:
-        return len(self._cols)
+        return len(self.base)
 
 
 def offered_load(prep, df, stats: dict) -> tuple[float, dict, bool]:
     """(offered rate req/s, ρ per stage at that rate, whether memory is a loss stage)."""
-    s, b = prep.scenario, prep.base
+    s = prep.scenario
     cols = df if isinstance(df, Cols) else Cols.of_frame(df)
     steady = cols.rows(~cols.warmup)
     arr = steady["arrival"]
     span = float(arr[-1] - arr[0]) if len(arr) > 1 else 0.0
     lam = (len(arr) - 1) / span if span > 0 else 0.0
-    colocated = s.cluster.mode == "colocated"
-    prompt = steady["prompt_tokens"]
-    out = steady["output_tokens"]
-    hit = steady["prefill_hit_tokens"]
     rho: dict[str, float | None] = dict.fromkeys(STAGES)
+    paged = getattr(s.memory, "admission", "reserve") == "paged"
     if span <= 0:
         return lam, rho, True
+    # each step reads its own subset, whose copied columns go when it returns
+    rho["prefill"] = _prefill_load(prep, steady, span)
+    rho["link"], slot_s = _admitted_load(prep, steady, lam)
+    rho["decode_slots"] = _slots_load(prep, steady, lam, slot_s, rho["prefill"])
+    del steady, arr
+    rho["decode_memory"] = _memory_load(prep, cols, stats, lam, paged)
+    rho["host_path"] = host_path_load(prep.base, stats, span)
+    rho["l3_store"] = l3_store_load(prep.base, stats, span)
+    return lam, rho, _memory_sheds(s, paged)
 
-    n_inst = s.cluster.prefill_instances + s.cluster.decode_instances if colocated else b.n_prefill
+
+def _instances(prep) -> tuple[bool, int]:
+    """(colocated, the instances that prefill)."""
+    s, b = prep.scenario, prep.base
+    colocated = s.cluster.mode == "colocated"
+    n = s.cluster.prefill_instances + s.cluster.decode_instances if colocated else b.n_prefill
+    return colocated, n
+
+
+def _prefill_load(prep, steady: Cols, span: float) -> float:
+    """ρ of the prefill pool: busy time of the steady prompts in full batches."""
+    b = prep.base
+    colocated, n_inst = _instances(prep)
     pcost = b.decode_cost if colocated else b.prefill_cost
-    rho["prefill"] = _prefill_busy(pcost, b.prefill_token_budget, prompt - hit, hit) / span / n_inst
+    prompt, hit = steady["prompt_tokens"], steady["prefill_hit_tokens"]
+    return _prefill_busy(pcost, b.prefill_token_budget, prompt - hit, hit) / span / n_inst
 
+
+def _admitted_load(prep, steady: Cols, lam: float) -> tuple[float | None, float]:
+    """(ρ of the KV link, the mean decode time a recompute or a replay job adds per
+    admitted request)."""
+    b = prep.base
+    colocated, _ = _instances(prep)
     admitted = steady.rows(~np.isnan(steady["t_admit"]))
     n_adm = len(admitted)
+    if colocated or not n_adm:
+        return None, 0.0
     # the decode time a recompute takes: the compute of the tokens its job computes itself
     # (its chunks ride in decode iterations, docs/model.md §1.9, so its span overlaps decoding)
-    rc = (
-        recompute_time(b.decode_cost, admitted["recompute_tokens"])
-        if n_adm and not colocated
-        else np.zeros(0)
-    )
+    rc = recompute_time(b.decode_cost, admitted["recompute_tokens"])
     w = getattr(b.decode_cost, "ced_window", 0.0)
-    if w and n_adm and not colocated:  # a CED model's replay job rides there too (§2.12;
+    if w:  # a CED model's replay job rides there too (§2.12;
         # priced as a recompute of its w tokens: a little low, it also attends the prompt)
         rc = rc + recompute_time(b.decode_cost, np.minimum(w, admitted["prompt_tokens"]))
-    if not colocated and n_adm:
-        nbytes = admitted["transfer_tokens"] * prep.kv_bpt
-        if getattr(b, "link_topology", "private_paths") == "shared_nics":
-            # the busiest NIC group: λ/min(P, D) of the transfers at the sharded rate
-            rate = b.link_bytes_per_s * min(b.nics_prefill, b.nics_decode)
-            cap = rate * min(b.n_prefill, b.n_decode)
-        else:
-            cap = b.link_bytes_per_s * b.link_channels * b.n_prefill * b.n_decode
-        rho["link"] = lam * float(nbytes.mean()) / cap
+    nbytes = admitted["transfer_tokens"] * prep.kv_bpt
+    if getattr(b, "link_topology", "private_paths") == "shared_nics":
+        # the busiest NIC group: λ/min(P, D) of the transfers at the sharded rate
+        rate = b.link_bytes_per_s * min(b.nics_prefill, b.nics_decode)
+        cap = rate * min(b.n_prefill, b.n_decode)
+    else:
+        cap = b.link_bytes_per_s * b.link_channels * b.n_prefill * b.n_decode
+    return lam * float(nbytes.mean()) / cap, (float(rc.mean()) if len(rc) else 0.0)
 
+
+def _slots_load(prep, steady: Cols, lam: float, rc_s: float, rho_prefill: float) -> float:
+    """ρ of the decode batch slots: each steady request's decode time at a full batch."""
+    b = prep.base
+    colocated, n_inst = _instances(prep)
+    prompt, out = steady["prompt_tokens"], steady["output_tokens"]
     m, d = b.max_batch, (n_inst if colocated else b.n_decode)
     ctx = float((out * (prompt + out / 2)).sum() / max(out.sum(), 1.0))  # per resident sequence
     t_it = float(decode_iteration_time(b.decode_cost, m, m * ctx))
-    slot_s = float(out.mean()) * t_it / m + (float(rc.mean()) if len(rc) else 0.0)
-    rho["decode_slots"] = lam * slot_s / d + (rho["prefill"] if colocated else 0.0)
+    slot_s = float(out.mean()) * t_it / m + rc_s
+    return lam * slot_s / d + (rho_prefill if colocated else 0.0)
 
-    done = admitted.rows(admitted.completed)
-    paged = getattr(s.memory, "admission", "reserve") == "paged"
-    if not colocated and len(done):
-        p, o = done["prompt_tokens"], done["output_tokens"]
-        need = p - done["replica_hit_tokens"] + (o / 2 if paged else o)
-        xfer = np.nan_to_num(done["t_transfer_end"] - done["t_transfer_start"])
-        rcd = np.nan_to_num(done["t_recompute_end"] - done["t_recompute_start"])
-        hold = done["t_done"] - done["t_decode_start"] + xfer + rcd
-        budget = float(stats.get("budget_tokens", b.budget_tokens)) * b.n_decode
-        rho["decode_memory"] = lam * float((need * hold).mean()) / budget
-    rho["host_path"] = host_path_load(b, stats, span)
-    rho["l3_store"] = l3_store_load(b, stats, span)
-    return lam, rho, _memory_sheds(s, paged)
+
+def _memory_load(prep, cols: Cols, stats: dict, lam: float, paged: bool) -> float | None:
+    """ρ of the decode KV memory: the completed steady requests' KV held over their stay."""
+    b = prep.base
+    colocated, _ = _instances(prep)
+    done = cols.rows(~cols.warmup & ~np.isnan(cols["t_admit"]) & cols.completed)
+    if colocated or not len(done):
+        return None
+    p, o = done["prompt_tokens"], done["output_tokens"]
+    need = p - done["replica_hit_tokens"] + (o / 2 if paged else o)
+    xfer = np.nan_to_num(done["t_transfer_end"] - done["t_transfer_start"])
+    rcd = np.nan_to_num(done["t_recompute_end"] - done["t_recompute_start"])
+    hold = done["t_done"] - done["t_decode_start"] + xfer + rcd
+    budget = float(stats.get("budget_tokens", b.budget_tokens)) * b.n_decode
+    return lam * float((need * hold).mean()) / budget
 
 
 def host_path_load(b, stats: dict, span: float) -> float | None:
@@ -423,19 +494,8 @@ def assess(prep, df: pl.DataFrame | Cols, stats: dict) -> Stability:
                 eff[k] = eff[k] / mem
     queueing = [k for k in STAGES if eff[k] is not None and not (k == "decode_memory" and sheds)]
     over = [k for k in queueing if eff[k] >= RHO_LIMIT]
-
-    steady = df.rows(~df.warmup)
-    waits = stage_waits(steady)
-    trends = {}
-    for k, (a, z, scale) in waits.items():
-        t = trend(z - a, scale)
-        if t is not None:
-            trends[k] = t
+    trends, ttft_growth, done_rate = _trends(df)
     growing = [k for k, t in trends.items() if t.growing]
-    ttft = trend(steady["t_first_token"] - steady["arrival"], 0.0)
-    ttft_growth = (
-        (ttft.first_s + ttft.growth_s) / ttft.first_s if ttft and ttft.first_s > 0 else None
-    )
 
     known = {k: v for k, v in eff.items() if v is not None}
     bottleneck = max(known, key=known.get) if known else None
@@ -450,24 +510,60 @@ def assess(prep, df: pl.DataFrame | Cols, stats: dict) -> Stability:
     if cap_stage is not None and rho[cap_stage]:
         cap = lam / rho[cap_stage]
         if saturated is not None and rho[cap_stage] < RHO_LIMIT:  # a trend the model missed
-            cap = min(cap, float(steady.completed.sum()) / _span(steady))
-
-    t0, t1 = stats.get("t_warm", 0.0), stats.get("t_end", 0.0)
-    queues = {}
-    full = stage_waits(df)
-    names = {
-        "prefill": "prefill",
-        "decode_memory": "admission",
-        "link": "link",
-        "decode_slots": "decode",
-    }
-    for k, (a, z, _) in full.items():
-        mean, peak = queue_lengths(a, z, t0, t1)
-        queues[f"queue_{names[k]}_mean"] = mean
-        queues[f"queue_{names[k]}_max"] = peak
+            cap = min(cap, done_rate)
+    queues = _queues(df, stats)
     return Stability(
         stable, lam, rho, eff, sheds, bottleneck, saturated, cap, trends, ttft_growth, queues
     )
+
+
+def _trends(df: Cols) -> tuple[dict[str, Trend], float | None, float]:
+    """The steady requests' wait trend per stage, their TTFT growth, and their completions
+    per second (the steady subset's columns go when this returns)."""
+    steady = df.rows(~df.warmup)
+    trends = {}
+    for k, (a, z, scale) in stage_waits(steady).items():
+        t = trend(z - a, scale)
+        if t is not None:
+            trends[k] = t
+    ttft = trend(steady["t_first_token"] - steady["arrival"], 0.0)
+    ttft_growth = (
+        (ttft.first_s + ttft.growth_s) / ttft.first_s if ttft and ttft.first_s > 0 else None
+    )
+    return trends, ttft_growth, float(steady.completed.sum()) / _span(steady)
+
+
+_QUEUE_NAMES = {
+    "prefill": "prefill",
+    "decode_memory": "admission",
+    "link": "link",
+    "decode_slots": "decode",
+}
+
+
+def _queues(df: Cols, stats: dict) -> dict[str, float]:
+    """Time-average and peak queue length per stage over [t_warm, t_end], one stage at a
+    time."""
+    t0, t1 = stats.get("t_warm", 0.0), stats.get("t_end", 0.0)
+    queues = {}
+    for k, name in _QUEUE_NAMES.items():
+        a, z = _enter_leave(df, k)
+        mean, peak = queue_lengths(a, z, t0, t1)
+        del a, z
+        queues[f"queue_{name}_mean"] = mean
+        queues[f"queue_{name}_max"] = peak
+    return queues
+
+
+def _enter_leave(c: Cols, stage: str) -> tuple[np.ndarray, np.ndarray]:
+    """(enter, leave) times of a stage's wait, as ``stage_waits`` has them."""
+    if stage == "prefill":
+        return c["arrival"], c["t_prefill_start"]
+    if stage == "decode_memory":
+        return c["t_prefill_end"], c["t_admit"]
+    if stage == "link":
+        return c["t_admit"], c["t_transfer_start"]
+    return np.fmax(c["t_transfer_end"], c["t_recompute_end"]), c["t_decode_start"]
 
 
 def _span(df: Cols) -> float:
@@ -492,7 +588,16 @@ def _union_length(start: np.ndarray, end: np.ndarray, t0: float, t1: float) -> f
     return float(z[-1] - a[0] - gaps)
 
 
-def instance_busy(df: pl.DataFrame, stats: dict, n_prefill: int, n_decode: int) -> dict:
+def _floats(col) -> np.ndarray:
+    """A column (polars or numpy) as float64 numpy."""
+    return (
+        col.cast(pl.Float64).to_numpy()
+        if isinstance(col, pl.Series)
+        else np.asarray(col, dtype=np.float64)
+    )
+
+
+def instance_busy(df: pl.DataFrame | Mapping, stats: dict, n_prefill: int, n_decode: int) -> dict:
     """Busy fraction of each prefill instance (its steps) and each decode instance (at least
     one sequence decoding) over the steady window [t_warm, t_steady] (utilisation.py), from
     the per-request timestamps; reported as the least and most loaded instance so a split is
@@ -509,8 +614,8 @@ def instance_busy(df: pl.DataFrame, stats: dict, n_prefill: int, n_decode: int) 
         if engine is not None:  # the figures prefill_util / decode_util average
             busy = [b / span for b in engine]
         else:
-            inst = df[f"{role}_instance"].to_numpy()
-            start, end = _col(df, a), _col(df, z)
+            inst = np.asarray(df[f"{role}_instance"])
+            start, end = _floats(df[a]), _floats(df[z])
             busy = [
                 _union_length(start[inst == i], end[inst == i], t0, t1) / span for i in range(n)
             ]

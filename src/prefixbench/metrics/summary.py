@@ -11,7 +11,8 @@ import polars as pl
 
 from prefixbench.engine import REASON_NAMES, Outcome, SimResult
 from prefixbench.metrics.itl import itl_summary
-from prefixbench.metrics.stability import assess, instance_busy
+from prefixbench.metrics.runcols import Rows, RunCols, fdiv, fmean, fquantile, fstats, fsum
+from prefixbench.metrics.stability import Cols, assess, instance_busy
 from prefixbench.metrics.utilisation import instance_figures
 from prefixbench.physics.costmodel import client_overhead_ms
 from prefixbench.physics.power import energy_figures
@@ -20,25 +21,28 @@ from prefixbench.system.runner import Prepared
 MS = 1e3
 
 
-def requests_frame(prep: Prepared, policy: str, res: SimResult) -> pl.DataFrame:
-    """One row per request: inputs, every stage's timestamp, bytes, hits, outcome."""
+def requests_frame(
+    prep: Prepared, policy: str, res: SimResult, lo: int = 0, hi: int | None = None
+) -> pl.DataFrame:
+    """One row per request: inputs, every stage's timestamp, bytes, hits, outcome; only
+    requests ``lo`` to ``hi`` (default: all), for writing a large run in chunks."""
     req = prep.requests
-    n = len(req)
-    cols = res.columns
+    hi = len(req) if hi is None else hi
+    n, rows = hi - lo, slice(lo, hi)
     df = pl.DataFrame(
         {
-            "request_id": np.arange(n, dtype=np.int64),
+            "request_id": np.arange(lo, hi, dtype=np.int64),
             "policy": pl.repeat(policy, n, dtype=pl.Utf8, eager=True),  # not a list of n
-            "arrival": req.arrival,
-            "prompt_tokens": req.prompt_len,
-            "output_tokens": req.output_len,
-            "prefix_id": req.prefix_id,
-            "chain_blocks": np.diff(req.blk_ptr),
-            **cols,
+            "arrival": req.arrival[rows],
+            "prompt_tokens": req.prompt_len[rows],
+            "output_tokens": req.output_len[rows],
+            "prefix_id": req.prefix_id[rows],
+            "chain_blocks": np.diff(req.blk_ptr[lo : hi + 1]),
+            **{k: v[rows] for k, v in res.columns.items()},
         }
     )
     # client-side, outside any step: per request and per prompt token (docs/model.md §2.14)
-    api = client_overhead_ms(prep.scenario.efficiency, req.prompt_len)
+    api = client_overhead_ms(prep.scenario.efficiency, req.prompt_len[rows])
     return df.with_columns(
         pl.col("request_id").lt(prep.scenario.run.warmup_requests).alias("warmup"),
         pl.col("outcome").replace_strict(
@@ -57,6 +61,16 @@ def requests_frame(prep: Prepared, policy: str, res: SimResult) -> pl.DataFrame:
     )
 
 
+CHUNK_ROWS = 1 << 19  # request rows per chunk of requests.parquet (about 190 MB as a frame)
+
+
+def request_chunks(n: int, rows: int = CHUNK_ROWS) -> list[tuple[int, int]]:
+    """The ``(lo, hi)`` request ranges of ``requests_frame`` chunks of ``rows`` requests, in
+    order (one, empty, for no requests): a large run writes its table chunk by chunk, never
+    holding it whole (docs/performance.md "Large runs")."""
+    return [(lo, min(lo + rows, n)) for lo in range(0, max(n, 1), rows)]
+
+
 def goodput_rps(s, slo_ok: int, n_steady: int, window: float | None) -> float | None:
     """Requests within the SLOs per second: the SLO attainment times the offered rate —
     the nominal rate, or the measured arrival rate when a sample ran below it — so it
@@ -72,28 +86,14 @@ def goodput_rps(s, slo_ok: int, n_steady: int, window: float | None) -> float | 
     return slo_ok / n_steady * offered
 
 
-def _pcts(col: str, name: str) -> list[pl.Expr]:
-    c = pl.col(col)
-    return [
-        c.mean().alias(f"{name}_mean_ms"),
-        c.quantile(0.5, "linear").alias(f"{name}_p50_ms"),
-        c.quantile(0.9, "linear").alias(f"{name}_p90_ms"),
-        c.quantile(0.99, "linear").alias(f"{name}_p99_ms"),
-    ]
-
-
-def _one(lf: pl.LazyFrame, *exprs: pl.Expr) -> dict:
-    """One row of aggregates of ``lf``: only the columns the expressions read are taken,
-    and a filtered ``lf`` is filtered inside the query (no copy of the whole table)."""
-    names = sorted({n for e in exprs for n in e.meta.root_names()})
-    # the filtered columns in one chunk, then the aggregates: the same summation as over a
-    # filtered frame (a lazy filter yields a chunk per thread, and a mean over two chunks
-    # can differ in the last bit)
-    return lf.select(names).collect().rechunk().select(*exprs).row(0, named=True)
-
-
-def _height(lf: pl.LazyFrame) -> int:
-    return _one(lf, pl.len().alias("n"))["n"]
+def _pcts(rows, col: str, name: str, nulls: bool = False) -> dict:
+    mean, p50, p90, p99 = fstats(rows[col], (0.5, 0.9, 0.99), nulls)
+    return {
+        f"{name}_mean_ms": mean,
+        f"{name}_p50_ms": p50,
+        f"{name}_p90_ms": p90,
+        f"{name}_p99_ms": p99,
+    }
 
 
 _REUSE: dict[int, tuple[object, np.ndarray]] = {}
@@ -115,33 +115,24 @@ def _reusable(prep: Prepared) -> np.ndarray:
     return tokens
 
 
-def _reusable_rate(prep: Prepared, admitted: pl.LazyFrame) -> float:
+def _reusable_rate(prep: Prepared, admitted: Rows, prompt: int) -> float:
     """Share of admitted prompt tokens an unbounded cache could serve (workload/reuse.py)."""
-    prompt = _one(admitted, pl.col("prompt_tokens").sum())["prompt_tokens"]
     if not prompt:
         return float("nan")
-    ids = admitted.select("request_id").collect()["request_id"].to_numpy()
-    return float(_reusable(prep)[ids].sum() / prompt)
+    return float(_reusable(prep)[admitted.mask].sum() / prompt)
 
 
-def _tiers(admitted: pl.LazyFrame) -> dict:
+def _tiers(admitted: Rows) -> dict:
     """Where the admitted requests' chain blocks came from (docs/model.md, "Metrics"): decode
     HBM, the host tier, the L3 store, or none (sent over the link or recomputed); null with
     no chains."""
-    t = _one(
-        admitted,
-        pl.col("chain_blocks").sum().alias("n"),
-        pl.col("hbm_hit_blocks").sum().alias("hbm"),
-        pl.col("host_hit_blocks").sum().alias("host"),
-        pl.col("l3_hit_blocks").sum().alias("l3"),
-        (pl.col("host_bytes").mean() / 1e6).alias("host_mb_per_request"),
-    )
-    n = t.pop("n") or 0
-    out = {"host_mb_per_request": t["host_mb_per_request"]}
-    for k in ("hbm", "host", "l3"):
-        out[f"{k}_hit_rate"] = t[k] / n if n else None
-    miss = n - t["hbm"] - t["host"] - t["l3"]
-    out["miss_rate"] = miss / n if n else None  # exact, in [0, 1]
+    n = int(admitted["chain_blocks"].sum())
+    hbm, host, l3 = (int(admitted[f"{k}_hit_blocks"].sum()) for k in ("hbm", "host", "l3"))
+    mb = fmean(admitted["host_bytes"])
+    out = {"host_mb_per_request": None if mb is None else mb / 1e6}
+    for k, v in (("hbm", hbm), ("host", host), ("l3", l3)):
+        out[f"{k}_hit_rate"] = v / n if n else None
+    out["miss_rate"] = (n - hbm - host - l3) / n if n else None  # exact, in [0, 1]
     return out
 
 
@@ -158,113 +149,102 @@ def _host_tier(st: dict, gb: float) -> dict:
     }
 
 
-def _if(measured: bool, expr: pl.Expr) -> pl.Expr:
-    """The mean of ``expr``, or null where the stage does not exist."""
-    return expr.mean() if measured else pl.lit(None, pl.Float64)
-
-
-def _preemption(done: pl.LazyFrame, n_done: int) -> dict:
+def _preemption(done: Rows, n_done: int) -> dict:
     """Paged admission (docs/model.md): preemptions of the completed steady requests, their
     lost work (tokens re-prefilled, or swapped to host and back) and delay."""
-    if "preemptions" not in done.collect_schema().names() or not n_done:
+    if "preemptions" not in done or not n_done:
         return {"preempted_fraction": 0.0, "preemptions_per_request": 0.0,
                 "preempt_delay_mean_ms": 0.0, "preempt_lost_per_request": 0.0}  # fmt: skip
     # tokens, whatever became of them: a swap whose host memory is full recomputes its victim
     # (§1.5.2), so one run can mix both and a byte figure would mislabel the recomputed ones
-    lost = pl.col("preempt_tokens").cast(pl.Float64)
-    return _one(
-        done,
-        (pl.col("preemptions") > 0).mean().alias("preempted_fraction"),
-        pl.col("preemptions").cast(pl.Float64).mean().alias("preemptions_per_request"),
-        (pl.col("preempt_delay_s") * MS).mean().alias("preempt_delay_mean_ms"),
-        lost.mean().alias("preempt_lost_per_request"),
-    )
+    pre = done["preemptions"]
+    return {
+        "preempted_fraction": fmean(pre > 0),
+        "preemptions_per_request": fmean(pre.astype(np.float64)),
+        "preempt_delay_mean_ms": fmean(done["preempt_delay_s"] * MS),
+        "preempt_lost_per_request": fmean(done["preempt_tokens"].astype(np.float64)),
+    }
 
 
-def _latency(done: pl.LazyFrame, s, gaps: bool) -> dict:
-    """Latency percentiles and per-stage means of the completed steady requests."""
+def _nan0(x: np.ndarray) -> np.ndarray:
+    """``x`` with NaN as 0 (polars ``fill_nan(0.0)``)."""
+    return np.where(np.isnan(x), 0.0, x)
+
+
+def _stages(done: Rows, s) -> dict:
+    """Per-stage mean waits and service times of the completed steady requests (ms)."""
     # colocated instances have no hand-off: KV is reserved before the prefill (its wait is in
     # the prefill queue) and nothing crosses a link
     handoff = s.cluster.mode != "colocated"
     # layer-wise streaming hands off when the prefill starts (docs/model.md §1.7.1)
     handed = "t_prefill_start" if s.cluster.link.streaming == "layerwise" else "t_prefill_end"
-    return _one(
-        done,
-        *_pcts("ttft_ms", "ttft"),
-        *_pcts("ttft_prefill_ms", "ttft_prefill"),
-        *_pcts("tpot_ms", "tpot"),
-        *_pcts("e2e_ms", "e2e"),
-        pl.col("output_tokens").sum().alias("_out_tokens"),
-        ((pl.col("ttft_ms") <= s.slo.ttft_ms) & (pl.col("tpot_ms").fill_null(0.0) <= s.slo.tpot_ms))
-        .sum()
-        .alias("_slo_ok"),
-        ((pl.col("t_prefill_start") - pl.col("arrival")) * MS).mean().alias("prefill_queue_ms"),
-        ((pl.col("t_prefill_end") - pl.col("t_prefill_start")) * MS).mean().alias("prefill_ms"),
-        _if(handoff, (pl.col("t_admit") - pl.col(handed)) * MS).alias("admission_wait_ms"),
-        _if(handoff, (pl.col("t_transfer_start") - pl.col("t_admit")) * MS).alias("link_wait_ms"),
-        ((pl.col("t_recompute_start") - pl.col("t_admit")) * MS)
-        .fill_nan(0.0)
-        .mean()
-        .alias("recompute_wait_ms"),
-        _if(handoff, (pl.col("t_transfer_end") - pl.col("t_transfer_start")) * MS).alias(
-            "transfer_ms"
-        ),
-        ((pl.col("t_recompute_end") - pl.col("t_recompute_start")) * MS)
-        .fill_nan(0.0)
-        .mean()
-        .alias("recompute_ms"),
-        (
-            (
-                pl.col("t_decode_start")
-                - pl.max_horizontal(
-                    pl.col("t_transfer_end").fill_nan(pl.col("t_prefill_end")),
-                    pl.col("t_recompute_end").fill_nan(0.0),
-                )
-            )
-            * MS
-        )
-        .mean()
-        .alias("decode_queue_ms"),
-        ((pl.col("t_first_token") - pl.col("t_decode_start")) * MS)
-        .mean()
-        .alias("first_iteration_ms"),
-        pl.lit(s.efficiency.request_overhead_ms, pl.Float64).alias("request_overhead_ms"),
-        *_itl_max(gaps),
+    g = done.__getitem__
+
+    def _if(a: str, b: str):  # null where the stage does not exist
+        return fmean((g(a) - g(b)) * MS) if handoff else None
+
+    ready = np.maximum(
+        np.where(np.isnan(g("t_transfer_end")), g("t_prefill_end"), g("t_transfer_end")),
+        _nan0(g("t_recompute_end")),
     )
+    return {
+        "prefill_queue_ms": fmean((g("t_prefill_start") - g("arrival")) * MS),
+        "prefill_ms": fmean((g("t_prefill_end") - g("t_prefill_start")) * MS),
+        "admission_wait_ms": _if("t_admit", handed),
+        "link_wait_ms": _if("t_transfer_start", "t_admit"),
+        "recompute_wait_ms": fmean(_nan0((g("t_recompute_start") - g("t_admit")) * MS)),
+        "transfer_ms": _if("t_transfer_end", "t_transfer_start"),
+        "recompute_ms": fmean(_nan0((g("t_recompute_end") - g("t_recompute_start")) * MS)),
+        "decode_queue_ms": fmean((g("t_decode_start") - ready) * MS),
+        "first_iteration_ms": fmean((g("t_first_token") - g("t_decode_start")) * MS),
+        "request_overhead_ms": float(s.efficiency.request_overhead_ms),
+    }
 
 
-def _itl_max(gaps: bool) -> list[pl.Expr]:
+def _latency(done: Rows, s, gaps: bool) -> dict:
+    """Latency percentiles and per-stage means of the completed steady requests."""
+    tpot = done["tpot_ms"]
+    ok = (done["ttft_ms"] <= s.slo.ttft_ms) & (np.where(np.isnan(tpot), 0.0, tpot) <= s.slo.tpot_ms)
+    return {
+        **_pcts(done, "ttft_ms", "ttft"),
+        **_pcts(done, "ttft_prefill_ms", "ttft_prefill"),
+        **_pcts(done, "tpot_ms", "tpot", nulls=True),
+        **_pcts(done, "e2e_ms", "e2e"),
+        "_out_tokens": int(done["output_tokens"].sum()),
+        "_slo_ok": int(np.count_nonzero(ok)),
+        **_stages(done, s),
+        **_itl_max(done, gaps),
+    }
+
+
+def _itl_max(done: Rows, gaps: bool) -> dict:
     """The median and p99 of each request's longest token gap (null without the gaps)."""
     if not gaps:
-        return [
-            pl.lit(None, pl.Float64).alias("itl_max_p50_ms"),
-            pl.lit(None, pl.Float64).alias("itl_max_p99_ms"),
-        ]
-    return [
-        (pl.col("max_token_gap") * MS).quantile(0.5, "linear").alias("itl_max_p50_ms"),
-        (pl.col("max_token_gap") * MS).quantile(0.99, "linear").alias("itl_max_p99_ms"),
-    ]
+        return {"itl_max_p50_ms": None, "itl_max_p99_ms": None}
+    gap = done["max_token_gap"] * MS
+    return {"itl_max_p50_ms": fquantile(gap, 0.5), "itl_max_p99_ms": fquantile(gap, 0.99)}
 
 
-def _admitted(prep: Prepared, admitted: pl.LazyFrame) -> dict:
+def _admitted(prep: Prepared, admitted: Rows) -> dict:
     """Reuse, transfer and recompute figures of the admitted steady requests."""
-    adm = _one(
-        admitted,
-        (pl.col("replica_hit_tokens") > 0).mean().alias("shared_request_fraction"),
-        (pl.col("replica_hit_tokens").sum() / pl.col("prompt_tokens").sum()).alias(
-            "replica_hit_rate"
-        ),
-        (pl.col("prefill_hit_tokens").sum() / pl.col("prompt_tokens").sum()).alias(
-            "prefill_hit_rate"
-        ),
-        (pl.col("l3_prefill_tokens").sum() / pl.col("prompt_tokens").sum()).alias(
-            "l3_prefill_rate"
-        ),
-        (pl.col("transfer_bytes").mean() / 1e6).alias("transfer_mb_per_request"),
-        pl.col("recompute_tokens").mean().alias("recompute_tokens_per_request"),
-        pl.col("recompute_tokens").sum().alias("recompute_tokens_total"),
-    )
-    adm["reusable_rate"] = _reusable_rate(prep, admitted)
+    prompt = int(admitted["prompt_tokens"].sum())
+    rc = admitted["recompute_tokens"]
+    mb = fmean(admitted["transfer_bytes"])
+    adm = {
+        "shared_request_fraction": fmean(admitted["replica_hit_tokens"] > 0),
+        **{
+            f"{name}_rate": fdiv(admitted[col].sum(), prompt)
+            for name, col in (
+                ("replica_hit", "replica_hit_tokens"),
+                ("prefill_hit", "prefill_hit_tokens"),
+                ("l3_prefill", "l3_prefill_tokens"),
+            )  # fmt: skip
+        },
+        "transfer_mb_per_request": None if mb is None else mb / 1e6,
+        "recompute_tokens_per_request": fmean(rc),
+        "recompute_tokens_total": int(rc.sum()),
+    }
+    adm["reusable_rate"] = _reusable_rate(prep, admitted, prompt)
     adm.update(_tiers(admitted))
     return adm
 
@@ -304,61 +284,63 @@ def _floats(row: dict) -> dict:
     }
 
 
-def _after(prep: Prepared, df: pl.DataFrame, res: SimResult, out_tokens, steady) -> dict:
+def _after(prep: Prepared, run: RunCols, res: SimResult, out_tokens, steady_bytes) -> dict:
     """Stability, per-instance figures, the gap to the hindsight bound, and energy."""
     s, st = prep.scenario, res.stats
     # stability first: its flag is a bool and its evidence may be None (docs/model.md)
-    row = dict(assess(prep, df, st).columns())
+    row = dict(assess(prep, Cols.of_run(run), st).columns())
     n_p, n_d = prep.base.n_prefill, prep.base.n_decode
     if s.cluster.mode == "colocated":  # one pool of P + D instances
         n_p = n_d = s.cluster.prefill_instances + s.cluster.decode_instances
-    row.update(instance_busy(df, st, n_p, n_d))
+    row.update(instance_busy(run.all(), st, n_p, n_d))
     row.update(instance_figures(s, st))
     # the gap to the hindsight bound on the unloaded hand-off time (metrics/bound.py)
     from prefixbench.metrics.bound import gap_columns
 
-    measured = (np.arange(len(df)) >= s.run.warmup_requests) & ~np.isnan(res.columns["t_admit"])
+    measured = ~run.warmup & ~np.isnan(res.columns["t_admit"])
     row.update(gap_columns(prep, res.columns, measured))
     row.update(  # --- power: None-free, only when the devices have power figures
         energy_figures(
-            st,
-            prep.base.prefill_cost,
-            prep.base.decode_cost,
-            int(out_tokens),
-            float(_one(steady, pl.col("transfer_bytes").sum())["transfer_bytes"])
-            if "transfer_bytes" in steady.collect_schema().names()
-            else 0.0,
+            st, prep.base.prefill_cost, prep.base.decode_cost, int(out_tokens), steady_bytes
         )
     )
     return row
 
 
-def _counts(steady: pl.LazyFrame) -> tuple[int, int, int]:
-    """Steady requests, of them completed and rejected."""
-    o = pl.col("outcome")
-    c = _one(steady, pl.len().alias("n"), (o == "completed").sum().alias("done"),
-             (o == "rejected").sum().alias("rejected"))  # fmt: skip
-    return int(c["n"]), int(c["done"] or 0), int(c["rejected"] or 0)
+def summarize(prep: Prepared, policy: str, df: pl.DataFrame | None, res: SimResult) -> dict:
+    """The run's summary row (``df``, the request table, is not read: every figure comes
+    from the engine's columns, summarize_result)."""
+    return summarize_result(prep, policy, res)
 
 
-def summarize(prep: Prepared, policy: str, df: pl.DataFrame, res: SimResult) -> dict:
-    """The run's summary row: latency percentiles, throughput, rejects, reuse, memory, links.
-    Each figure is one query over the columns it reads, filtered inside the query, so the
-    request table is never copied whole (docs/performance.md "Large runs")."""
-    s = prep.scenario
-    steady = df.lazy().filter(~pl.col("warmup"))
-    done = steady.filter(pl.col("outcome") == "completed")
+def _completed(run: RunCols, gaps: bool) -> tuple[dict, dict, int]:
+    """(latency figures, preemption figures, count) of the completed steady requests; the
+    subset and the columns it kept go when this returns."""
+    done = Rows(run, ~run.warmup & run.completed)
+    n_done = len(done)
+    return _latency(done, run.prep.scenario, gaps), _preemption(done, n_done), n_done
+
+
+def summarize_result(prep: Prepared, policy: str, res: SimResult) -> dict:
+    """The run's summary row: latency percentiles, throughput, rejects, reuse, memory, links,
+    from the engine's numpy columns restricted by masks (metrics/runcols.py), without the
+    per-request table (docs/performance.md "Large runs")."""
+    s, run = prep.scenario, RunCols(prep, res)
     arr = prep.requests.arrival
     warm = min(s.run.warmup_requests, len(arr) - 1)
     span = float(arr[-1] - arr[warm])
     window = span if span > 0 else None  # one request or equal arrivals: no rate to measure
-    lat = _latency(done, s, "max_token_gap" in df.columns)
-    n_steady, n_done, rejected = _counts(steady)
-    slo_ok = lat.pop("_slo_ok") or 0
-    out_tokens = lat.pop("_out_tokens") or 0
+    lat, pre, n_done = _completed(run, "max_token_gap" in res.columns)
+    n_steady = int(np.count_nonzero(~run.warmup))
+    rejected = int(np.count_nonzero(run.rejected & ~run.warmup))
+    slo_ok, out_tokens = lat.pop("_slo_ok"), lat.pop("_out_tokens")
+    adm = _admitted(prep, Rows(run, ~run.warmup & ~np.isnan(res.columns["t_admit"])))
+    moved = Rows(run, ~run.warmup)["transfer_bytes"] if "transfer_tokens" in res.columns else None
+    steady_bytes = 0.0 if moved is None else float(fsum(moved))
+    del moved
     row = {
         "policy": policy,
-        "requests": len(df),
+        "requests": run.n,
         "steady_requests": n_steady,
         "completed": n_done,
         "rejected": rejected,
@@ -367,12 +349,12 @@ def summarize(prep: Prepared, policy: str, df: pl.DataFrame, res: SimResult) -> 
         "throughput_tok_s": out_tokens / window if window else None,
         **lat,
         **itl_summary(res.stats),
-        **_admitted(prep, steady.filter(pl.col("t_admit").is_not_nan())),
+        **adm,
         "slo_attainment": slo_ok / n_steady if n_steady else 0.0,
         "goodput_rps": goodput_rps(s, slo_ok, n_steady, window),
         **_memory(prep, res.stats),
-        **_preemption(done, n_done),
+        **pre,
     }
     row = _floats(row)
-    row.update(_after(prep, df, res, out_tokens, steady))
+    row.update(_after(prep, run, res, out_tokens, steady_bytes))
     return row

@@ -9,7 +9,7 @@ import polars as pl
 
 from prefixbench.io.artifacts import write_atomic
 from prefixbench.metrics.invariants import check_row
-from prefixbench.metrics.summary import requests_frame, summarize
+from prefixbench.metrics.summary import request_chunks, requests_frame, summarize_result
 from prefixbench.scenario.models import Scenario
 from prefixbench.system.runner import Prepared, prepare, simulate_policy
 
@@ -67,14 +67,15 @@ def run_scenario(
             rec = Recorder(policy)
             recorders.append(rec)
         res = simulate_policy(prep, policy, track_gaps=track_gaps, recorder=rec)
-        df = requests_frame(prep, policy, res)
-        rows.append(check_row({**keys, **summarize(prep, policy, df, res)}, f"policy {policy}"))
+        row = summarize_result(prep, policy, res)  # from the engine's columns, no table
+        rows.append(check_row({**keys, **row}, f"policy {policy}"))
         stats[policy] = res.stats
-        if sink is not None:
-            sink.add(df)
+        if sink is not None:  # written in chunks: the table is never whole
+            for lo, hi in request_chunks(len(prep.requests)):  # each chunk freed once added
+                sink.add(requests_frame(prep, policy, res, lo, hi))
         elif keep_requests:
-            frames.append(df)
-        del df, res  # one policy's columns alive at a time
+            frames.append(requests_frame(prep, policy, res))
+        del res  # one policy's columns alive at a time
         if on_policy:
             on_policy(policy)
     if timeline is not None:
