@@ -1,10 +1,11 @@
 #!/usr/bin/env python
-"""Where the reference study's answers move: the same questions on two settings.
+"""Where the reference study's answers move: the same questions on three settings.
 
     PYTHONPATH=src python benchmarks/answers.py [--out DIR] [--map-points 8] [--jobs 1]
 
-Runs, on the current model ("after") and on the settings that undo physics v2 as far as
-settings reach ("before", ``BEFORE`` below):
+Runs, on the current model ("after"), on it with the two mechanisms added beside physics
+v2 switched off ("physics": no prefill-side KV hold, no local prefill in cost_aware) and on
+the settings that undo physics v2 as far as settings reach ("before", ``BEFORE`` below):
 
 * the reference study (`prefixbench sweep`, 672 runs) and the balanced recommendation of
   each of its 32 model × workload × budget points (`recommend`'s rule on its results);
@@ -12,15 +13,15 @@ settings reach ("before", ``BEFORE`` below):
   models × the default accelerators × every catalog link, one NIC);
 * the decision map (`prefixbench map qwen2-1.5b --points N`, all policies, tool_call).
 
-Writes DIR/answers.json (every figure compared) and DIR/answers.md (the table
-docs/validation.md "Where the answers move" shows) and prints the table. About 2.5 CPU-minutes
-with an engine already compiled (the first engine import of a checkout compiles for about a
-minute more).
+Writes DIR/answers.json (every figure compared) and DIR/answers.md (the table of
+docs/validation.md "Where the answers move") and prints the table. About 2.5 CPU-minutes
+with an engine already compiled (the first engine import of a checkout compiles for about
+a minute more). ``--quick`` is a smoke test of the script (`sweep --quick`, a small map).
 
 "before" is: a flat GEMM efficiency of 0.5 (gemm_half_tokens 0), attention at 0.5, the KV
 stream at the weights' MBU 0.7, no per-request or per-prompt-token cost, links at line rate
 with no per-transfer setup and no NIC ceiling, no prefill-side KV hold and no local prefill
-in cost_aware. Not expressible as a setting, so the same in both columns: the per-operator
+in cost_aware. Not expressible as a setting, so the same in every column: the per-operator
 sum of max(compute, memory) (before: one max per step), the engine's other changes (e.g.
 requests that wait for KV memory instead of being rejected), FP8/INT8 tensor peaks (the
 study's models are bf16) and the TP all-reduce (the study runs one device per instance).
@@ -38,7 +39,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-BEFORE = [
+# the physics v2 terms, undone by settings
+PHYSICS_OFF = [
     "efficiency.mfu_prefill=0.5",
     "efficiency.mfu_decode=0.5",
     "efficiency.gemm_half_tokens=0",
@@ -50,10 +52,17 @@ BEFORE = [
     "cluster.link.efficiency=1",
     "cluster.link.setup_us=0",
     "cluster.link.ceiling_gbps=100000",
-    "memory.prefill_hold=false",
-    "cluster.cost_aware_local_prefill=false",
 ]
-SETTINGS = {"before": BEFORE, "after": []}
+# the two mechanisms added with it, default on
+MECHANISMS_OFF = ["memory.prefill_hold=false", "cluster.cost_aware_local_prefill=false"]
+BEFORE = PHYSICS_OFF + MECHANISMS_OFF
+SETTINGS = {"before": BEFORE, "physics": MECHANISMS_OFF, "after": []}
+# (column heading, from setting, to setting)
+STEPS = [
+    ("physics v2 (before → physics)", "before", "physics"),
+    ("prefill hold + cost_aware local prefill (physics → after)", "physics", "after"),
+    ("both (before → after)", "before", "after"),
+]
 MAP_MODEL = "qwen2-1.5b"
 
 
@@ -163,21 +172,19 @@ def _span(values: list[float], fmt: str) -> str:
     return f"{fmt.format(min(values))} to {fmt.format(max(values))}, median {fmt.format(med)}"
 
 
+def _rec(r: dict) -> str:
+    return r["recommended"] + (" (tie)" if r["tie"] else "")
+
+
 def compare_recommend(b: dict, a: dict) -> dict:
+    """Changed recommendations, and those that are a decisive win on both sides."""
     changed = [k for k in a if k in b and a[k]["recommended"] != b[k]["recommended"]]
     decisive = [k for k in changed if not a[k]["tie"] and not b[k]["tie"]]
     return {
         "points": len(a),
         "changed": len(changed),
-        "decisive_both": [
-            f"{k[0]} {k[1]} {k[2]:g}: {b[k]['recommended']} → {a[k]['recommended']}"
-            for k in decisive
-        ],
-        "changed_list": [
-            f"{k[0]} {k[1]} {k[2]:g}: {b[k]['recommended']}{' (tie)' * b[k]['tie']} → "
-            f"{a[k]['recommended']}{' (tie)' * a[k]['tie']}"
-            for k in changed
-        ],
+        "decisive_both": [f"{k[0]} {k[1]} {k[2]:g}: {_rec(b[k])} → {_rec(a[k])}" for k in decisive],
+        "changed_list": [f"{k[0]} {k[1]} {k[2]:g}: {_rec(b[k])} → {_rec(a[k])}" for k in changed],
     }
 
 
@@ -218,11 +225,18 @@ def compare_crossover(b: dict, a: dict) -> dict:
 
 
 def compare_map(b: dict, a: dict) -> dict:
-    changed = [k for k in a["cells"] if a["cells"][k] != b["cells"].get(k)]
+    """Cells whose state (win / tie / unstable) changed, and cells that are a win on both
+    sides with another winner; the rest of the changes name another policy of a tie."""
+    cells_b, cells_a = b["cells"], a["cells"]
+    changed = [k for k in cells_a if cells_a[k] != cells_b.get(k)]
+    state = [k for k in changed if cells_a[k][0] != cells_b[k][0]]
+    flips = [k for k in changed if cells_a[k][0] == cells_b[k][0] == "win"]
     return {
-        "cells": len(a["cells"]),
+        "cells": len(cells_a),
         "changed": len(changed),
-        "changed_list": [f"{k[0]:g} GB/s, budget {k[1]:g}: {b['cells'][k]} → {a['cells'][k]}"
+        "state_changed": len(state),
+        "win_flips": len(flips),
+        "changed_list": [f"{k[0]:g} GB/s, budget {k[1]:g}: {cells_b[k]} → {cells_a[k]}"
                          for k in changed],  # fmt: skip
         "breakeven_gbps": (b["breakeven_gbps"], a["breakeven_gbps"]),
     }
@@ -232,8 +246,10 @@ def compare_map(b: dict, a: dict) -> dict:
 
 
 def _tie_ratios(c: dict) -> str:
+    """Per link, the range of after / before over its rows ('' where none moves)."""
     parts = [f"{ln} ×{lo:.2f}" + (f"–{hi:.2f}" if hi - lo > 0.005 else "")
-             for ln, (lo, hi) in c["tie_ratio_by_link"].items()]  # fmt: skip
+             for ln, (lo, hi) in c["tie_ratio_by_link"].items()
+             if abs(lo - 1) > 0.0005 or abs(hi - 1) > 0.0005]  # fmt: skip
     return ", ".join(parts)
 
 
@@ -253,31 +269,43 @@ def _shown(cx: dict) -> list[str]:
     return [f"{m} h100-sxm {ln}" for ln in ("eth-25g", "roce-200g", "ib-ndr400")]
 
 
-def table(res: dict) -> str:
-    rc, ru, cx, mp = res["recommend"], res["runs"], res["crossover"], res["map"]
+def _rows_of(c: dict) -> list[tuple[str, str]]:
+    """(answer, what moved) rows of one comparison."""
+    rc, ru, cx, mp = c["recommend"], c["runs"], c["crossover"], c["map"]
     h100 = [f"{k.split()[0]} {k.split()[2]}: {v[0]} → {v[1]}"
             for k, v in cx["recompute_wins"].items() if k.split()[1] == "h100-sxm"]  # fmt: skip
-    lines = [
-        "| answer | before → after |",
-        "|---|---|",
-        f"| `recommend` (balanced), {rc['points']} model × workload × budget points | "
-        f"{rc['changed']} change; decisive on both sides: "
-        f"{'; '.join(rc['decisive_both']) or 'none'} |",
-        f"| mean TTFT, runs stable in both ({ru['stable_in_both']}) | {ru['ttft_mean_ms_change']} ms |",
-        f"| mean TPOT, same runs | {ru['tpot_mean_pct_change']} |",
-        f"| stable ↔ unstable runs | {ru['became_unstable']} became unstable, "
-        f"{ru['became_stable']} stable |",
-        f"| `crossover`, winner at the 2,048-token reference prefix ({cx['rows']} rows) | "
-        f"{len(cx['winner_flips'])} change{': ' if cx['winner_flips'] else ''}"
-        f"{'; '.join(cx['winner_flips'])} |",
-        f"| `crossover`, tie line rate after / before | {_tie_ratios(cx)} |",
-        *[f"| `crossover`, {key}, reference prefix | {_pair(cx, key)} |" for key in _shown(cx)],
-        f"| `crossover`, recompute-wins interval (tokens) moved, h100-sxm | "
-        f"{'; '.join(h100) or 'none'} ({cx['recompute_wins_moved']} of {cx['rows']} rows in all) |",
-        f"| `map` {MAP_MODEL} tool_call, {mp['cells']} cells | {mp['changed']} change state or "
-        f"winner; break-even {', '.join(map(str, mp['breakeven_gbps'][0]))} → "
-        f"{', '.join(map(str, mp['breakeven_gbps'][1]))} GB/s |",
-    ]
+    flips = cx["winner_flips"]
+    even = [", ".join(map(str, e)) for e in mp["breakeven_gbps"]]
+    return [
+        (f"`recommend` (balanced), {rc['points']} model × workload × budget points",
+         f"{rc['changed']} change; a decisive win on both sides: "
+         f"{'; '.join(rc['decisive_both']) or 'none'}"),
+        ("mean TTFT, runs stable on both sides", f"{ru['ttft_mean_ms_change']} ms "
+         f"({ru['stable_in_both']} runs)"),
+        ("mean TPOT, the same runs", ru["tpot_mean_pct_change"]),
+        ("stable ↔ unstable runs",
+         f"{ru['became_unstable']} became unstable, {ru['became_stable']} stable"),
+        (f"`crossover`, winner at the 2,048-token reference prefix ({cx['rows']} rows)",
+         f"{len(flips)} change{': ' if flips else ''}{'; '.join(flips)}"),
+        ("`crossover`, line rate at which recompute ties, ratio", _tie_ratios(cx) or "unchanged"),
+        *[(f"`crossover`, {key}, reference prefix", _pair(cx, key)) for key in _shown(cx)],
+        ("`crossover`, recompute-wins interval (tokens), h100-sxm",
+         f"{'; '.join(h100) or 'unchanged'} ({cx['recompute_wins_moved']} of {cx['rows']} "
+         "rows move in all)"),
+        (f"`map` {MAP_MODEL} tool_call, {mp['cells']} cells",
+         f"{mp['changed']} change: {mp['state_changed']} change state (win / tie / unstable), "
+         f"{mp['win_flips']} a decisive winner, the rest another policy named in a tie; "
+         f"break-even {even[0]} → {even[1]} GB/s"),
+    ]  # fmt: skip
+
+
+def table(res: dict) -> str:
+    """The markdown table: one row per answer, one column per step of STEPS."""
+    cols = [_rows_of(res["steps"][head]) for head, _, _ in STEPS]
+    lines = ["| answer | " + " | ".join(head for head, _, _ in STEPS) + " |",
+             "|---|" + "---|" * len(STEPS)]  # fmt: skip
+    for i, (label, _) in enumerate(cols[0]):
+        lines.append(f"| {label} | " + " | ".join(col[i][1] for col in cols) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -289,6 +317,19 @@ def _finite(row: dict) -> dict:
     return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in row.items()}
 
 
+def compare(b: dict, a: dict) -> dict:
+    """Every comparison of two settings' answers."""
+    cx = compare_crossover(b["crossover"], a["crossover"])
+    cx["before_rows"] = {" ".join(k): _finite(v) for k, v in b["crossover"].items()}
+    cx["after_rows"] = {" ".join(k): _finite(v) for k, v in a["crossover"].items()}
+    return {
+        "recommend": compare_recommend(b["study"]["recommend"], a["study"]["recommend"]),
+        "runs": compare_runs(b["study"]["runs"], a["study"]["runs"]),
+        "crossover": cx,
+        "map": compare_map(b["map"], a["map"]),
+    }
+
+
 def measure(out: Path, points: int, jobs: int, quick: bool = False) -> dict:
     got = {}
     for name, overrides in SETTINGS.items():
@@ -298,17 +339,8 @@ def measure(out: Path, points: int, jobs: int, quick: bool = False) -> dict:
             "crossover": crossover_answers(study["models"], overrides),
             "map": map_answers(run_map(out / name / "map", overrides, points, jobs, quick)),
         }
-    b, a = got["before"], got["after"]
-    cx = compare_crossover(b["crossover"], a["crossover"])
-    cx["before_rows"] = {" ".join(k): _finite(v) for k, v in b["crossover"].items()}
-    cx["after_rows"] = {" ".join(k): _finite(v) for k, v in a["crossover"].items()}
-    return {
-        "before_settings": BEFORE,
-        "recommend": compare_recommend(b["study"]["recommend"], a["study"]["recommend"]),
-        "runs": compare_runs(b["study"]["runs"], a["study"]["runs"]),
-        "crossover": cx,
-        "map": compare_map(b["map"], a["map"]),
-    }
+    steps = {head: compare(got[b], got[a]) for head, b, a in STEPS}
+    return {"settings": SETTINGS, "steps": steps}
 
 
 def main() -> None:
