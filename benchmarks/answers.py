@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Where the reference study's answers move: the same questions on three settings.
 
-    PYTHONPATH=src python benchmarks/answers.py [--out DIR] [--map-points 8] [--jobs 1]
+    python benchmarks/answers.py [--out NEW_DIR] [--map-points 8] [--jobs 1] [--quick]
 
 Runs, on the current model ("after"), on it with the two mechanisms added beside physics
 v2 switched off ("physics": no prefill-side KV hold, no local prefill in cost_aware) and on
@@ -69,11 +69,13 @@ MAP_MODEL = "qwen2-1.5b"
 # ---------------------------------------------------------------- running the commands
 
 
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
 def _cli(args: list[str]) -> str:
     """`prefixbench ARGS` in a fresh process (this checkout's source), stdout."""
     env = dict(os.environ, COLUMNS="80", NO_COLOR="1")
-    src = str(Path(__file__).resolve().parents[1] / "src")
-    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = str(SRC) + os.pathsep + env.get("PYTHONPATH", "")
     cmd = [sys.executable, "-m", "prefixbench", *args]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if r.returncode != 0:
@@ -351,7 +353,12 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true",
                     help="a smoke test: `sweep --quick` and a 100-request map (not the study)")
     args = ap.parse_args()
+    if args.out is not None and args.out.exists() and any(args.out.iterdir()):
+        # `sweep` resumes a folder's finished runs: an old folder would give old answers
+        sys.exit(f"{args.out} is not empty: choose a new or empty --out folder")
     out = args.out or Path(tempfile.mkdtemp(prefix="answers-"))
+    out.mkdir(parents=True, exist_ok=True)
+    sys.path.insert(0, str(SRC))  # this checkout's prefixbench, as in the commands it runs
     res = measure(out, 3 if args.quick else args.map_points, args.jobs, args.quick)
     md = table(res)
     (out / "answers.json").write_text(json.dumps(res, indent=1, allow_nan=False, default=str))

@@ -318,3 +318,20 @@ def test_cli_fit_refuses_an_unknown_parameter_in_one_line(tmp_path):
     assert "--fit" in r.output and "prompt_overhead_us" in r.output
     assert "Traceback" not in r.output
     assert len(r.output.strip().splitlines()) <= 3
+
+
+def test_the_readme_ttft_example_reads_off_the_documented_costs():
+    """README's `calibrate blis_vllm_h100_tp1_ttft.csv --fit request_overhead_ms,
+    prompt_overhead_us`: the two public TTFTs (13.9 ms for 70 new + 284 cached tokens,
+    67.1 ms for 2,048) give the per-request and per-prompt-token costs
+    docs/model/request-overhead.md reads off them by hand: gaps of 7.202 and 23.284 ms over
+    the steps, one line in the 354 and 2,048 prompt tokens (cached ones count),
+    (23.284 - 7.202) / (2048 - 354) = 9.4935 µs per token and 7.202 - 354 × 9.4935 µs =
+    3.8413 ms."""
+    prof = MEASURED / "blis_vllm_h100_tp1_ttft.csv"
+    r = runner.invoke(app, ["calibrate", str(prof), "--json",
+                            "--fit", "request_overhead_ms,prompt_overhead_us"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    eff = json.loads(r.output)["efficiency"]
+    assert eff["prompt_overhead_us"] == pytest.approx(16.082 / 1694 * 1e3, abs=2e-3)
+    assert eff["request_overhead_ms"] == pytest.approx(7.202 - 354 * 16.082 / 1694, abs=2e-3)
