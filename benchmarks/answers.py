@@ -218,8 +218,9 @@ def compare_crossover(b: dict, a: dict) -> dict:
     moved = [k for k in a if _interval(a[k]) != _interval(b[k])]
     return {
         "rows": len(a),
-        "winner_flips": [f"{' '.join(k)}: {b[k]['winner_at_ref']} → {a[k]['winner_at_ref']}"
-                         for k in flips],  # fmt: skip
+        "winner_flips": [
+            f"{' '.join(k)}: {b[k]['winner_at_ref']} → {a[k]['winner_at_ref']}" for k in flips
+        ],  # fmt: skip
         "tie_ratio_by_link": {ln: (min(v), max(v)) for ln, v in sorted(ratios.items())},
         "recompute_wins_moved": len(moved),
         "recompute_wins": {" ".join(k): (_interval(b[k]), _interval(a[k])) for k in moved},
@@ -238,8 +239,9 @@ def compare_map(b: dict, a: dict) -> dict:
         "changed": len(changed),
         "state_changed": len(state),
         "win_flips": len(flips),
-        "changed_list": [f"{k[0]:g} GB/s, budget {k[1]:g}: {cells_b[k]} → {cells_a[k]}"
-                         for k in changed],  # fmt: skip
+        "changed_list": [
+            f"{k[0]:g} GB/s, budget {k[1]:g}: {cells_b[k]} → {cells_a[k]}" for k in changed
+        ],  # fmt: skip
         "breakeven_gbps": (b["breakeven_gbps"], a["breakeven_gbps"]),
     }
 
@@ -350,8 +352,11 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None, help="working folder (default: a temp dir)")
     ap.add_argument("--map-points", type=int, default=8)
     ap.add_argument("--jobs", type=int, default=1)
-    ap.add_argument("--quick", action="store_true",
-                    help="a smoke test: `sweep --quick` and a 100-request map (not the study)")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="a smoke test: `sweep --quick` and a 100-request map (not the study)",
+    )
     args = ap.parse_args()
     if args.out is not None and args.out.exists() and any(args.out.iterdir()):
         # `sweep` resumes a folder's finished runs: an old folder would give old answers
