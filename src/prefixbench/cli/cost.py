@@ -88,7 +88,7 @@ def _render_transfer(rep: dict) -> None:
     ceiling)."""
     t = _table(
         f"KV transfer of a prefix over {rep['nics']} NIC(s): latency + setup + wire (ms)",
-        ["link", "tokens", "KV MB", "η", "GB/s", "lat+setup", "wire", "total"],
+        ["link", "tokens", "KV MB", "η", "GB/s", "fixed", "wire", "total"],
     )
     for r in rep["transfer"]:
         t.add_row(
