@@ -255,3 +255,83 @@ def test_scenario_reads_efficiency_from_file_next_to_it(tmp_path):
 def test_profile_error_is_a_prefixbench_error():
     with pytest.raises(ProfileError, match="file not found"):
         read_profiles(["/nonexistent/profile.csv"], model="llama-3.1-8b")
+
+
+# --- the per-request fixed costs from a user's CSV, through the command (`--fit`)
+
+# Hand-chosen client-side costs, unlike the defaults (3.8 ms, 9.5 µs) and each other.
+HAND_REQUEST_MS = 12.5
+HAND_PROMPT_US = 6.0
+
+
+def _hand_rows() -> list[list]:
+    """Server-side prefill steps of llama-3.1-8b on one H100 at the default efficiencies,
+    timed by the independent roofline of tests/reference_roofline.py (raw config and
+    datasheet numbers, none of the product's cost model), and client-side TTFTs of other
+    lengths: that step plus 12.5 ms per request plus 6.0 µs per prompt token."""
+    from reference_roofline import Efficiency as RefEff
+    from reference_roofline import Roofline
+
+    ref = Roofline(MODELS["llama-3.1-8b"], ACCELERATORS["h100-sxm"], 1, RefEff.of(cm.Efficiency()))
+    rows = []
+    for n in (512, 2048, 8192, 32768):
+        rows.append(["prefill", n, "", 0, 1, repr(ref.prefill_step([(n, 0)]) * 1e3)])
+    for n in (128, 1024, 4096, 16384):
+        ms = ref.prefill_step([(n, 0)]) * 1e3 + HAND_REQUEST_MS + n * HAND_PROMPT_US / 1e3
+        rows.append(["ttft", n, "", 0, 1, repr(ms)])
+    return rows
+
+
+def test_cli_fits_the_request_and_prompt_token_costs(tmp_path):
+    prof = _write_csv(tmp_path / "p.csv", _hand_rows())
+    r = runner.invoke(app, ["calibrate", str(prof), "-m", "llama-3.1-8b", "--json",
+                            "--fit", "request_overhead_ms,prompt_overhead_us"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.output)
+    assert res["efficiency"]["request_overhead_ms"] == pytest.approx(HAND_REQUEST_MS, rel=1e-6)
+    assert res["efficiency"]["prompt_overhead_us"] == pytest.approx(HAND_PROMPT_US, rel=1e-6)
+    assert res["constrained"] == ["request_overhead_ms", "prompt_overhead_us"]
+    for k in PARAMS[:5]:  # not asked for: left at the defaults
+        assert res["efficiency"][k] == getattr(cm.Efficiency(), k), k
+
+
+def test_cli_fit_all_recovers_every_parameter_the_rows_pin(tmp_path):
+    prof = _write_csv(tmp_path / "p.csv", _hand_rows())
+    r = runner.invoke(app, ["calibrate", str(prof), "-m", "llama-3.1-8b", "--json", "--fit", "all"])
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.output)
+    assert res["efficiency"]["request_overhead_ms"] == pytest.approx(HAND_REQUEST_MS, rel=1e-6)
+    assert res["efficiency"]["prompt_overhead_us"] == pytest.approx(HAND_PROMPT_US, rel=1e-6)
+    assert res["efficiency"]["mfu_prefill"] == pytest.approx(cm.Efficiency().mfu_prefill, rel=1e-6)
+    # without --fit the per-prompt-token cost stays at its default and the same rows are
+    # fitted worse (the per-request cost absorbs the mean of the per-token part)
+    r = runner.invoke(app, ["calibrate", str(prof), "-m", "llama-3.1-8b", "--json"])
+    res = json.loads(r.output)
+    assert res["efficiency"]["prompt_overhead_us"] == cm.Efficiency().prompt_overhead_us
+    assert "prompt_overhead_us" in res["kept_at_default"]
+
+
+def test_cli_fit_refuses_an_unknown_parameter_in_one_line(tmp_path):
+    prof = _write_csv(tmp_path / "p.csv", _hand_rows())
+    r = runner.invoke(app, ["calibrate", str(prof), "-m", "llama-3.1-8b", "--fit", "prompt_cost"])
+    assert r.exit_code != 0
+    assert "--fit" in r.output and "prompt_overhead_us" in r.output
+    assert "Traceback" not in r.output
+    assert len(r.output.strip().splitlines()) <= 3
+
+
+def test_the_readme_ttft_example_reads_off_the_documented_costs():
+    """README's `calibrate blis_vllm_h100_tp1_ttft.csv --fit request_overhead_ms,
+    prompt_overhead_us`: the two public TTFTs (13.9 ms for 70 new + 284 cached tokens,
+    67.1 ms for 2,048) give the per-request and per-prompt-token costs
+    docs/model/request-overhead.md reads off them by hand: gaps of 7.202 and 23.284 ms over
+    the steps, one line in the 354 and 2,048 prompt tokens (cached ones count),
+    (23.284 - 7.202) / (2048 - 354) = 9.4935 µs per token and 7.202 - 354 × 9.4935 µs =
+    3.8413 ms."""
+    prof = MEASURED / "blis_vllm_h100_tp1_ttft.csv"
+    r = runner.invoke(app, ["calibrate", str(prof), "--json",
+                            "--fit", "request_overhead_ms,prompt_overhead_us"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    eff = json.loads(r.output)["efficiency"]
+    assert eff["prompt_overhead_us"] == pytest.approx(16.082 / 1694 * 1e3, abs=2e-3)
+    assert eff["request_overhead_ms"] == pytest.approx(7.202 - 354 * 16.082 / 1694, abs=2e-3)

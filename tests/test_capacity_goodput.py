@@ -39,3 +39,20 @@ def test_goodput_column_is_attainment_times_offered():
     assert isinstance(row, pl.DataFrame)
     r = row.row(0, named=True)
     assert r["goodput_rps"] <= 14.0 * r["slo_attainment"] * (1 + 1e-12)
+
+
+def test_a_probe_at_another_rate_keeps_the_scenarios_kv_budget():
+    """`capacity` asks what the same system serves at other rates: the GB a budget factor
+    stands for stay measured on the scenario as stated (docs/model.md §3.4), as they do with
+    --set workload.arrivals.rate, instead of growing with each probe's rate."""
+
+    def budget(s) -> float:
+        out = run_scenario(s, ["transfer_per_request"], keep_requests=False)
+        return out.summary.row(0, named=True)["kv_budget_gb"]
+
+    short = SHORT[:2]  # run length only: the scenario is its own reference
+    s = load_scenario("tool_call", short)
+    stated = budget(s)
+    via_set = budget(load_scenario("tool_call", [*short, "workload.arrivals.rate=42"]))
+    assert budget(_with_rate(s, 42.0)) == stated == via_set
+    assert budget(_with_rate(_with_rate(s, 3.5), 42.0)) == stated

@@ -100,7 +100,7 @@ def test_cost_cli_prices_each_token_count_with_its_terms(tmp_path):
     table = runner.invoke(app, [*args, "--tokens", "128,2048,32768"])
     assert table.exit_code == 0, table.output
     assert max(len(line) for line in table.output.splitlines()) <= 80
-    assert "setup" in table.output and "28.22" in table.output  # 0.453 + 27.769 ms
+    assert "fixed" in table.output and "28.22" in table.output  # 0.453 + 27.769 ms
 
 
 def test_bad_nics_is_one_line():

@@ -88,7 +88,7 @@ def _render_transfer(rep: dict) -> None:
     ceiling)."""
     t = _table(
         f"KV transfer of a prefix over {rep['nics']} NIC(s): latency + setup + wire (ms)",
-        ["link", "tokens", "KV MB", "η", "GB/s", "setup", "wire", "total"],
+        ["link", "tokens", "KV MB", "η", "GB/s", "fixed", "wire", "total"],
     )
     for r in rep["transfer"]:
         t.add_row(
@@ -294,9 +294,22 @@ def calibrate_cmd(
     out_path: Annotated[
         str | None, typer.Option("--out", "-o", help="Write the efficiency block (YAML) here.")
     ] = None,
+    fit: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--fit",
+            metavar="PARAM,…",
+            help="Parameters to fit (the others keep their defaults): any of mfu_prefill, "
+            "mfu_decode, mbu, prefill_overhead_ms, decode_overhead_ms, request_overhead_ms, "
+            "prompt_overhead_us; default: the first six; all: the seven. The per-request and "
+            "per-prompt-token costs need client-side `ttft` rows (beside server-side "
+            "`prefill` rows, to split them from the step).",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print strict JSON.")] = False,
 ) -> None:
-    """Fit MFU, MBU and per-step overheads to measured step times (least squares)."""
+    """Fit MFU, MBU, the per-step overheads and the per-request fixed costs to measured step
+    times and client-side TTFTs (least squares)."""
     from prefixbench.physics.calibrate import calibrate
 
     lengths = {
@@ -308,7 +321,7 @@ def calibrate_cmd(
         )
         if v is not None
     }
-    res = calibrate(profile, model, accelerator, devices, lengths, out_path)
+    res = calibrate(profile, model, accelerator, devices, lengths, out_path, _csv(fit))
     if as_json:
         out.print_json(json.dumps(res, allow_nan=False))
         return

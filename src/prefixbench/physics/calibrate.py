@@ -40,6 +40,7 @@ from prefixbench.physics.costmodel import (
     decode_series_coeffs,
     gemm_time,
 )
+from prefixbench.support.suggest import did_you_mean
 
 PARAMS = (
     "mfu_prefill",
@@ -53,6 +54,8 @@ PARAMS = (
 # fitted unless a caller names its parameters: the per-prompt-token cost joins only on
 # request (from TTFT rows alone it trades off against MFU and the per-request cost)
 DEFAULT_PARAMS = PARAMS[:6]
+# what `calibrate --fit` accepts besides parameter names
+FIT_SETS = {"default": DEFAULT_PARAMS, "all": PARAMS}
 CSV_COLUMNS = ("phase", "tokens", "batch", "context", "devices", "ms")
 
 
@@ -616,6 +619,26 @@ def write_efficiency(path: str | Path, result: Fit, sources: list[str]) -> Path:
     return path
 
 
+def fit_params(names: list[str] | None) -> tuple[str, ...]:
+    """The parameters ``calibrate --fit`` names (parameter names, ``default`` or ``all``),
+    in PARAMS order; none given: DEFAULT_PARAMS."""
+    if not names:
+        return DEFAULT_PARAMS
+    chosen: set[str] = set()
+    for n in names:
+        if n in FIT_SETS:
+            chosen.update(FIT_SETS[n])
+        elif n in PARAMS:
+            chosen.add(n)
+        else:
+            raise ProfileError(
+                f"unknown parameter {n!r}",
+                where="--fit",
+                fix=did_you_mean(n, [*PARAMS, *FIT_SETS]),
+            )
+    return tuple(p for p in PARAMS if p in chosen)
+
+
 def calibrate(
     paths: list[str],
     model: str | None = None,
@@ -623,10 +646,13 @@ def calibrate(
     devices: int = 1,
     lengths: dict | None = None,
     out: str | None = None,
+    params: list[str] | None = None,
 ) -> dict:
-    """Read the profiles, fit, optionally write the block; a plain dict for the CLI."""
+    """Read the profiles, fit ``params`` (fit_params: default the six of DEFAULT_PARAMS),
+    optionally write the block; a plain dict for the CLI."""
+    chosen = fit_params(params)
     ms = read_profiles(paths, model, accelerator, devices, lengths)
-    result = fit(ms)
+    result = fit(ms, params=chosen)
     if out:
         write_efficiency(out, result, [str(p) for p in paths])
     eff = result.efficiency

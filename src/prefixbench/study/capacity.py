@@ -60,7 +60,11 @@ def _with_rate(s: Scenario, rate: float) -> Scenario:
         w2 = w.model_copy(update={"arrivals": arrivals})
     else:
         w2 = w.model_copy(update={"rate": rate})
-    return s.model_copy(update={"workload": w2})
+    out = s.model_copy(update={"workload": w2})
+    # the same system at another rate: memory.budget_factor stays measured on the scenario
+    # as stated, as with --set workload.arrivals.rate (docs/model.md §3.4), not on the probe
+    out._reference = s.reference()
+    return out
 
 
 def probe(s: Scenario, policy: str, rate: float) -> Probe:

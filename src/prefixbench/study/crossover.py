@@ -90,15 +90,20 @@ def analytic_row(
     nics: int | None = None,
     streaming: str = "after_prefill",
     suffix_tokens: int = REFERENCE_SUFFIX,
+    link_update: dict | None = None,
 ) -> dict:
     """Break-even figures of one (model, decode accelerator, link), at ``kv_dtype`` if given.
 
     The KV moves over ``nics`` NICs of the link type in parallel (default: one per device,
     as cluster.link.nics_per_instance); bandwidths in the row are per NIC. With
-    ``streaming="layerwise"`` both options are charged only past the suffix's prefill."""
+    ``streaming="layerwise"`` both options are charged only past the suffix's prefill.
+    ``link_update``: catalog link fields to override (as a scenario's cluster.link block:
+    efficiency, setup_us, ceiling_gbps, latency_us)."""
     m = with_formats(catalog.get_model(model), kv_dtype=kv_dtype)
     dev = catalog.get_accelerator(accelerator)
     one = catalog.get_link(link)
+    if link_update:
+        one = one.model_copy(update=link_update)
     k = nics or devices
     ln = one if k == 1 else one.model_copy(update={"bandwidth_gbps": one.bandwidth_gbps * k})
     cost = InstanceCost.build(m, dev, devices, eff or Efficiency())
