@@ -63,6 +63,7 @@ def test_the_deferred_traceback_module_is_the_real_one_when_used():
         "    tb = Traceback()\n"
         "Console(width=60, file=sys.stdout).print(tb)\n"
         "import rich.traceback as m\n"
+        "assert isinstance(tb, Traceback) and Traceback.from_exception\n"
         "print(type(tb).__module__, m.Frame.__name__)\n"
     )
     out = subprocess.run(

@@ -36,11 +36,18 @@ def _defer(module: str, name: str) -> None:
                 raise AttributeError(attr)
             return getattr(real(), attr)
 
-    def build(cls, *args, **kwargs):
-        return getattr(real(), name)(*args, **kwargs)
+    class Lazy(type):  # the class's stand-in: building one, its class methods, isinstance
+        def __call__(cls, *args, **kwargs):
+            return getattr(real(), name)(*args, **kwargs)
+
+        def __getattr__(cls, attr):
+            return getattr(getattr(real(), name), attr)
+
+        def __instancecheck__(cls, obj):
+            return isinstance(obj, getattr(real(), name))
 
     stand_in = StandIn(module)
-    setattr(stand_in, name, type(name, (), {"__new__": build}))
+    setattr(stand_in, name, Lazy(name, (), {}))
     sys.modules[module] = stand_in
 
 
