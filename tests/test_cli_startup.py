@@ -1,12 +1,14 @@
 """Start-up of the command line: `--help` imports none of the heavy libraries, and the
-lazily imported ``rich.markdown`` still works when something uses it."""
+lazily imported ``rich.markdown`` and ``rich.traceback`` still work when something uses
+them."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 
-_HEAVY = ("numpy", "polars", "numba", "plotnine", "scipy", "markdown_it", "prefixbench.engine")
+_HEAVY = ("numpy", "polars", "numba", "plotnine", "scipy", "markdown_it", "prefixbench.engine",
+          "pygments", "rich.pretty", "pydantic")  # fmt: skip
 
 _PROBE = """
 import sys
@@ -47,3 +49,24 @@ def test_the_deferred_markdown_module_is_the_real_one_when_used():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout.split()
     assert out[0] == "Title" and out[-2:] == ["rich.markdown", "Heading"]
+
+
+def test_the_deferred_traceback_module_is_the_real_one_when_used():
+    code = (
+        "import sys, prefixbench.cli\n"
+        "from rich.traceback import Traceback\n"
+        "assert 'pygments' not in sys.modules\n"
+        "from rich.console import Console\n"
+        "try:\n"
+        "    1 / 0\n"
+        "except ZeroDivisionError:\n"
+        "    tb = Traceback()\n"
+        "Console(width=60, file=sys.stdout).print(tb)\n"
+        "import rich.traceback as m\n"
+        "assert isinstance(tb, Traceback) and Traceback.from_exception\n"
+        "print(type(tb).__module__, m.Frame.__name__)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert "ZeroDivisionError:" in out and out[-2:] == ["rich.traceback", "Frame"]

@@ -121,3 +121,45 @@ def test_confidence_interval_is_student_t():
     assert t975(2) == pytest.approx(4.303, abs=5e-4)
     assert t975(40) == pytest.approx(2.021, abs=5e-4)
     assert t975(100) == pytest.approx(1.984, abs=5e-4)
+
+
+def test_a_points_constant_columns_added_after_grouping_give_the_same_prefix_table():
+    """study/aggregate.prefix_table: the point's model, workload, … added to the table (not
+    grouped by) give the table grouping the request rows carrying them gives."""
+    import polars as pl
+
+    from prefixbench.study.aggregate import prefix_table
+
+    nan = float("nan")
+    reqs = pl.DataFrame(
+        {
+            "policy": ["a", "a", "a", "b", "b", "a"],
+            "prefix_id": [0, 0, 1, 0, -1, 1],
+            "warmup": [False, False, False, False, False, True],
+            "t_admit": [1.0, nan, 2.0, 3.0, 4.0, 5.0],
+            "prompt_tokens": [10, 20, 30, 40, 50, 60],
+            "replica_hit_tokens": [5, 0, 7, 0, 1, 2],
+            "prefill_hit_tokens": [1, 2, 3, 4, 5, 6],
+            "recompute_tokens": [0, 3, 0, 2, 0, 1],
+            "transfer_bytes": [0.5, 0.25, 1.5, 2.0, 3.0, 4.0],
+            "ttft_ms": [10.0, 20.0, 30.0, 40.0, 50.0, 60.0],
+            "outcome": ["completed", "rejected", "completed", "completed", "completed", "x"],
+            "extra": [1, 2, 3, 4, 5, 6],
+        }
+    )
+    constants = {
+        "model": pl.lit("m"),
+        "workload": pl.lit("w"),
+        "budget_factor": pl.lit(0.5),
+        "seed": pl.lit(3).cast(pl.Int64),
+        "admission": pl.lit("paged"),
+    }
+    grouped = prefix_table(reqs.with_columns(**constants))
+    added = prefix_table(reqs, constants)
+    assert added.columns == grouped.columns and added.columns[:7] == [
+        "admission", "model", "workload", "budget_factor", "seed", "policy", "prefix_id",
+    ]  # fmt: skip
+    assert added.equals(grouped) and added.height == 3
+    row = added.row(0, named=True)  # policy a, prefix 0: one admitted of two
+    assert (row["requests"], row["admitted"], row["prompt_tokens"]) == (2, 1, 10)
+    assert row["transfer_bytes"] == 0.75 and row["ttft_mean_ms"] == 10.0

@@ -38,6 +38,13 @@ TARGETS = {
 }
 
 
+# An installed package has its bytecode compiled (pip writes the .pyc files); a process
+# that may not write them compiles prefixbench's ~115 imported sources from scratch, about
+# 0.2 CPU-s of every fresh process, which no user pays. So the children may write bytecode
+# (into the source tree's __pycache__, git-ignored), and the figures are an installed user's.
+DONT_WRITE_BYTECODE_WAS = os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
+
 def stats(xs: list[float]) -> dict:
     return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs)}
 
@@ -81,6 +88,7 @@ def machine_info() -> dict:
         "polars": pl.__version__,
         "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE"),
         "NUMBA_DISABLE_JIT": os.environ.get("NUMBA_DISABLE_JIT"),
+        "PYTHONDONTWRITEBYTECODE (unset for the children)": DONT_WRITE_BYTECODE_WAS,
         "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9, 1),
     }
 

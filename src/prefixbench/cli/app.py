@@ -14,40 +14,49 @@ from enum import Enum
 from typing import Annotated
 
 
-def _defer_rich_markdown() -> None:
-    """Typer's help formatter imports ``rich.markdown`` (and with it markdown-it: about a
-    tenth of `--help`'s CPU) for help written in Markdown, which prefixbench never uses
-    (its help is Rich markup). Until something builds a ``Markdown``, a stand-in module holds
-    the name; the first ``Markdown(...)`` or any other attribute imports the real module."""
+def _defer(module: str, name: str) -> None:
+    """Until something builds a ``name`` (or reads another attribute), a stand-in holds
+    ``module``'s place in ``sys.modules``; that first use imports the real module."""
     import sys
     import types
 
-    if "rich.markdown" in sys.modules:
+    if module in sys.modules:
         return
 
     def real():
-        if sys.modules.get("rich.markdown") is stand_in:
-            del sys.modules["rich.markdown"]
+        if sys.modules.get(module) is stand_in:
+            del sys.modules[module]
         import importlib
 
-        return importlib.import_module("rich.markdown")
-
-    class Markdown:
-        def __new__(cls, *args, **kwargs):
-            return real().Markdown(*args, **kwargs)
+        return importlib.import_module(module)
 
     class StandIn(types.ModuleType):
-        def __getattr__(self, name):
-            if name.startswith("__"):  # the import system's probes (__path__, …)
-                raise AttributeError(name)
-            return getattr(real(), name)
+        def __getattr__(self, attr):
+            if attr.startswith("__"):  # the import system's probes (__path__, …)
+                raise AttributeError(attr)
+            return getattr(real(), attr)
 
-    stand_in = StandIn("rich.markdown")
-    stand_in.Markdown = Markdown
-    sys.modules["rich.markdown"] = stand_in
+    class Lazy(type):  # the class's stand-in: building one, its class methods, isinstance
+        def __call__(cls, *args, **kwargs):
+            return getattr(real(), name)(*args, **kwargs)
+
+        def __getattr__(cls, attr):
+            return getattr(getattr(real(), name), attr)
+
+        def __instancecheck__(cls, obj):
+            return isinstance(obj, getattr(real(), name))
+
+    stand_in = StandIn(module)
+    setattr(stand_in, name, Lazy(name, (), {}))
+    sys.modules[module] = stand_in
 
 
-_defer_rich_markdown()
+# Typer's help formatter imports two Rich modules prefixbench's help never uses: ``Markdown``
+# (with markdown-it: about a tenth of `--help`'s CPU) for help written in Markdown (ours is
+# Rich markup), and ``Traceback`` (with pygments and rich.pretty: about a fifth) for its
+# pretty exceptions, which the app turns off (``pretty_exceptions_enable=False``).
+_defer("rich.markdown", "Markdown")
+_defer("rich.traceback", "Traceback")
 
 import typer  # noqa: E402
 from rich.console import Console  # noqa: E402
@@ -126,6 +135,16 @@ def _metavar(param) -> str | None:
     return _METAVARS.get(base, "VALUE")
 
 
+def _help_option(cmd):
+    """``cmd``'s --help option, defaulting to False: Typer coerces a flag's value through a
+    pydantic adapter unless it is already a bool, so a group's --help left at None would
+    import pydantic for `run --help`, which parses the group's options first."""
+    option = cmd.get_help_option(cmd.context_class(cmd, info_name=cmd.name))
+    if option is not None and option.default is None:
+        option.default = False
+    return option
+
+
 def tidy_help(group) -> None:
     """Help lists choices in the help text, where words wrap whole, and shows a short
     placeholder (TEXT, N, PATH, nothing for a flag) instead of a Python type name."""
@@ -136,7 +155,7 @@ def tidy_help(group) -> None:
         commands.extend(getattr(cmd, "commands", {}).values())
         params = list(cmd.params)
         if cmd.add_help_option:
-            params.append(cmd.get_help_option(cmd.context_class(cmd, info_name=cmd.name)))
+            params.append(_help_option(cmd))
         for param in params:
             if param is None or getattr(param, "_tidied", False):
                 continue

@@ -3,9 +3,9 @@ exist, and the parts are streamed into one Parquet file at the end, so a large r
 holds every policy's table at once (docs/performance.md "Large runs").
 
 The finished file is the artifact ``write_atomic`` writes (the same kind, schema version,
-metadata and data digest, io/artifacts.py): the parts are encoded once to learn the data
-bytes and once more with their digest in the footer, streaming both times, and the file is
-renamed into place only when complete.
+metadata and data digest, io/artifacts.py): the parts are streamed into one file once, with
+a placeholder for the digest that is then overwritten in place with the SHA-256 of the
+column data, and the file is renamed into place only when complete.
 """
 
 from __future__ import annotations
@@ -21,19 +21,37 @@ from pathlib import Path
 import polars as pl
 
 from prefixbench.errors import ArtifactError
-from prefixbench.io.artifacts import _UMASK, DIGEST_KEY, SCHEMA_VERSION, conform
+from prefixbench.io.artifacts import _PLACEHOLDER, _UMASK, DIGEST_KEY, SCHEMA_VERSION, conform
 
 
-def _data_digest(path: Path) -> str:
-    """SHA-256 of a Parquet file's column data (between ``PAR1`` and the footer), read
-    through a memory map rather than into memory."""
-    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as m:
-        size = len(m)
-        end = size - 8 - int.from_bytes(m[size - 8 : size - 4], "little")
-        h = hashlib.sha256()
-        for at in range(4, end, 1 << 24):
-            h.update(m[at : min(at + (1 << 24), end)])
-        return h.hexdigest()
+def _data_end(m) -> int:
+    """Where a Parquet file's column data ends (its footer begins)."""
+    size = len(m)
+    return size - 8 - int.from_bytes(m[size - 8 : size - 4], "little")
+
+
+def _digest_of(m, end: int) -> str:
+    h = hashlib.sha256()
+    for at in range(4, end, 1 << 24):
+        h.update(m[at : min(at + (1 << 24), end)])
+    return h.hexdigest()
+
+
+def _patch_digest(path: Path) -> bool:
+    """Overwrite the digest placeholder in ``path``'s footer with the SHA-256 of its column
+    data, in place (io/artifacts.py ``encode_with_digest``: the data bytes do not depend on
+    the footer, which has no checksum); False, the file untouched, when the placeholder is
+    not found exactly once in the footer."""
+    with open(path, "r+b") as fh, mmap.mmap(fh.fileno(), 0) as m:
+        if len(m) < 12 or m[:4] != b"PAR1" or m[-4:] != b"PAR1":
+            return False
+        end, mark = _data_end(m), _PLACEHOLDER.encode()
+        at = m.find(mark, max(end, 4))
+        if end < 4 or at < 0 or m.find(mark, at + 1) >= 0:
+            return False
+        m[at : at + len(mark)] = _digest_of(m, end).encode()
+        m.flush()
+    return True
 
 
 class PartWriter:
@@ -69,18 +87,21 @@ class PartWriter:
         try:
             if not self.parts:
                 raise AssertionError("no rows were added")  # a bug, not user error
-            probe = self.dir / "probe.parquet"
-            self._guard(lambda: self._sink(probe, self.meta))
-            meta = {**self.meta, DIGEST_KEY: _data_digest(probe)}
-            tmp = self.dir / "final.parquet"
-            self._guard(lambda: self._sink(tmp, meta))
-            if _data_digest(tmp) != meta[DIGEST_KEY]:  # never seen: no digest, not a wrong one
+            tmp = self.dir / "final.parquet"  # encoded once: the digest patched in after
+            self._guard(lambda: self._sink(tmp, {**self.meta, DIGEST_KEY: _PLACEHOLDER}))
+            if not self._patched(tmp):  # never seen: no digest, not a wrong one
                 self._guard(lambda: self._sink(tmp, self.meta))
             os.chmod(tmp, 0o666 & ~_UMASK)
             self._guard(lambda: os.replace(tmp, self.path))
         finally:
             self.discard()
         return self.path
+
+    def _patched(self, tmp: Path) -> bool:
+        try:
+            return _patch_digest(tmp)
+        except (OSError, ValueError):  # ValueError: mmap of an empty file
+            return False
 
     def discard(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)

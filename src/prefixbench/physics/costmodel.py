@@ -59,7 +59,7 @@ class Efficiency(BaseModel):
     """Calibration knobs of the roofline. Defaults are fitted to public kernel measurements
     (docs/validation.md, fit set)."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", defer_build=True, allow_inf_nan=False)
 
     mfu_prefill: float = Field(
         GEMM_MFU,

@@ -51,7 +51,9 @@ def _expected(tp: Any) -> str:
 
 
 class _M(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_enum_values=False, allow_inf_nan=False)
+    model_config = ConfigDict(
+        extra="forbid", defer_build=True, use_enum_values=False, allow_inf_nan=False
+    )
 
     @model_validator(mode="before")
     @classmethod

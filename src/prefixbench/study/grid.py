@@ -23,7 +23,7 @@ class SweepSpec(BaseModel):
     """A sweep grid (YAML file or flags). The default is the reference study: 2 models × 4
     workloads × 4 budget factors × 3 seeds (96 grid points) under all seven policies (672 runs)."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", defer_build=True, allow_inf_nan=False)
 
     models: list[str] = Field(
         ["qwen2-0.5b", "qwen2-1.5b"], min_length=1, description="Catalog models."

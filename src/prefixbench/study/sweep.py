@@ -79,22 +79,24 @@ def run_point(point: Point, policies: list[str], keep_requests: bool) -> PointRe
     with _naming(point):
         s = point.load()
         t = run_scenario(s, policies, keep_requests=True)
+    run_ids = [point.run_id(p) for p in t.summary["policy"].to_list()]
     runs = t.summary.with_columns(
-        pl.col("policy").map_elements(point.run_id, return_dtype=pl.Utf8).alias("run_id"),
+        pl.Series("run_id", run_ids, dtype=pl.Utf8),
         pl.lit(point.point_id).alias("point_id"),
         pl.lit(point.workload).alias("workload"),
         pl.lit(point.budget_factor).alias("budget_factor"),
     )
-    reqs = t.requests.with_columns(
-        pl.lit(point.model).alias("model"),
-        pl.lit(point.workload).alias("workload"),
-        pl.lit(point.budget_factor).alias("budget_factor"),
-        pl.lit(point.seed).cast(pl.Int64).alias("seed"),
-        pl.lit(runs["admission"][0]).alias("admission"),
-    )
+    constants = {  # the point's columns on every request row
+        "model": pl.lit(point.model),
+        "workload": pl.lit(point.workload),
+        "budget_factor": pl.lit(point.budget_factor),
+        "seed": pl.lit(point.seed).cast(pl.Int64),
+        "admission": pl.lit(runs["admission"][0]),
+    }
     ids = runs.select("policy", "run_id")
-    prefixes = prefix_table(reqs).join(ids, on="policy")
-    return PointResult(point, runs, prefixes, reqs if keep_requests else None)
+    prefixes = prefix_table(t.requests, constants).join(ids, on="policy")
+    reqs = t.requests.with_columns(**constants) if keep_requests else None
+    return PointResult(point, runs, prefixes, reqs)
 
 
 def _part_paths(out: Path, point: Point) -> tuple[Path, Path, Path]:

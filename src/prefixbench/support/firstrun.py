@@ -72,7 +72,9 @@ def _magic() -> tuple:
     return registry.cpu_target.target_context.codegen().magic_tuple()
 
 
-def _index_valid(index: Path, source: Path, version: str, magic: tuple) -> bool:
+def _index_valid(index: Path, digest: bytes, version: str, magic: tuple) -> bool:
+    """Whether ``index`` was written by numba ``version`` for a source of content hash
+    ``digest`` and holds machine code for the codegen ``magic``."""
     try:
         with open(index, "rb") as f:
             if pickle.load(f) != version:
@@ -80,7 +82,7 @@ def _index_valid(index: Path, source: Path, version: str, magic: tuple) -> bool:
             stamp, overloads = pickle.loads(f.read())
     except (OSError, pickle.UnpicklingError, EOFError, ValueError, AttributeError):
         return False
-    if stamp != hashlib.sha256(source.read_bytes()).digest():
+    if stamp != digest:
         return False
     return any(key[1] == magic for key in overloads)
 
@@ -94,12 +96,14 @@ def engine_compiled(engine: Path = ENGINE) -> bool:
 
     cache, magic = _cache_dir(engine), _magic()
     tag = f"py{sys.version_info[0]}{sys.version_info[1]}{getattr(sys, 'abiflags', '')}"
-    return all(
-        _index_valid(
-            cache / f"{source.stem}.{name}-{line}.{tag}.nbi", source, numba.__version__, magic
-        )
-        for source, name, line in compiled_functions(engine)
-    )
+    digests: dict[Path, bytes] = {}  # each source hashed once, not once per function
+    for source, name, line in compiled_functions(engine):
+        if source not in digests:
+            digests[source] = hashlib.sha256(source.read_bytes()).digest()
+        index = cache / f"{source.stem}.{name}-{line}.{tag}.nbi"
+        if not _index_valid(index, digests[source], numba.__version__, magic):
+            return False
+    return True
 
 
 @contextmanager
