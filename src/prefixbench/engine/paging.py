@@ -130,6 +130,7 @@ def alloc_through(IS, F, R, B32, B8, d, G, t):
         if x > 0:
             R[rr + L.R_PRIV] += x
             add += x
+    took_through(IS, d, G)
     if add == 0:
         return False
     free = IS[L.IP_BUDGET] - IS[b + L.D_PRIV] - IS[b + L.D_USED]
@@ -144,6 +145,7 @@ def alloc_known(IS, F, R, B32, B8, d, G, t, add):
     """alloc_through with its demand (``add``) already counted."""
     b = L.DI0 + d * L.NDI
     if add == 0:
+        took_through(IS, d, G)
         return False
     free = IS[L.IP_BUDGET] - IS[b + L.D_PRIV] - IS[b + L.D_USED]
     if free < add:
@@ -159,7 +161,33 @@ def alloc_known(IS, F, R, B32, B8, d, G, t, add):
         if x > 0:
             R[rr + L.R_PRIV] += x
     IS[b + L.D_PRIV] += add
+    took_through(IS, d, G)
     return True
+
+
+@jit
+def took_through(IS, d, G):
+    """Every running sequence of ``d`` now holds its blocks through iteration ``G``; they
+    keep them (a sequence's blocks only grow while it runs) until one joins (rejoin)."""
+    a = L.DI0 + d * L.NDI + L.D_ALLOC
+    if G > IS[a]:
+        IS[a] = G
+
+
+@jit
+def fits_surely(IS, d, hi, avail):
+    """demand(hi) <= avail, decided without visiting the batch when the bound allows: a
+    sequence holding its blocks through iteration A needs at most blocks(hi - A) more by
+    ``hi`` (ceil((y + m) / bs) <= ceil(y / bs) + ceil(m / bs)), so the batch needs at most
+    D_HSZ of those. False when the bound cannot tell (the caller then counts)."""
+    b = L.DI0 + d * L.NDI
+    a = IS[b + L.D_ALLOC]
+    if a < 0:
+        return False
+    m = hi - a
+    if m < 0:
+        m = 0
+    return IS[b + L.D_HSZ] * blocks(IS, m) <= avail
 
 
 @jit
@@ -208,7 +236,7 @@ def sync(IS, F, R, B32, B8, d, t):
 @jit
 def first_short(IS, R, d, lo, hi, avail):
     """The first iteration index in [lo, hi] whose blocks exceed ``avail``; -1 if none."""
-    if hi < lo or demand(IS, R, d, hi) <= avail:
+    if hi < lo or fits_surely(IS, d, hi, avail) or demand(IS, R, d, hi) <= avail:
         return -1
     while lo < hi:
         mid = (lo + hi) // 2
@@ -536,6 +564,7 @@ def rejoin(IS, F, R, d, it, rid, t):
     has emitted tokens already (handled here: it keeps its first-token time)."""
     rr = rid * L.NR
     n = IS[L.IP_N]
+    IS[L.DI0 + d * L.NDI + L.D_ALLOC] = -1  # its blocks are counted from its admission
     if R[rr + L.R_FLAGS] & L.F_PRE:
         R[rr + L.R_FLAGS] &= ~L.F_PRE
         pg = IS[L.H_PGF]
