@@ -101,6 +101,8 @@ def mem_short(IS, d):
 def demand(IS, R, d, G):
     """Private tokens the running sequences must add to hold iterations up to index ``G``."""
     b = L.DI0 + d * L.NDI
+    if IS[b + L.D_ALLOC] >= G:
+        return 0  # every running sequence holds its blocks through G already (took_through)
     rb = IS[L.H_DH] + 2 * IS[L.H_CAPB] * d + IS[L.H_CAPB]
     tot = 0
     for i in range(IS[b + L.D_HSZ]):
@@ -121,6 +123,8 @@ def alloc_through(IS, F, R, B32, B8, d, G, t):
     # the other policies' trim reads no sequence's blocks (blocks.rs_trim): one pass takes
     # them and sums what it took, then the trim frees that much (the same books)
     b = L.DI0 + d * L.NDI
+    if IS[b + L.D_ALLOC] >= G:
+        return False  # nothing to take (took_through)
     rb = IS[L.H_DH] + 2 * IS[L.H_CAPB] * d + IS[L.H_CAPB]
     add = 0
     for i in range(IS[b + L.D_HSZ]):
