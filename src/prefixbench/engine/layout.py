@@ -191,7 +191,10 @@ D_ACT = 31
 # --- admit: swapped-out KV tokens held in host memory; admitted, unfinished requests
 # (preempted ones included: the reserved-decode-tokens gate)
 D_SWAPU, D_ADM = 32, 33
-NDI = 34
+# --- paged: an iteration index through which every running sequence holds its blocks
+# (paging.alloc_through sets it; a sequence joining the batch makes it unknown, -1)
+D_ALLOC = 34
+NDI = 35
 P_LOAD, P_QH, P_QT, P_BH, P_USED, P_LRUH, P_LRUT, P_QN = range(8)
 # --- admit: prompt tokens held until their pull completes; a release may restart a step
 P_HELD, P_KICK = 8, 9

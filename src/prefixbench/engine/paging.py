@@ -58,8 +58,12 @@ def target(IS, R, rid, g):
 
 @jit
 def blocks(IS, tokens):
-    """``tokens`` rounded up to whole blocks, in tokens."""
+    """``tokens`` rounded up to whole blocks, in tokens. A power-of-two block size (16, the
+    default) rounds with a mask: ``x & -bs`` is ``x // bs * bs`` for every int64 x, and
+    costs a cycle where the division costs tens, once per running sequence per pass."""
     bs = IS[L.IP_BS]
+    if bs & (bs - 1) == 0:
+        return (tokens + bs - 1) & -bs
     return (tokens + bs - 1) // bs * bs
 
 
@@ -97,6 +101,8 @@ def mem_short(IS, d):
 def demand(IS, R, d, G):
     """Private tokens the running sequences must add to hold iterations up to index ``G``."""
     b = L.DI0 + d * L.NDI
+    if IS[b + L.D_ALLOC] >= G:
+        return 0  # every running sequence holds its blocks through G already (took_through)
     rb = IS[L.H_DH] + 2 * IS[L.H_CAPB] * d + IS[L.H_CAPB]
     tot = 0
     for i in range(IS[b + L.D_HSZ]):
@@ -112,9 +118,38 @@ def alloc_through(IS, F, R, B32, B8, d, G, t):
     """Take the blocks of every running sequence's iterations up to index ``G`` (trimming
     idle replicas LRU when free memory is short; callers make sure it fits); True if memory
     changed (the caller then calls disagg.mem_changed)."""
+    if IS[L.IP_POLICY] == L.POL_TIERED or IS[L.IP_POLICY] == L.POL_COST_AWARE:
+        return alloc_known(IS, F, R, B32, B8, d, G, t, demand(IS, R, d, G))
+    # the other policies' trim reads no sequence's blocks (blocks.rs_trim): one pass takes
+    # them and sums what it took, then the trim frees that much (the same books)
     b = L.DI0 + d * L.NDI
-    add = demand(IS, R, d, G)
+    if IS[b + L.D_ALLOC] >= G:
+        return False  # nothing to take (took_through)
+    rb = IS[L.H_DH] + 2 * IS[L.H_CAPB] * d + IS[L.H_CAPB]
+    add = 0
+    for i in range(IS[b + L.D_HSZ]):
+        rid = IS[rb + i]
+        rr = rid * L.NR
+        x = target(IS, R, rid, G - R[rr + L.R_J0]) - R[rr + L.R_PRIV]
+        if x > 0:
+            R[rr + L.R_PRIV] += x
+            add += x
+    took_through(IS, d, G)
     if add == 0:
+        return False
+    free = IS[L.IP_BUDGET] - IS[b + L.D_PRIV] - IS[b + L.D_USED]
+    if free < add:
+        rs_trim(IS, F, B32, B8, d, add - free, t)
+    IS[b + L.D_PRIV] += add
+    return True
+
+
+@jit
+def alloc_known(IS, F, R, B32, B8, d, G, t, add):
+    """alloc_through with its demand (``add``) already counted."""
+    b = L.DI0 + d * L.NDI
+    if add == 0:
+        took_through(IS, d, G)
         return False
     free = IS[L.IP_BUDGET] - IS[b + L.D_PRIV] - IS[b + L.D_USED]
     if free < add:
@@ -130,7 +165,33 @@ def alloc_through(IS, F, R, B32, B8, d, G, t):
         if x > 0:
             R[rr + L.R_PRIV] += x
     IS[b + L.D_PRIV] += add
+    took_through(IS, d, G)
     return True
+
+
+@jit
+def took_through(IS, d, G):
+    """Every running sequence of ``d`` now holds its blocks through iteration ``G``; they
+    keep them (a sequence's blocks only grow while it runs) until one joins (rejoin)."""
+    a = L.DI0 + d * L.NDI + L.D_ALLOC
+    if G > IS[a]:
+        IS[a] = G
+
+
+@jit
+def fits_surely(IS, d, hi, avail):
+    """demand(hi) <= avail, decided without visiting the batch when the bound allows: a
+    sequence holding its blocks through iteration A needs at most blocks(hi - A) more by
+    ``hi`` (ceil((y + m) / bs) <= ceil(y / bs) + ceil(m / bs)), so the batch needs at most
+    D_HSZ of those. False when the bound cannot tell (the caller then counts)."""
+    b = L.DI0 + d * L.NDI
+    a = IS[b + L.D_ALLOC]
+    if a < 0:
+        return False
+    m = hi - a
+    if m < 0:
+        m = 0
+    return IS[b + L.D_HSZ] * blocks(IS, m) <= avail
 
 
 @jit
@@ -179,7 +240,7 @@ def sync(IS, F, R, B32, B8, d, t):
 @jit
 def first_short(IS, R, d, lo, hi, avail):
     """The first iteration index in [lo, hi] whose blocks exceed ``avail``; -1 if none."""
-    if hi < lo or demand(IS, R, d, hi) <= avail:
+    if hi < lo or fits_surely(IS, d, hi, avail) or demand(IS, R, d, hi) <= avail:
         return -1
     while lo < hi:
         mid = (lo + hi) // 2
@@ -333,6 +394,7 @@ def prepare_iteration(IS, F, R, B32, B8, bid, d, t):
     b = L.DI0 + d * L.NDI
     it = IS[b + L.D_IT]
     victims = 0
+    need = 0  # an empty batch takes nothing
     while IS[b + L.D_B] > 0:
         need = demand(IS, R, d, it)
         free, idle = mem_short(IS, d)
@@ -348,7 +410,9 @@ def prepare_iteration(IS, F, R, B32, B8, bid, d, t):
             R[victim * L.NR + L.R_FLAGS] |= L.F_SOLO  # in the way; it resumes on its own
         preempt(IS, F, R, B32, B8, bid, d, victim, t)
         victims += 1
-    alloc_through(IS, F, R, B32, B8, d, it, t)
+        need = 0  # counted again for the batch left, unless it is empty
+    # the loop left the batch as it counted ``need`` (a trim takes no sequence's blocks)
+    alloc_known(IS, F, R, B32, B8, d, it, t, need)
     if victims and IS[b + L.D_B] > 0:
         first_tokens(IS, F, R, d, t)
 
@@ -504,6 +568,7 @@ def rejoin(IS, F, R, d, it, rid, t):
     has emitted tokens already (handled here: it keeps its first-token time)."""
     rr = rid * L.NR
     n = IS[L.IP_N]
+    IS[L.DI0 + d * L.NDI + L.D_ALLOC] = -1  # its blocks are counted from its admission
     if R[rr + L.R_FLAGS] & L.F_PRE:
         R[rr + L.R_FLAGS] &= ~L.F_PRE
         pg = IS[L.H_PGF]
