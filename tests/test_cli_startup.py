@@ -35,6 +35,13 @@ def test_help_imports_no_heavy_library():
     assert _imported("run", "--help") == "[]"
 
 
+def _printed(code: str) -> list[str]:
+    """The words ``code`` prints in a fresh interpreter."""
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split()
+
+
 def test_the_deferred_markdown_module_is_the_real_one_when_used():
     code = (
         "import sys, prefixbench.cli\n"
@@ -45,9 +52,7 @@ def test_the_deferred_markdown_module_is_the_real_one_when_used():
         "import rich.markdown as m\n"
         "print(type(Markdown('x')).__module__, m.Heading.__name__)\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
-    ).stdout.split()
+    out = _printed(code)
     assert out[0] == "Title" and out[-2:] == ["rich.markdown", "Heading"]
 
 
@@ -66,7 +71,5 @@ def test_the_deferred_traceback_module_is_the_real_one_when_used():
         "assert isinstance(tb, Traceback) and Traceback.from_exception\n"
         "print(type(tb).__module__, m.Frame.__name__)\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
-    ).stdout.split()
+    out = _printed(code)
     assert "ZeroDivisionError:" in out and out[-2:] == ["rich.traceback", "Frame"]

@@ -125,15 +125,7 @@ def alloc_through(IS, F, R, B32, B8, d, G, t):
     b = L.DI0 + d * L.NDI
     if IS[b + L.D_ALLOC] >= G:
         return False  # nothing to take (took_through)
-    rb = IS[L.H_DH] + 2 * IS[L.H_CAPB] * d + IS[L.H_CAPB]
-    add = 0
-    for i in range(IS[b + L.D_HSZ]):
-        rid = IS[rb + i]
-        rr = rid * L.NR
-        x = target(IS, R, rid, G - R[rr + L.R_J0]) - R[rr + L.R_PRIV]
-        if x > 0:
-            R[rr + L.R_PRIV] += x
-            add += x
+    add = take_blocks(IS, R, d, G)
     took_through(IS, d, G)
     if add == 0:
         return False
@@ -157,16 +149,26 @@ def alloc_known(IS, F, R, B32, B8, d, G, t, add):
             trim_by_iteration(IS, F, R, B32, B8, d, G, t)
         else:
             rs_trim(IS, F, B32, B8, d, add - free, t)
+    take_blocks(IS, R, d, G)
+    IS[b + L.D_PRIV] += add
+    took_through(IS, d, G)
+    return True
+
+
+@jit
+def take_blocks(IS, R, d, G):
+    """Give every running sequence of ``d`` its blocks through iteration ``G``; the tokens
+    taken (the books of D_PRIV are the caller's)."""
     rb = IS[L.H_DH] + 2 * IS[L.H_CAPB] * d + IS[L.H_CAPB]
-    for i in range(IS[b + L.D_HSZ]):
+    add = 0
+    for i in range(IS[L.DI0 + d * L.NDI + L.D_HSZ]):
         rid = IS[rb + i]
         rr = rid * L.NR
         x = target(IS, R, rid, G - R[rr + L.R_J0]) - R[rr + L.R_PRIV]
         if x > 0:
             R[rr + L.R_PRIV] += x
-    IS[b + L.D_PRIV] += add
-    took_through(IS, d, G)
-    return True
+            add += x
+    return add
 
 
 @jit
