@@ -23,14 +23,18 @@ POLICIES = ("transfer_per_request", "recompute_on_decode", "replicate_hotset", "
 WORKLOADS = ("enterprise_hotset", "long_context_support", "medium_chat", "tool_call")
 
 
-TARGETS = {
+TARGETS = {  # the speed targets of docs/performance.md "Targets at a glance"
     "study_wall_s": ("<=", 4.0),
-    "timeline_over_run": ("<=", 2.0),
-    "cold_first_sweep_s": ("<=", 20.0),
+    "timeline_over_run": ("<=", 1.5),
+    "cold_first_over_warm_sweep_s": ("<=", 3.0),  # first sweep after install - the second
     "fast_requests_per_s_per_core_min": (">=", 250_000.0),
     "million_synthetic_wall_s": ("<=", 10.0),
-    "million_trace_wall_s": ("<=", 10.0),
+    "million_trace_wall_s": ("<=", 5.0),
     "million_peak_rss_mb_max": ("<=", 2048.0),
+    "run_1m_all_policies_wall_s": ("<=", 10.0),
+    "run_10m_one_policy_wall_s": ("<=", 30.0),
+    "run_10m_one_policy_peak_rss_mb": ("<=", 4096.0),
+    "events_over_floor_max": ("<=", 3.0),
     "help_wall_s": ("<=", 0.2),
     "startup_first_run_cpu_s": ("<=", 0.3),
     "run_all_policies_wall_s": ("<=", 0.8),
