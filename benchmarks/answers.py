@@ -316,16 +316,11 @@ def table(res: dict) -> str:
 # ---------------------------------------------------------------- main
 
 
-def _finite(row: dict) -> dict:
-    """A row for strict JSON: NaN (no such length, no tie bandwidth) as null."""
-    return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in row.items()}
-
-
 def compare(b: dict, a: dict) -> dict:
     """Every comparison of two settings' answers."""
     cx = compare_crossover(b["crossover"], a["crossover"])
-    cx["before_rows"] = {" ".join(k): _finite(v) for k, v in b["crossover"].items()}
-    cx["after_rows"] = {" ".join(k): _finite(v) for k, v in a["crossover"].items()}
+    cx["before_rows"] = {" ".join(k): v for k, v in b["crossover"].items()}
+    cx["after_rows"] = {" ".join(k): v for k, v in a["crossover"].items()}
     return {
         "recommend": compare_recommend(b["study"]["recommend"], a["study"]["recommend"]),
         "runs": compare_runs(b["study"]["runs"], a["study"]["runs"]),
@@ -366,7 +361,9 @@ def main() -> None:
     sys.path.insert(0, str(SRC))  # this checkout's prefixbench, as in the commands it runs
     res = measure(out, 3 if args.quick else args.map_points, args.jobs, args.quick)
     md = table(res)
-    (out / "answers.json").write_text(json.dumps(res, indent=1, allow_nan=False, default=str))
+    from prefixbench.io.export import dumps  # NaN (no such length, no tie) as null
+
+    (out / "answers.json").write_text(dumps(res, indent=1))
     (out / "answers.md").write_text(md)
     print(md)
     print(f"details: {out / 'answers.json'}", file=sys.stderr)

@@ -1050,28 +1050,36 @@ class ReferenceSim:
             return r.cond_decode
         return self.route_decode(r)
 
+    def pending_loads(self) -> list[int]:
+        """Requests handed to each decode instance that have not ended yet."""
+        return [
+            sum(1 for x in self.reqs if x.decode_instance == i and x.outcome == PENDING)
+            for i in range(self.cfg.n_decode)
+        ]
+
+    def affinity_pick(self, r: Req, loads: list[int]) -> int:
+        """The decode instance holding the longest ready run of ``r``'s blocks (ties:
+        fewest requests, lowest index)."""
+        ranked = []
+        for i in range(self.cfg.n_decode):
+            ready = 0
+            for h, _ in r.chain:
+                rep = self.dc[i].replicas.get(h)
+                if rep is None or not rep.ready:
+                    break
+                ready += 1
+            ranked.append((-ready, loads[i], i))
+        return min(ranked)[2]
+
     def route_decode(self, r: Req) -> int:
         cfg = self.cfg
         if cfg.decode_router == "round_robin":
             d = self.rr_decode % cfg.n_decode
             self.rr_decode += 1
             return d
-        # requests handed to each decode instance that have not ended yet
-        loads = [
-            sum(1 for x in self.reqs if x.decode_instance == i and x.outcome == PENDING)
-            for i in range(cfg.n_decode)
-        ]
+        loads = self.pending_loads()
         if cfg.decode_router == "prefix_affinity":
-            ranked = []
-            for i in range(cfg.n_decode):
-                ready = 0
-                for h, _ in r.chain:
-                    rep = self.dc[i].replicas.get(h)
-                    if rep is None or not rep.ready:
-                        break
-                    ready += 1
-                ranked.append((-ready, loads[i], i))
-            return min(ranked)[2]
+            return self.affinity_pick(r, loads)
         if cfg.decode_router == "kv_aware":
             costs = []
             for i in range(cfg.n_decode):
@@ -1604,20 +1612,7 @@ class ReferenceSim:
         as the least loaded prefill queue as one step, its own step and its KV over the
         link at the group rate; ties go remote."""
         cfg = self.cfg
-        loads = [
-            sum(1 for x in self.reqs if x.decode_instance == i and x.outcome == PENDING)
-            for i in range(cfg.n_decode)
-        ]
-        ranked = []
-        for i in range(cfg.n_decode):
-            k = 0
-            for h, _ in r.chain:
-                rep = self.dc[i].replicas.get(h)
-                if rep is None or not rep.ready:
-                    break
-                k += 1
-            ranked.append((-k, loads[i], i))
-        d = min(ranked)[2]
+        d = self.affinity_pick(r, self.pending_loads())
         dec = self.dc[d]
         hit = self.ready_run_tokens(r, d)
         free = cfg.budget_tokens - self.used(d)

@@ -860,7 +860,6 @@ RECENT_FIELDS = {
     "memory.hotset_refresh_s": [0.001, 0.5, 30.0],
     "cluster.chunk_token_budget": [65, 1024, 65536],
 }  # fmt: skip
-RECENT_PATHS = sorted(RECENT_FIELDS)
 RECENT_POLICIES = ["conditional_disagg", "replicate_tiered", "cost_aware", "replicate_all_lru"]
 
 
@@ -868,16 +867,32 @@ def _yaml_value(v) -> str:
     return json.dumps(v) if not isinstance(v, str) else v
 
 
-recent_override = st.tuples(
-    st.sampled_from(RECENT_PATHS),
-    st.one_of(
-        hostile_text,
-        hostile_value.map(lambda v: json.dumps(v, allow_nan=True)),
-        st.sampled_from(RECENT_PATHS).flatmap(
-            lambda k: st.sampled_from(RECENT_FIELDS[k]).map(_yaml_value)
+def _override(fields: dict) -> st.SearchStrategy:
+    """``path=value`` for one of ``fields``: hostile text, a hostile value, or one of the
+    listed values (of a path drawn on its own, as before)."""
+    paths = sorted(fields)
+    return st.tuples(
+        st.sampled_from(paths),
+        st.one_of(
+            hostile_text,
+            hostile_value.map(lambda v: json.dumps(v, allow_nan=True)),
+            st.sampled_from(paths).flatmap(lambda k: st.sampled_from(fields[k]).map(_yaml_value)),
         ),
-    ),
-).map(lambda kv: f"{kv[0]}={kv[1]}")
+    ).map(lambda kv: f"{kv[0]}={kv[1]}")
+
+
+def _legal_sets(fields: dict, max_size: int) -> st.SearchStrategy:
+    """1 to ``max_size`` overrides, each a listed value of its own path."""
+    return st.lists(
+        st.sampled_from(sorted(fields)).flatmap(
+            lambda k: st.sampled_from(fields[k]).map(lambda v: f"{k}={_yaml_value(v)}")
+        ),
+        min_size=1,
+        max_size=max_size,
+    )
+
+
+recent_override = _override(RECENT_FIELDS)
 
 
 @settings(max_examples=3000, **FUZZ)
@@ -888,13 +903,7 @@ def test_fuzz_recent_fields(preset: str, sets: list[str]) -> None:
         _set_then_validate(preset, sets)
 
 
-legal_recent = st.lists(
-    st.sampled_from(RECENT_PATHS).flatmap(
-        lambda k: st.sampled_from(RECENT_FIELDS[k]).map(lambda v: f"{k}={_yaml_value(v)}")
-    ),
-    min_size=1,
-    max_size=4,
-)
+legal_recent = _legal_sets(RECENT_FIELDS, max_size=4)
 
 
 @settings(max_examples=60, **FUZZ)
@@ -945,19 +954,9 @@ MERGED_FIELDS = {
     "cluster.link.nics_per_instance": [1, 2, 8],
     "efficiency.prompt_overhead_us": [0.0, 9.5, 40.0, 10000.0],
 }  # fmt: skip
-MERGED_PATHS = sorted(MERGED_FIELDS)
 MERGED_POLICIES = ["replicate_tiered", "cost_aware", "transfer_per_request"]
 
-merged_override = st.tuples(
-    st.sampled_from(MERGED_PATHS),
-    st.one_of(
-        hostile_text,
-        hostile_value.map(lambda v: json.dumps(v, allow_nan=True)),
-        st.sampled_from(MERGED_PATHS).flatmap(
-            lambda k: st.sampled_from(MERGED_FIELDS[k]).map(_yaml_value)
-        ),
-    ),
-).map(lambda kv: f"{kv[0]}={kv[1]}")
+merged_override = _override(MERGED_FIELDS)
 
 
 @settings(max_examples=1500, **FUZZ)
@@ -977,13 +976,7 @@ def test_fuzz_merged_fields(preset: str, sets: list[str]) -> None:
         assert 0 <= s.efficiency.prompt_overhead_us <= 1e4
 
 
-legal_merged = st.lists(
-    st.sampled_from(MERGED_PATHS).flatmap(
-        lambda k: st.sampled_from(MERGED_FIELDS[k]).map(lambda v: f"{k}={_yaml_value(v)}")
-    ),
-    min_size=1,
-    max_size=5,
-)
+legal_merged = _legal_sets(MERGED_FIELDS, max_size=5)
 
 
 def _check_merged(row: dict, s) -> None:
