@@ -910,22 +910,12 @@ class ReferenceSim:
                 r.prompt - hit <= cfg.max_local_prefill_tokens
                 or hit > cfg.local_prefill_hit_ratio * r.prompt
             ):
-                r.local = True
-                r.prefill_instance = -1
-                r.prefill_done = True
-                r.t_prefill_start = r.t_prefill_end = t
-                r.decode_instance = d
-                self.hand_off(r, d, t)
+                self.prefill_locally(r, d, t)
                 return
         if cfg.policy == "cost_aware" and cfg.cost_aware_local:
             d = self.cost_aware_local(r, t)
             if d is not None:  # prefilled on its decode instance, as conditional_disagg's
-                r.local = True
-                r.prefill_instance = -1
-                r.prefill_done = True
-                r.t_prefill_start = r.t_prefill_end = t
-                r.decode_instance = d
-                self.hand_off(r, d, t)
+                self.prefill_locally(r, d, t)
                 return
         if cfg.prefill_router == "round_robin":
             p = self.rr_prefill % cfg.n_prefill
@@ -1049,6 +1039,15 @@ class ReferenceSim:
         if self.cfg.policy == "conditional_disagg":
             return r.cond_decode
         return self.route_decode(r)
+
+    def prefill_locally(self, r: Req, d: int, t: float) -> None:
+        """``r`` prefills on decode instance ``d`` at ``t``: no prefill node, no link."""
+        r.local = True
+        r.prefill_instance = -1
+        r.prefill_done = True
+        r.t_prefill_start = r.t_prefill_end = t
+        r.decode_instance = d
+        self.hand_off(r, d, t)
 
     def pending_loads(self) -> list[int]:
         """Requests handed to each decode instance that have not ended yet."""

@@ -906,6 +906,32 @@ def test_fuzz_recent_fields(preset: str, sets: list[str]) -> None:
 legal_recent = _legal_sets(RECENT_FIELDS, max_size=4)
 
 
+def _simulate_checked(spec: list[str], policies: list[str], label: str, check=None) -> None:
+    """Load ``spec`` (a preset, then overrides) at 40 requests and simulate ``policies``:
+    a refusal is one clear line, and every summary row obeys every output invariant (and
+    ``check(row, scenario)``)."""
+    from prefixbench.scenario.loader import load_scenario
+    from prefixbench.study.runs import run_scenario
+
+    tiny = ["run.requests=40", "run.warmup_requests=4"]
+    try:
+        s = load_scenario(spec[0], [*tiny, *spec[1:]])
+    except PrefixbenchError as e:
+        _clear(e)
+        s = None
+    assume(s is not None)
+    with _timed(f"simulated ({label})"):
+        try:
+            t = run_scenario(s, policies, keep_requests=False)
+        except PrefixbenchError as e:
+            _clear(e)
+            return
+        for row in t.summary.to_dicts():
+            _check_summary(row, t.prepared)
+            if check is not None:
+                check(row, s)
+
+
 @settings(max_examples=60, **FUZZ)
 @given(
     preset=st.sampled_from(["tool_call", "multi_turn_chat", "enterprise_hotset"]),
@@ -916,24 +942,9 @@ legal_recent = _legal_sets(RECENT_FIELDS, max_size=4)
 def test_fuzz_recent_fields_simulated(preset: str, sets: list[str], shape: list[str]) -> None:
     """Legal values of the recent fields, simulated (40 requests) under the policies that
     read them: every summary row obeys every output invariant."""
-    from prefixbench.scenario.loader import load_scenario
-    from prefixbench.study.runs import run_scenario
-
-    tiny = ["run.requests=40", "run.warmup_requests=4"]
-    try:
-        s = load_scenario(preset, [*tiny, *sets, *shape])
-    except PrefixbenchError as e:
-        _clear(e)
-        s = None
-    assume(s is not None)
-    with _timed("simulated (recent fields, 40 requests, 4 policies)"):
-        try:
-            t = run_scenario(s, RECENT_POLICIES, keep_requests=False)
-        except PrefixbenchError as e:
-            _clear(e)
-            return
-        for row in t.summary.to_dicts():
-            _check_summary(row, t.prepared)
+    _simulate_checked(
+        [preset, *sets, *shape], RECENT_POLICIES, "recent fields, 40 requests, 4 policies"
+    )
 
 
 # ------------------------------------------------------------------ fields merged since
@@ -998,25 +1009,12 @@ def test_fuzz_merged_fields_simulated(preset: str, sets: list[str], shape: list[
     """Legal values of the merged fields, simulated (40 requests; 120 with a tight budget
     and swap) under replicate_tiered, cost_aware and transfer_per_request: every summary
     row obeys every output invariant."""
-    from prefixbench.scenario.loader import load_scenario
-    from prefixbench.study.runs import run_scenario
-
-    tiny = ["run.requests=40", "run.warmup_requests=4"]
-    try:
-        s = load_scenario(preset, [*tiny, *sets, *shape])
-    except PrefixbenchError as e:
-        _clear(e)
-        s = None
-    assume(s is not None)
-    with _timed("simulated (merged fields, 40-120 requests, 3 policies)"):
-        try:
-            t = run_scenario(s, MERGED_POLICIES, keep_requests=False)
-        except PrefixbenchError as e:
-            _clear(e)
-            return
-        for row in t.summary.to_dicts():
-            _check_summary(row, t.prepared)
-            _check_merged(row, s)
+    _simulate_checked(
+        [preset, *sets, *shape],
+        MERGED_POLICIES,
+        "merged fields, 40-120 requests, 3 policies",
+        _check_merged,
+    )
 
 
 # ------------------------------------------------------------------ launch commands (import)
