@@ -142,11 +142,44 @@ def prefix_table(reqs: pl.DataFrame, constants: dict[str, pl.Expr] | None = None
     steady = reqs.select(*dict.fromkeys([*grouped, *_PER_PREFIX_INPUTS])).filter(
         ~pl.col("warmup") & (pl.col("prefix_id") >= 0)
     )
-    table = _per_prefix(steady, grouped)
-    if constants:
-        table = table.with_columns(**constants)
-        table = table.select(*keys, *(c for c in table.columns if c not in keys))
-    return table
+    return _with_constants(_per_prefix(steady, grouped), keys, constants)
+
+
+def _with_constants(table: pl.DataFrame, keys: list[str], constants: dict) -> pl.DataFrame:
+    """``table`` with the constant key columns added and the keys first."""
+    if not constants:
+        return table
+    table = table.with_columns(**constants)
+    return table.select(*keys, *(c for c in table.columns if c not in keys))
+
+
+def prefix_rows(prep, policy: str, res) -> pl.DataFrame:
+    """One run's rows of ``prefix_table`` (grouped by ``policy`` and ``prefix_id``), from
+    the engine's columns in one pass (metrics/prefixes.py), without the request table."""
+    from prefixbench.metrics.prefixes import per_prefix
+    from prefixbench.metrics.runcols import RunCols
+
+    cols = per_prefix(RunCols(prep, res))
+    n = len(cols["prefix_id"])
+    return pl.DataFrame(
+        {
+            "policy": pl.Series([policy] * n, dtype=pl.Utf8),
+            **cols,
+        },
+        nan_to_null=False,
+    ).with_columns(
+        pl.col("replica_served_fraction", "ttft_mean_ms").fill_nan(None),
+    )
+
+
+def point_prefixes(tables: list[pl.DataFrame], constants: dict[str, pl.Expr]) -> pl.DataFrame:
+    """A grid point's per-prefix table from its runs' ``prefix_rows``: the table
+    ``prefix_table`` builds from the point's request rows, with ``constants`` added."""
+    keys = ["admission", "model", "workload", "budget_factor", "seed", "policy", "prefix_id"]
+    if "admission" not in constants:
+        keys.remove("admission")
+    table = pl.concat(tables).sort(["policy", "prefix_id"])
+    return _with_constants(table, keys, constants)
 
 
 _PER_PREFIX_INPUTS = (
