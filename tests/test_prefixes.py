@@ -21,13 +21,9 @@ CASES = [
     ("medium_chat", ["memory.admission=reserve", "memory.budget_factor=0.3"]),
     ("enterprise_hotset", ["cluster.mode=colocated"]),
 ]
-CONSTANTS = {
-    "model": pl.lit("m"),
-    "workload": pl.lit("w"),
-    "budget_factor": pl.lit(0.5),
-    "seed": pl.lit(3).cast(pl.Int64),
-    "admission": pl.lit("paged"),
-}
+VALUES = {"model": "m", "workload": "w", "budget_factor": 0.5, "seed": 3, "admission": "paged"}
+CONSTANTS = {k: pl.lit(v) for k, v in VALUES.items()}
+CONSTANTS["seed"] = pl.lit(3).cast(pl.Int64)
 
 
 @pytest.fixture(scope="module", params=CASES, ids=lambda c: f"{c[0]}{'+' if c[1] else ''}")
@@ -42,7 +38,7 @@ def test_a_points_prefix_rows_are_the_request_tables_group_by(runs):
     prep, results = runs
     table = pl.concat([requests_frame(prep, p, res) for p, res in results])
     want = prefix_table(table, CONSTANTS)
-    got = point_prefixes([prefix_rows(prep, p, res) for p, res in results], CONSTANTS)
+    got = point_prefixes([prefix_rows(prep, p, res) for p, res in results], VALUES)
     assert want.height > 10 and want["ttft_mean_ms"].null_count() < want.height
     assert_frame_equal(got, want, check_exact=True)
 
@@ -58,7 +54,7 @@ def test_the_cases_tell_a_compensated_sum_from_a_plain_one(runs):
             ~pl.col("warmup") & (pl.col("prefix_id") >= 0) & (pl.col("outcome") == "completed")
         )
         got = prefix_rows(prep, p, res)
-        exact = dict(zip(got["prefix_id"].to_list(), got["ttft_mean_ms"].to_list(), strict=True))
+        exact = dict(zip(got["prefix_id"].tolist(), got["ttft_mean_ms"].tolist(), strict=True))
         for (k,), g in df.group_by("prefix_id", maintain_order=True):
             plain = float(np.cumsum(g["ttft_ms"].to_numpy())[-1] / g.height)
             assert plain == pytest.approx(exact[k], rel=1e-12)
@@ -72,6 +68,6 @@ def test_a_run_without_prefixes_has_no_rows():
     res = simulate_policy(prep, "transfer_per_request")
     prep.requests.prefix_id[:] = -1  # no request shares a prefix
     want = prefix_table(requests_frame(prep, "transfer_per_request", res), CONSTANTS)
-    got = point_prefixes([prefix_rows(prep, "transfer_per_request", res)], CONSTANTS)
+    got = point_prefixes([prefix_rows(prep, "transfer_per_request", res)], VALUES)
     assert want.height == 0
     assert_frame_equal(got, want, check_exact=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
 from prefixbench.io.artifacts import register
@@ -153,33 +154,46 @@ def _with_constants(table: pl.DataFrame, keys: list[str], constants: dict) -> pl
     return table.select(*keys, *(c for c in table.columns if c not in keys))
 
 
-def prefix_rows(prep, policy: str, res) -> pl.DataFrame:
-    """One run's rows of ``prefix_table`` (grouped by ``policy`` and ``prefix_id``), from
-    the engine's columns in one pass (metrics/prefixes.py), without the request table."""
+def prefix_rows(prep, policy: str, res) -> dict:
+    """One run's rows of ``prefix_table`` (its ``policy``, then one per prefix by id), as
+    columns from the engine's result in one pass (metrics/prefixes.py): no request table,
+    and no polars query (each costs about a millisecond, more than the pass)."""
     from prefixbench.metrics.prefixes import per_prefix
     from prefixbench.metrics.runcols import RunCols
 
-    cols = per_prefix(RunCols(prep, res))
-    n = len(cols["prefix_id"])
-    return pl.DataFrame(
-        {
-            "policy": pl.Series([policy] * n, dtype=pl.Utf8),
-            **cols,
-        },
-        nan_to_null=False,
-    ).with_columns(
-        pl.col("replica_served_fraction", "ttft_mean_ms").fill_nan(None),
-    )
+    return {"policy": policy, **per_prefix(RunCols(prep, res))}
 
 
-def point_prefixes(tables: list[pl.DataFrame], constants: dict[str, pl.Expr]) -> pl.DataFrame:
+_NULL_WHEN_NAN = ("replica_served_fraction", "ttft_mean_ms")  # nothing admitted / completed
+_KEY_TYPES = {str: pl.Utf8, float: pl.Float64, int: pl.Int64}
+
+
+def point_prefixes(
+    rows: list[dict], constants: dict, run_ids: dict[str, str] | None = None
+) -> pl.DataFrame:
     """A grid point's per-prefix table from its runs' ``prefix_rows``: the table
-    ``prefix_table`` builds from the point's request rows, with ``constants`` added."""
-    keys = ["admission", "model", "workload", "budget_factor", "seed", "policy", "prefix_id"]
-    if "admission" not in constants:
-        keys.remove("admission")
-    table = pl.concat(tables).sort(["policy", "prefix_id"])
-    return _with_constants(table, keys, constants)
+    ``prefix_table`` builds from the point's request rows, sorted by policy and prefix,
+    with the point's ``constants`` (plain values: model, workload, …) and each policy's
+    ``run_ids`` as columns."""
+    rows = sorted(rows, key=lambda r: r["policy"])  # each run's rows are by prefix id
+    sizes = [len(r["prefix_id"]) for r in rows]
+    n = sum(sizes)
+    keys = ["admission", "model", "workload", "budget_factor", "seed"]
+    cols = {
+        k: pl.Series(k, [constants[k]] * n, dtype=_KEY_TYPES[type(constants[k])])
+        for k in keys
+        if k in constants
+    }
+    policy = [r["policy"] for r, m in zip(rows, sizes, strict=True) for _ in range(m)]
+    cols["policy"] = pl.Series("policy", policy, dtype=pl.Utf8)
+    for c in rows[0]:
+        if c != "policy":
+            cols[c] = pl.Series(
+                c, np.concatenate([r[c] for r in rows]), nan_to_null=c in _NULL_WHEN_NAN
+            )
+    if run_ids is not None:
+        cols["run_id"] = pl.Series("run_id", [run_ids[p] for p in policy], dtype=pl.Utf8)
+    return pl.DataFrame(cols)
 
 
 _PER_PREFIX_INPUTS = (

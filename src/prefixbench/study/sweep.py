@@ -76,7 +76,7 @@ def run_point(point: Point, policies: list[str], keep_requests: bool) -> PointRe
     """Simulate one grid point under every policy (runs in a worker process)."""
     from .runs import run_scenario
 
-    tables: list[pl.DataFrame] = []  # each run's per-prefix rows, from its engine columns
+    tables: list[dict] = []  # each run's per-prefix rows, from its engine columns
 
     def _prefixes(prep, policy: str, res) -> None:
         tables.append(prefix_rows(prep, policy, res))
@@ -92,15 +92,19 @@ def run_point(point: Point, policies: list[str], keep_requests: bool) -> PointRe
         pl.lit(point.budget_factor).alias("budget_factor"),
     )
     constants = {  # the point's columns on every request row
-        "model": pl.lit(point.model),
-        "workload": pl.lit(point.workload),
-        "budget_factor": pl.lit(point.budget_factor),
-        "seed": pl.lit(point.seed).cast(pl.Int64),
-        "admission": pl.lit(runs["admission"][0]),
+        "model": point.model,
+        "workload": point.workload,
+        "budget_factor": float(point.budget_factor),
+        "seed": int(point.seed),
+        "admission": runs["admission"][0],
     }
-    ids = runs.select("policy", "run_id")
-    prefixes = point_prefixes(tables, constants).join(ids, on="policy")
-    reqs = t.requests.with_columns(**constants) if keep_requests else None
+    ids = dict(zip(t.summary["policy"].to_list(), run_ids, strict=True))
+    prefixes = point_prefixes(tables, constants, ids)
+    reqs = None
+    if keep_requests:
+        exprs = {k: pl.lit(v) for k, v in constants.items()}
+        exprs["seed"] = pl.lit(point.seed).cast(pl.Int64)
+        reqs = t.requests.with_columns(**exprs)
     return PointResult(point, runs, prefixes, reqs)
 
 
