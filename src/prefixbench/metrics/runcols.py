@@ -45,7 +45,6 @@ DERIVED: dict[str, Callable] = {
 
 
 CACHE_BYTES = 64 << 20  # columns a Rows keeps once read, at most (the rest recomputed)
-INDEX_ROWS = 1 << 20  # runs up to this long select rows by remembered indices (RunCols)
 
 
 class Rows(Mapping):
@@ -106,18 +105,6 @@ class RunCols:
         self.warmup = np.arange(self.n) < prep.scenario.run.warmup_requests
         self.completed = np.asarray(res.columns["outcome"]) == int(Outcome.COMPLETED)
         self.rejected = np.asarray(res.columns["outcome"]) == int(Outcome.REJECTED)
-        self._indices: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-
-    def _index(self, mask: np.ndarray | None) -> np.ndarray | None:
-        """``mask`` as row indices, remembered per mask for a run of up to ``INDEX_ROWS``
-        requests: a boolean mask is counted again at every column it selects, its indices
-        select at half the cost (the same rows in the same order)."""
-        if mask is None or self.n > INDEX_ROWS:
-            return mask
-        hit = self._indices.get(id(mask))
-        if hit is None or hit[0] is not mask:
-            hit = self._indices[id(mask)] = (mask, np.flatnonzero(mask))
-        return hit[1]
 
     def has(self, name: str) -> bool:
         return name in self.inputs or name in self.cols or name in _EXTRA
@@ -127,21 +114,17 @@ class RunCols:
 
     def column(self, name: str, mask: np.ndarray | None = None) -> np.ndarray:
         """A column, of the rows in ``mask`` (None: all)."""
-        mask = self._index(mask)
         if name in _EXTRA:
             return _EXTRA[name](self, mask)
         col = self.inputs[name] if name in self.inputs else np.asarray(self.cols[name])
-        return _sel(col, mask)
+        return col if mask is None else col[mask]
 
     def all(self) -> Rows:
         return Rows(self, None)
 
 
 def _sel(col: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
-    """The rows of ``mask`` (a boolean mask or row indices; None: all)."""
-    if mask is None:
-        return col
-    return col.take(mask) if mask.dtype != np.bool_ else col[mask]
+    return col if mask is None else col[mask]
 
 
 def _bytes(tokens: str) -> Callable:
