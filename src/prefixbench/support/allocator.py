@@ -3,7 +3,7 @@
 A run of a million requests allocates and frees numpy arrays of several to hundreds of MB
 over and over (the trace's columns, the engine's result columns, the bound's schedules).
 Two defaults make the kernel spend as much CPU on that as the run spends computing
-(docs/performance.md "The 1M-request trace: system time"):
+(docs/performance.md "The 1M-request trace on a quiet machine"):
 
 * numpy asks for transparent huge pages on every array of 4 MiB or more
   (``madvise(MADV_HUGEPAGE)``; numpy ``numpy/__init__.py`` ``hugepage_setup``, on by default
