@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import subprocess
 
+import numpy as np
 import polars as pl
 import pytest
 
@@ -75,3 +78,28 @@ def test_a_writer_with_no_rows_is_a_bug(tmp_path):
     with pytest.raises(AssertionError):
         w.close()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_really_full_disk_is_one_line_and_leaves_no_file(tmp_path, plain):
+    """The encoder runs in another thread: polars' own ENOSPC (on a 256 KiB tmpfs) comes
+    back to the writer as one line, and nothing is left behind."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mnt = tmp_path / "tiny"
+    mnt.mkdir()
+    r = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)], capture_output=True
+    )
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
+    try:
+        rng = np.random.default_rng(0)
+        w = PartWriter(mnt / "requests.parquet", "requests")
+        with pytest.raises(ArtifactError, match="No space left|disk is full"):
+            for i in range(40):  # about 4 MB of incompressible floats
+                n = 12_500
+                w.add(pl.DataFrame({"request_id": np.arange(n) + i * n, "x": rng.random(n)}))
+            w.close()
+        assert list(mnt.iterdir()) == []
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False)
