@@ -7,12 +7,12 @@ import numpy as np
 
 from prefixbench.engine import layout as L
 from prefixbench.engine.jit import entry
-from prefixbench.engine.series import _coeffs, coeffs
+from prefixbench.engine.series import computed_coeffs, coeffs
 
 
 @entry
 def _both(F, batch, ctx):
-    return coeffs(F, batch, ctx), _coeffs(F, batch, ctx)
+    return coeffs(F, batch, ctx), computed_coeffs(F, batch, ctx)
 
 
 def _params() -> np.ndarray:

@@ -203,15 +203,16 @@ def coeffs(F, batch, ctx):
     for the same ones, and each costs six divisions."""
     if F[G_CO_B] == batch and F[G_CO_C] == ctx:
         return F[G_CO_A1], F[G_CO_S1], F[G_CO_A2], F[G_CO_S2], F[G_CO_O]
-    a1, s1, a2, s2, o = _coeffs(F, batch, ctx)
+    a1, s1, a2, s2, o = computed_coeffs(F, batch, ctx)
     F[G_CO_B], F[G_CO_C] = batch, ctx
     F[G_CO_A1], F[G_CO_S1], F[G_CO_A2], F[G_CO_S2], F[G_CO_O] = a1, s1, a2, s2, o
     return a1, s1, a2, s2, o
 
 
 @jit
-def _coeffs(F, batch, ctx):
-    """coeffs, computed."""
+def computed_coeffs(F, batch, ctx):
+    """coeffs without the memo: for an ``F`` holding only the parameters (the timeline's
+    copy, engine/timeline.py), which has no G_CO_* slots to write."""
     c0 = FP_DC
     ar, kr, br = F[c0 + C_AR], F[c0 + C_KR], F[c0 + C_BR]
     att, kv = F[c0 + C_ATT], F[c0 + C_KV]
