@@ -1,5 +1,6 @@
-"""support/allocator.py: importing prefixbench turns numpy's huge pages off and keeps glibc
-from returning large freed blocks, unless the user set either; a no-op elsewhere."""
+"""support/allocator.py: importing prefixbench turns numpy's huge pages off unless the user
+set the variable, and leaves glibc's allocator as it is (its mmap threshold raised, a
+10M-request run no longer fits in 4 GB: docs/performance.md)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ print(libc.mallinfo2().hblkhd >= a.nbytes)
 
 def _run(code: str, **env: str) -> str:
     # importing prefixbench here set the huge-page variable in this process's environment
-    drop = (allocator.HUGEPAGE_VAR, *allocator.MALLOC_VARS)
+    drop = (allocator.HUGEPAGE_VAR, "GLIBC_TUNABLES")
     base = {k: v for k, v in os.environ.items() if k not in drop}
     p = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True,
@@ -51,27 +52,21 @@ def test_the_users_huge_page_setting_wins():
 
 
 def test_configure_sets_the_variable_numpy_reads():
-    env = {"GLIBC_TUNABLES": "x"}  # and leaves glibc alone
-    assert allocator.configure(env) == {"numpy_hugepages_off": True, "glibc_keep_freed": False}
+    env = {}
+    assert allocator.configure(env) == {"numpy_hugepages_off": True}
     assert env[allocator.HUGEPAGE_VAR] == "0"
 
 
-@pytest.mark.skipif(not allocator._is_glibc(), reason="glibc's mallopt")
-def test_large_blocks_come_from_the_heap_unless_the_user_tuned_glibc():
+def _glibc() -> bool:
+    try:
+        return sys.platform.startswith("linux") and os.confstr("CS_GNU_LIBC_VERSION").startswith(
+            "glibc"
+        )
+    except (ValueError, OSError, AttributeError):
+        return False
+
+
+@pytest.mark.skipif(not _glibc(), reason="glibc's mallinfo2")
+def test_large_blocks_are_still_mmapped_after_importing_prefixbench():
     assert _run(_MMAPPED) == "True"  # glibc's default: a 64 MiB block is mmap'ed
-    assert _run("import prefixbench\n" + _MMAPPED) == "False"
-    tuned = "glibc.malloc.mmap_threshold=131072"
-    assert _run("import prefixbench\n" + _MMAPPED, GLIBC_TUNABLES=tuned) == "True"
-
-
-def test_no_mallopt_off_glibc(monkeypatch):
-    monkeypatch.setattr(sys, "platform", "darwin")
-    assert allocator._is_glibc() is False
-    assert allocator.configure({})["glibc_keep_freed"] is False
-    monkeypatch.setattr(sys, "platform", "linux")
-
-    def no_confstr(name):
-        raise ValueError(name)  # musl: CS_GNU_LIBC_VERSION is not defined
-
-    monkeypatch.setattr(os, "confstr", no_confstr)
-    assert allocator._is_glibc() is False
+    assert _run("import prefixbench\n" + _MMAPPED) == "True"
