@@ -44,7 +44,7 @@ def _printed(code: str) -> list[str]:
 
 def test_the_deferred_markdown_module_is_the_real_one_when_used():
     code = (
-        "import sys, prefixbench.cli\n"
+        "import sys\nfrom prefixbench.cli import app\n"
         "from rich.markdown import Markdown\n"
         "assert 'markdown_it' not in sys.modules\n"
         "from rich.console import Console\n"
@@ -58,7 +58,7 @@ def test_the_deferred_markdown_module_is_the_real_one_when_used():
 
 def test_the_deferred_traceback_module_is_the_real_one_when_used():
     code = (
-        "import sys, prefixbench.cli\n"
+        "import sys\nfrom prefixbench.cli import app\n"
         "from rich.traceback import Traceback\n"
         "assert 'pygments' not in sys.modules\n"
         "from rich.console import Console\n"

@@ -1,0 +1,285 @@
+"""The client half of the opt-in warm server (docs/design.md "The warm server"): the first
+thing the console script does, in the standard library only, before Typer, numpy or numba
+are imported.
+
+A server (``support/warmserve.py``, started by ``prefixbench server start``) listens on a
+unix socket whose name is a digest of everything its imports depended on: the package
+version and sources, ``sys.executable``, ``sys.path``, the interpreter's flags and the
+environment variables read at import (NUMBA_*, PREFIXBENCH_*, PYTHON*, thread-pool and
+locale settings). A client whose digest differs finds no socket of that name and runs in its
+own process as before, so an upgrade, an edited source or another NUMBA_* setting never
+talks to a stale server. Any failure before the server has started the command falls back
+silently; once it has, the command's exit status is the client's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import struct
+import sys
+
+from .. import __version__
+
+PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# environment variables that modules read when they are imported, so a server's must match
+_IMPORT_ENV_PREFIXES = ("NUMBA_", "PREFIXBENCH_", "PYTHON", "OMP_", "OPENBLAS_", "MKL_",
+                        "POLARS_", "TYPER_", "_TYPER_", "LC_")  # fmt: skip
+_IMPORT_ENV_NAMES = {"LANG", "TZ", "FORCE_COLOR", "PY_COLORS", "GITHUB_ACTIONS", "TERMINAL_WIDTH"}
+# the server's own settings: a client that asks for the server must match one started without
+_NOT_KEYED = {"PREFIXBENCH_SERVER", "PREFIXBENCH_SERVER_IDLE"}
+
+
+def _import_env(environ=os.environ) -> list[tuple[str, str]]:
+    return sorted(
+        (k, v)
+        for k, v in environ.items()
+        if (k.startswith(_IMPORT_ENV_PREFIXES) or k in _IMPORT_ENV_NAMES) and k not in _NOT_KEYED
+    )
+
+
+def _source_stamps() -> list[tuple[str, int, int]]:
+    """(path, size, mtime) of every source of the package: an edit or reinstall moves one."""
+    stamps = []
+    for root, dirs, files in os.walk(PACKAGE):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for name in sorted(files):
+            if name.endswith(".py"):
+                st = os.stat(os.path.join(root, name))
+                stamps.append((os.path.join(root, name), st.st_size, st.st_mtime_ns))
+    return stamps
+
+
+def _path_stamps() -> list[tuple[str, int]]:
+    """sys.path after its first entry (the script's folder or the working directory), each
+    with its folder's mtime, which installing or removing a distribution moves."""
+    out = []
+    for entry in sys.path[1:]:
+        try:
+            out.append((entry, os.stat(entry).st_mtime_ns))
+        except OSError:
+            out.append((entry, -1))
+    return out
+
+
+def server_key(environ=None) -> str:
+    """The digest a server and its clients share (module docstring), for ``environ`` (by
+    default this process's environment); 20 hex digits."""
+    parts = [
+        __version__, PACKAGE, sys.executable, sys.version, tuple(sys.flags),
+        sys.warnoptions, sorted(sys._xoptions.items()), _path_stamps(),
+        _import_env(os.environ if environ is None else environ),
+        _source_stamps(), os.getuid(),
+    ]  # fmt: skip
+    return hashlib.sha256(repr(parts).encode()).hexdigest()[:20]
+
+
+_this_key: list[str] = []  # the key this process's command was started under
+
+
+def current_key() -> str:
+    """The key this process's command was started with: computed before any import could
+    set an environment variable (``NUMBA_CPU_NAME``), and kept; for `server status`."""
+    if not _this_key:
+        _this_key.append(server_key())
+    return _this_key[0]
+
+
+def runtime_dir(create: bool = False) -> str | None:
+    """The folder of servers' sockets: $XDG_RUNTIME_DIR/prefixbench, else a
+    prefixbench-UID folder in the temporary folder; None unless it is a real folder owned by
+    this user that nobody else may enter (mode 0700)."""
+    base = os.environ.get("XDG_RUNTIME_DIR")
+    if base and os.path.isdir(base):
+        path = os.path.join(base, "prefixbench")
+    else:
+        path = os.path.join(os.environ.get("TMPDIR") or "/tmp", f"prefixbench-{os.getuid()}")
+    if create:
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            pass
+        except OSError:
+            return None
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    private = st.st_uid == os.getuid() and not st.st_mode & 0o077
+    return path if private and os.path.isdir(path) and not os.path.islink(path) else None
+
+
+def socket_path(key: str, directory: str) -> str:
+    return os.path.join(directory, f"{key}.sock")
+
+
+def send_message(sock: socket.socket, obj, fds: list[int] | None = None) -> None:
+    """One JSON message, length-prefixed; ``fds`` travel with it (SCM_RIGHTS)."""
+    data = json.dumps(obj).encode()
+    data = struct.pack("!I", len(data)) + data
+    if fds:
+        sent = socket.send_fds(sock, [data], fds)
+        data = data[sent:]
+    sock.sendall(data)
+
+
+def recv_message(sock: socket.socket, maxfds: int = 0) -> tuple[object, list[int]]:
+    """The next message and the descriptors that came with it; EOFError at a clean end."""
+    fds: list[int] = []
+    if maxfds:
+        buf, fds, _flags, _addr = socket.recv_fds(sock, 1 << 16, maxfds)
+    else:
+        buf = sock.recv(1 << 16)
+    if not buf:
+        raise EOFError
+    while len(buf) < 4 or len(buf) < 4 + struct.unpack("!I", buf[:4])[0]:
+        more = sock.recv(1 << 16)
+        if not more:
+            raise EOFError
+        buf += more
+    n = struct.unpack("!I", buf[:4])[0]
+    return json.loads(buf[4 : 4 + n]), fds
+
+
+def _streams() -> list[dict] | None:
+    """How this interpreter set up stdin, stdout and stderr, for the server's child to
+    rebuild the same text streams over the descriptors it receives; None if one is closed."""
+    specs = []
+    for i, f in enumerate((sys.stdin, sys.stdout, sys.stderr)):
+        try:
+            os.fstat(i)
+        except OSError:
+            return None
+        if f is None:
+            return None
+        specs.append({"encoding": getattr(f, "encoding", None) or "utf-8",
+                      "errors": getattr(f, "errors", None) or "strict",
+                      "line_buffering": bool(getattr(f, "line_buffering", False))})  # fmt: skip
+    return specs
+
+
+def request(key: str) -> dict | None:
+    """What the server's child needs to run this command as this process would."""
+    streams = _streams()
+    try:
+        cwd = os.getcwd()
+    except OSError:
+        return None
+    if streams is None:
+        return None
+    umask = os.umask(0o022)
+    os.umask(umask)
+    main = sys.modules.get("__main__")
+    return {"key": key, "argv": list(sys.argv), "cwd": cwd, "env": dict(os.environ),
+            "umask": umask, "main_package": getattr(main, "__package__", None),
+            "streams": streams}  # fmt: skip
+
+
+def _forward_signals(pid: int) -> None:
+    """Ctrl-C and the terminal's other signals go to the command's process group, as they
+    would reach a command running in this process."""
+    import signal
+
+    def forward(signum, _frame):
+        try:
+            os.killpg(pid, signum)
+        except OSError:
+            pass
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(sig, forward)
+
+
+def _connect(path: str) -> socket.socket | None:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(10.0)  # a live server's spare answers at once; a hung one must not
+        sock.connect(path)
+        return sock
+    except OSError:
+        sock.close()
+        return None
+
+
+def _handed_over(sock: socket.socket, key: str) -> int | None:
+    """Send the request; the pid of the server's child running the command, or None when
+    the server refused it or went away before starting it (nothing has run)."""
+    req = request(key)
+    if req is None:
+        return None
+    try:
+        send_message(sock, req, [0, 1, 2])
+        reply, _ = recv_message(sock)
+    except (OSError, EOFError, ValueError):
+        return None
+    return reply.get("pid") if isinstance(reply, dict) else None
+
+
+def _exit_status(sock: socket.socket) -> int:
+    """Wait for the command to end; its exit status (a death by signal is re-raised here)."""
+    sock.settimeout(None)
+    try:
+        reply, _ = recv_message(sock)
+    except (OSError, EOFError, ValueError):
+        reply = None
+    if isinstance(reply, dict) and isinstance(reply.get("signal"), int):
+        import signal
+
+        signal.signal(reply["signal"], signal.SIG_DFL)
+        os.kill(os.getpid(), reply["signal"])
+    if isinstance(reply, dict) and isinstance(reply.get("exit"), int):
+        return reply["exit"]
+    sys.stderr.write("prefixbench: the warm server's process for this command ended "
+                     "without an exit status; run it again with PREFIXBENCH_SERVER=0\n")  # fmt: skip
+    return 1
+
+
+def run_through_server() -> int | None:
+    """Run this process's command in a live warm server; its exit status, or None to run it
+    here (no server for this key, PREFIXBENCH_SERVER=0, or any failure before it started).
+    With PREFIXBENCH_SERVER=1 and no server, one is started in the background for the next
+    command."""
+    setting = os.environ.get("PREFIXBENCH_SERVER", "")
+    if setting == "0":
+        return None
+    try:
+        key = current_key()
+        directory = runtime_dir(create=setting == "1")
+    except Exception:  # noqa: BLE001 - whatever goes wrong, the normal path still works
+        return None
+    if directory is None:
+        return None
+    sock = _connect(socket_path(key, directory))
+    if sock is None:
+        if setting == "1":
+            start_in_background()
+        return None
+    with sock:
+        pid = _handed_over(sock, key)
+        if pid is None:
+            return None
+        _forward_signals(pid)
+        return _exit_status(sock)
+
+
+def start_in_background(idle_s: float | None = None) -> int:
+    """Start a server for this key as a detached process; its pid. It does nothing if
+    another already holds this key's lock."""
+    import subprocess
+
+    code = "from prefixbench.cli.server import serve_main; serve_main()"
+    argv = [sys.executable, "-c", code]
+    if idle_s is not None:
+        argv.append(str(idle_s))
+    directory = runtime_dir(create=True)
+    if directory is None:
+        raise OSError("no private folder for the server's socket (XDG_RUNTIME_DIR or TMPDIR)")
+    log = os.path.join(directory, f"{current_key()}.log")
+    with open(os.devnull, "rb") as null_in, open(log, "ab") as log_out:
+        proc = subprocess.Popen(
+            argv, stdin=null_in, stdout=log_out, stderr=log_out, cwd=directory,
+            start_new_session=True, close_fds=True,
+        )  # fmt: skip
+    return proc.pid
