@@ -123,6 +123,23 @@ def test_the_server_refuses_a_request_made_under_another_key(server_env):
     assert _served(server_env, before + 1) == before + 1  # a spare took it, and ran nothing
 
 
+def test_ctrl_c_reaches_the_command_as_in_its_own_process(server_env, tmp_path):
+    import signal
+
+    before = _served(server_env)
+    env = {k: v for k, v in server_env.items() if k != "PREFIXBENCH_SERVER"}
+    argv = ["run", "--set", "run.requests=400000", "-p", "transfer_per_request", "--out", "o"]
+    p = subprocess.Popen([sys.executable, "-m", "prefixbench", *argv], env=env, cwd=tmp_path,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+    _served(server_env, before + 1)
+    time.sleep(0.5)  # well inside the run (seconds), past its start
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 130 and err.endswith(b"interrupted\n"), err[-500:]
+    assert not (tmp_path / "o" / "summary.parquet").exists()
+
+
 def test_status_and_stop(server_env, tmp_path):
     p = _pb(server_env, "server", "status", "--json", cwd=tmp_path, server=False)
     st = json.loads(p.stdout)

@@ -5,7 +5,6 @@ Errors from the library print one line to stderr and exit non-zero; `--debug` sh
 traceback instead.
 """
 
-from __future__ import annotations
 
 import functools
 import os
@@ -383,7 +382,7 @@ class _Progress:
             self.bar.stop()
             self.bar = None
 
-    def __enter__(self) -> _Progress:
+    def __enter__(self) -> "_Progress":
         return self
 
     def __exit__(self, *exc) -> None:

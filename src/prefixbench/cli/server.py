@@ -3,7 +3,6 @@ server"). While one runs, every `prefixbench` command started in the same enviro
 in a process forked from it, with numpy, numba, pydantic, the engine and polars already
 loaded; `support/warm.py` is the client, `support/warmserve.py` the server."""
 
-from __future__ import annotations
 
 import os
 import sys
@@ -14,7 +13,7 @@ import typer
 
 from .app import app, echo_json, err, guarded, out
 
-server_app = typer.Typer(help="An opt-in warm server that makes repeated commands start fast.")
+server_app = typer.Typer()
 app.add_typer(server_app, name="server")
 
 DEFAULT_IDLE_S = 900.0
@@ -109,16 +108,26 @@ def _wait(until, timeout_s: float) -> bool:
     return False
 
 
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+
+
+def _said(as_json: bool, text: str, **fields) -> None:
+    if as_json:
+        echo_json(fields)
+    else:
+        out.print(text, highlight=False)
+
+
 @server_app.command("start")
 @guarded
-def server_start(idle: IdleOpt = None) -> None:
+def server_start(idle: IdleOpt = None, as_json: JsonOpt = False) -> None:
     """Start a warm server for this environment (Python, sources, NUMBA_* settings)."""
     from prefixbench.errors import PrefixbenchError
     from prefixbench.support.warm import start_in_background
     from prefixbench.support.warmserve import status
 
     if (st := status()) is not None and "pid" in st:
-        out.print(f"already running: pid {st['pid']}", highlight=False)
+        _said(as_json, f"already running: pid {st['pid']}", **{**st, "running": True, "launched": False})
         return
     start_in_background(idle if idle is not None else _idle_default())
 
@@ -130,12 +139,13 @@ def server_start(idle: IdleOpt = None) -> None:
         raise PrefixbenchError("the warm server did not start within 180 s", where="server start",
                                fix="see the log next to the socket, or run without a server")  # fmt: skip
     st = status()
-    out.print(f"started: pid {st['pid']}, socket {st['socket']}", highlight=False)
+    text = f"started: pid {st['pid']}, socket {st['socket']}"
+    _said(as_json, text, **{**st, "running": True, "launched": True})
 
 
 @server_app.command("stop")
 @guarded
-def server_stop() -> None:
+def server_stop(as_json: JsonOpt = False) -> None:
     """Stop this environment's warm server (commands it is running finish)."""
     import signal
 
@@ -143,20 +153,26 @@ def server_stop() -> None:
 
     st = status()
     if st is None or "pid" not in st:
-        out.print("not running", highlight=False)
+        _said(as_json, "not running", running=False, stopped=None)
         return
     os.kill(st["pid"], signal.SIGTERM)
     if not _wait(lambda: status() is None, 10.0):
         err.print(f"pid {st['pid']} is still running after 10 s", highlight=False)
         raise typer.Exit(1)
-    out.print(f"stopped: pid {st['pid']}", highlight=False)
+    _said(as_json, f"stopped: pid {st['pid']}", running=False, stopped=st["pid"])
+
+
+@server_app.callback(invoke_without_command=True)
+@guarded
+def server_group(ctx: typer.Context, as_json: JsonOpt = False) -> None:
+    """An opt-in warm server that makes repeated commands start fast (alone: its status)."""
+    if ctx.invoked_subcommand is None:
+        server_status(as_json)
 
 
 @server_app.command("status")
 @guarded
-def server_status(
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-) -> None:
+def server_status(as_json: JsonOpt = False) -> None:
     """Whether a warm server serves this environment; exit status 1 when none does."""
     from prefixbench.support.warmserve import status
 

@@ -14,14 +14,15 @@ silently; once it has, the command's exit status is the client's.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-import socket
-import struct
 import sys
 
 from .. import __version__
+
+# Only os and sys at import: the check must cost a command without a server next to nothing.
+# The socket module is imported once a socket file exists, messages are marshal'd (the
+# server runs this very interpreter: sys.version is in the key), and the key is hashed with
+# hashlib's BLAKE2 without loading OpenSSL.
 
 PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # environment variables that modules read when they are imported, so a server's must match
@@ -73,7 +74,11 @@ def server_key(environ=None) -> str:
         _import_env(os.environ if environ is None else environ),
         _source_stamps(), os.getuid(),
     ]  # fmt: skip
-    return hashlib.sha256(repr(parts).encode()).hexdigest()[:20]
+    try:
+        from _blake2 import blake2b
+    except ImportError:  # another interpreter than CPython
+        from hashlib import blake2b
+    return blake2b(repr(parts).encode(), digest_size=10).hexdigest()
 
 
 _this_key: list[str] = []  # the key this process's command was started under
@@ -115,18 +120,26 @@ def socket_path(key: str, directory: str) -> str:
     return os.path.join(directory, f"{key}.sock")
 
 
-def send_message(sock: socket.socket, obj, fds: list[int] | None = None) -> None:
-    """One JSON message, length-prefixed; ``fds`` travel with it (SCM_RIGHTS)."""
-    data = json.dumps(obj).encode()
-    data = struct.pack("!I", len(data)) + data
+def send_message(sock, obj, fds: list[int] | None = None) -> None:
+    """One message (marshal'd plain data), length-prefixed; ``fds`` travel with it
+    (SCM_RIGHTS)."""
+    import marshal
+    import socket
+
+    data = marshal.dumps(obj)
+    data = len(data).to_bytes(4, "big") + data
     if fds:
         sent = socket.send_fds(sock, [data], fds)
         data = data[sent:]
     sock.sendall(data)
 
 
-def recv_message(sock: socket.socket, maxfds: int = 0) -> tuple[object, list[int]]:
-    """The next message and the descriptors that came with it; EOFError at a clean end."""
+def recv_message(sock, maxfds: int = 0) -> tuple[object, list[int]]:
+    """The next message and the descriptors that came with it; EOFError at a clean end,
+    ValueError for a message that is not one."""
+    import marshal
+    import socket
+
     fds: list[int] = []
     if maxfds:
         buf, fds, _flags, _addr = socket.recv_fds(sock, 1 << 16, maxfds)
@@ -134,13 +147,16 @@ def recv_message(sock: socket.socket, maxfds: int = 0) -> tuple[object, list[int
         buf = sock.recv(1 << 16)
     if not buf:
         raise EOFError
-    while len(buf) < 4 or len(buf) < 4 + struct.unpack("!I", buf[:4])[0]:
+    while len(buf) < 4 or len(buf) < 4 + int.from_bytes(buf[:4], "big"):
         more = sock.recv(1 << 16)
         if not more:
             raise EOFError
         buf += more
-    n = struct.unpack("!I", buf[:4])[0]
-    return json.loads(buf[4 : 4 + n]), fds
+    n = int.from_bytes(buf[:4], "big")
+    try:
+        return marshal.loads(buf[4 : 4 + n]), fds
+    except (EOFError, TypeError) as e:
+        raise ValueError("not a message") from e
 
 
 def _streams() -> list[dict] | None:
@@ -192,7 +208,12 @@ def _forward_signals(pid: int) -> None:
         signal.signal(sig, forward)
 
 
-def _connect(path: str) -> socket.socket | None:
+def _connect(path: str):
+    """A connected socket, or None (no socket file there, or nobody listening)."""
+    if not os.path.exists(path):
+        return None
+    import socket
+
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.settimeout(10.0)  # a live server's spare answers at once; a hung one must not
@@ -203,7 +224,7 @@ def _connect(path: str) -> socket.socket | None:
         return None
 
 
-def _handed_over(sock: socket.socket, key: str) -> int | None:
+def _handed_over(sock, key: str) -> int | None:
     """Send the request; the pid of the server's child running the command, or None when
     the server refused it or went away before starting it (nothing has run)."""
     req = request(key)
@@ -217,7 +238,7 @@ def _handed_over(sock: socket.socket, key: str) -> int | None:
     return reply.get("pid") if isinstance(reply, dict) else None
 
 
-def _exit_status(sock: socket.socket) -> int:
+def _exit_status(sock) -> int:
     """Wait for the command to end; its exit status (a death by signal is re-raised here)."""
     sock.settimeout(None)
     try:

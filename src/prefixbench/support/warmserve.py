@@ -137,8 +137,10 @@ def _peer_is_us(conn: socket.socket) -> bool:
 def _serve_one(conn: socket.socket, key: str, run: Callable[[], None], import_env) -> None:
     """The accepted client's command, in this process; never returns."""
     try:
+        if not _peer_is_us(conn):  # (the folder is private too)
+            os._exit(0)
         req, fds = recv_message(conn, maxfds=3)
-        ok = _peer_is_us(conn) and isinstance(req, dict) and len(fds) == 3
+        ok = isinstance(req, dict) and len(fds) == 3
         if not ok or req.get("key") != key:
             send_message(conn, {"refused": "stale key" if ok else "bad request"})
             os._exit(0)
@@ -275,10 +277,13 @@ class _Server:
                 os.unlink(self.path)
         except OSError:
             pass
-        try:
-            os.unlink(self.status_path)
-        except OSError:
-            pass
+        log = os.path.join(self.directory, f"{self.key}.log")
+        for path, only_if_empty in ((self.status_path, False), (log, True)):
+            try:
+                if not only_if_empty or os.path.getsize(path) == 0:
+                    os.unlink(path)
+            except OSError:
+                pass
         self.listener.close()
 
 
