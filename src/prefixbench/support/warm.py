@@ -29,15 +29,17 @@ PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _IMPORT_ENV_PREFIXES = ("NUMBA_", "PREFIXBENCH_", "PYTHON", "OMP_", "OPENBLAS_", "MKL_",
                         "POLARS_", "TYPER_", "_TYPER_", "LC_")  # fmt: skip
 _IMPORT_ENV_NAMES = {"LANG", "TZ", "FORCE_COLOR", "PY_COLORS", "GITHUB_ACTIONS", "TERMINAL_WIDTH"}
-# the server's own settings: a client that asks for the server must match one started without
-_NOT_KEYED = {"PREFIXBENCH_SERVER", "PREFIXBENCH_SERVER_IDLE"}
+# the server's own settings (PREFIXBENCH_SERVER*): a client that asks for the server must
+# match one started without them
+_NOT_KEYED_PREFIX = "PREFIXBENCH_SERVER"
 
 
 def _import_env(environ=os.environ) -> list[tuple[str, str]]:
     return sorted(
         (k, v)
         for k, v in environ.items()
-        if (k.startswith(_IMPORT_ENV_PREFIXES) or k in _IMPORT_ENV_NAMES) and k not in _NOT_KEYED
+        if (k.startswith(_IMPORT_ENV_PREFIXES) or k in _IMPORT_ENV_NAMES)
+        and not k.startswith(_NOT_KEYED_PREFIX)
     )
 
 
@@ -245,6 +247,8 @@ def _exit_status(sock) -> int:
         reply, _ = recv_message(sock)
     except (OSError, EOFError, ValueError):
         reply = None
+    if isinstance(reply, dict) and os.environ.get("PREFIXBENCH_SERVER_TIMES"):
+        _log_times(reply)
     if isinstance(reply, dict) and isinstance(reply.get("signal"), int):
         import signal
 
@@ -255,6 +259,19 @@ def _exit_status(sock) -> int:
     sys.stderr.write("prefixbench: the warm server's process for this command ended "
                      "without an exit status; run it again with PREFIXBENCH_SERVER=0\n")  # fmt: skip
     return 1
+
+
+def _log_times(reply: dict) -> None:
+    """One JSON line per command in the file PREFIXBENCH_SERVER_TIMES names: argv, status
+    and the CPU seconds the server's process spent on it (the client's own are not in it)."""
+    import json
+
+    line = {"argv": sys.argv[1:], "exit": reply.get("exit"), "cpu_s": reply.get("cpu_s")}
+    try:
+        with open(os.environ["PREFIXBENCH_SERVER_TIMES"], "a") as f:
+            f.write(json.dumps(line) + "\n")
+    except OSError:
+        pass
 
 
 def run_through_server() -> int | None:

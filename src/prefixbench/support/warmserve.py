@@ -110,8 +110,23 @@ def _flushed(code: int) -> int:
     return code
 
 
+def _cpu_s() -> float:
+    """CPU seconds of this process and of its waited-for children (a sweep's workers)."""
+    import resource
+
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def _execute(run: Callable[[], None]) -> dict:
-    """Run the command; its exit as the client must reproduce it."""
+    """Run the command; its exit as the client must reproduce it, and its CPU seconds."""
+    cpu0 = _cpu_s()
+    outcome = _outcome(run)
+    return {**outcome, "cpu_s": _cpu_s() - cpu0}
+
+
+def _outcome(run: Callable[[], None]) -> dict:
     import traceback
 
     try:
