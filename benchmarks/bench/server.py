@@ -28,8 +28,15 @@ SERVER_COMMANDS = {
     "cost": ["cost", "qwen2-0.5b"],
     "run_20_one_policy": ["run", "--policy", "transfer_per_request", *_TINY, "--out", "{tmp}/r"],
     "run_10k_all_policies": ["run", "--out", "{tmp}/r"],
-    "blis_w1": ["run", str(PEERS / "pb_w1.yaml"), "--out", "{tmp}/w1", "-p",
-                "transfer_per_request", "--json"],  # bench/blis.py's same work as BLIS
+    "blis_w1": [
+        "run",
+        str(PEERS / "pb_w1.yaml"),
+        "--out",
+        "{tmp}/w1",
+        "-p",
+        "transfer_per_request",
+        "--json",
+    ],  # bench/blis.py's same work as BLIS
     "blis_w1_all_policies": ["run", str(PEERS / "pb_w1.yaml"), "--out", "{tmp}/w1"],
 }
 

@@ -5,7 +5,6 @@ Errors from the library print one line to stderr and exit non-zero; `--debug` sh
 traceback instead.
 """
 
-
 import functools
 import os
 import sys

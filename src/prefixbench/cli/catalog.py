@@ -1,6 +1,5 @@
 """`prefixbench catalog`: what prefixbench knows."""
 
-
 from typing import Annotated
 
 import typer

@@ -1,6 +1,5 @@
 """`prefixbench cost`: step times of a model on an accelerator, with FLOPs, bytes and bound."""
 
-
 import json
 from typing import Annotated
 

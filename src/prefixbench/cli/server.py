@@ -3,7 +3,6 @@ server"). While one runs, every `prefixbench` command started in the same enviro
 in a process forked from it, with numpy, numba, pydantic, the engine and polars already
 loaded; `support/warm.py` is the client, `support/warmserve.py` the server."""
 
-
 import os
 import sys
 import time
@@ -32,8 +31,8 @@ def _preload() -> None:
     import numpy  # noqa: F401
     import pydantic  # noqa: F401
 
-    from prefixbench.cli import app  # noqa: F401 - every command registered
     import prefixbench.system.preload  # noqa: F401 - the engine's disaggregated entry points
+    from prefixbench.cli import app  # noqa: F401 - every command registered
     from prefixbench.engine import warm_up
 
     warm_up(colocated=True)
@@ -127,7 +126,11 @@ def server_start(idle: IdleOpt = None, as_json: JsonOpt = False) -> None:
     from prefixbench.support.warmserve import status
 
     if (st := status()) is not None and "pid" in st:
-        _said(as_json, f"already running: pid {st['pid']}", **{**st, "running": True, "launched": False})
+        _said(
+            as_json,
+            f"already running: pid {st['pid']}",
+            **{**st, "running": True, "launched": False},
+        )
         return
     start_in_background(idle if idle is not None else _idle_default())
 

@@ -1,6 +1,5 @@
 """`run`, `compare`, `capacity`: one scenario at a time."""
 
-
 from pathlib import Path
 from typing import Annotated
 

@@ -1,6 +1,5 @@
 """The study pipeline: `sweep`, `crossover`, `recommend`, `plot`, `report`."""
 
-
 from enum import Enum
 from pathlib import Path
 from typing import Annotated

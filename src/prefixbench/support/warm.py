@@ -190,7 +190,8 @@ def request(key: str) -> dict | None:
     umask = os.umask(0o022)
     os.umask(umask)
     main = sys.modules.get("__main__")
-    return {"key": key, "argv": list(sys.argv), "cwd": cwd, "env": dict(os.environ),
+    return {"key": key, "argv": list(sys.argv), "path0": sys.path[0] if sys.path else "",
+            "cwd": cwd, "env": dict(os.environ),
             "umask": umask, "main_package": getattr(main, "__package__", None),
             "streams": streams}  # fmt: skip
 
@@ -263,10 +264,12 @@ def _exit_status(sock) -> int:
 
 def _log_times(reply: dict) -> None:
     """One JSON line per command in the file PREFIXBENCH_SERVER_TIMES names: argv, status
-    and the CPU seconds the server's process spent on it (the client's own are not in it)."""
+    and the CPU and wall seconds the server's process spent on it (the client's own are not
+    in them)."""
     import json
 
-    line = {"argv": sys.argv[1:], "exit": reply.get("exit"), "cpu_s": reply.get("cpu_s")}
+    line = {"argv": sys.argv[1:], "exit": reply.get("exit"), "cpu_s": reply.get("cpu_s"),
+            "wall_s": reply.get("wall_s")}  # fmt: skip
     try:
         with open(os.environ["PREFIXBENCH_SERVER_TIMES"], "a") as f:
             f.write(json.dumps(line) + "\n")

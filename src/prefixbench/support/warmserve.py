@@ -34,7 +34,7 @@ def _rebuild_streams(specs: list[dict]) -> None:
     """stdin, stdout and stderr over descriptors 0-2, as the client's interpreter made them."""
     import io
 
-    for i, (name, spec) in enumerate(zip(("stdin", "stdout", "stderr"), specs)):
+    for i, (name, spec) in enumerate(zip(("stdin", "stdout", "stderr"), specs, strict=True)):
         old = getattr(sys, name)
         if old is not None and i:
             try:
@@ -64,6 +64,8 @@ def _become(req: dict, fds: list[int], import_env: dict[str, str]) -> None:
     for k, v in import_env.items():
         os.environ.setdefault(k, v)
     sys.argv = list(req["argv"])
+    if sys.path:  # the script's folder, or the working directory (python -m)
+        sys.path[0] = req.get("path0", sys.path[0])
     main = sys.modules.get("__main__")
     if main is not None:  # click names the program from it ("python -m prefixbench")
         main.__package__ = req["main_package"]
@@ -121,9 +123,9 @@ def _cpu_s() -> float:
 
 def _execute(run: Callable[[], None]) -> dict:
     """Run the command; its exit as the client must reproduce it, and its CPU seconds."""
-    cpu0 = _cpu_s()
+    cpu0, t0 = _cpu_s(), time.perf_counter()
     outcome = _outcome(run)
-    return {**outcome, "cpu_s": _cpu_s() - cpu0}
+    return {**outcome, "cpu_s": _cpu_s() - cpu0, "wall_s": time.perf_counter() - t0}
 
 
 def _outcome(run: Callable[[], None]) -> dict:
