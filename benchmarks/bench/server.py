@@ -3,7 +3,9 @@ benchmark's own environment, and the same commands run with and without it, alte
 
 Through the server a command's work runs in a process forked from the server, not in the
 client, so ``RUSAGE_CHILDREN`` sees only the client's CPU; the server's process reports its
-own (PREFIXBENCH_SERVER_TIMES), and the CPU figure through the server is the sum.
+own (PREFIXBENCH_SERVER_TIMES), and the CPU figure through the server is the sum. The
+process had imported polars before the command came (off the command's path, but CPU the
+machine spends per command): ``setup_cpu_s``.
 """
 
 from __future__ import annotations
@@ -73,9 +75,10 @@ def warm_server(idle_s: float = 900.0):
             os.environ["XDG_RUNTIME_DIR"] = old
 
 
-def _once(argv: list[str], through_server: bool) -> tuple[float, float, float] | str:
-    """(wall, CPU, the client's CPU) of one fresh ``prefixbench argv``; the error text if
-    it failed (or did not go through the server when it should have)."""
+def _once(argv: list[str], through_server: bool) -> tuple[float, float, float, float] | str:
+    """(wall, CPU, the client's CPU, the spare's set-up CPU) of one fresh ``prefixbench
+    argv``; the error text if it failed (or did not go through the server when it should
+    have)."""
     env = {**os.environ, "COLUMNS": "100"}
     env["PREFIXBENCH_SERVER"] = "" if through_server else "0"
     with tempfile.TemporaryDirectory() as tmp:
@@ -93,7 +96,8 @@ def _once(argv: list[str], through_server: bool) -> tuple[float, float, float] |
     if bool(served) != through_server:
         return f"went through the server: {bool(served)}"
     client = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
-    return wall, client + sum(s["cpu_s"] for s in served), client
+    setup = sum(s["setup_cpu_s"] for s in served)
+    return wall, client + sum(s["cpu_s"] for s in served), client, setup
 
 
 def bench_server(n: int = 5) -> dict:
@@ -125,9 +129,10 @@ def bench_server(n: int = 5) -> dict:
 def _summary(rows: dict[str, list]) -> dict:
     res = {}
     for side, pairs in rows.items():
-        res[side] = {"wall_s": stats([w for w, _, _ in pairs]),
-                     "cpu_s": stats([c for _, c, _ in pairs]),
-                     "client_cpu_s": stats([c for _, _, c in pairs])}  # fmt: skip
+        res[side] = {"wall_s": stats([p[0] for p in pairs]),
+                     "cpu_s": stats([p[1] for p in pairs]),
+                     "client_cpu_s": stats([p[2] for p in pairs]),
+                     "spare_setup_cpu_s": stats([p[3] for p in pairs])}  # fmt: skip
     res["own_over_server_wall"] = res["own"]["wall_s"]["median"] / res["server"]["wall_s"]["median"]
     return res
 
@@ -136,5 +141,6 @@ def _print(name: str, row: dict) -> None:
     own, srv = row["own"], row["server"]
     print(f"  {name:22s} own wall {own['wall_s']['median']:6.3f} s CPU "
           f"{own['cpu_s']['median']:5.3f}   server wall {srv['wall_s']['median']:6.3f} s CPU "
-          f"{srv['cpu_s']['median']:5.3f} (client {srv['client_cpu_s']['median']:5.3f})   "
+          f"{srv['cpu_s']['median']:5.3f} (client {srv['client_cpu_s']['median']:5.3f}; spare's "
+          f"imports before {srv['spare_setup_cpu_s']['median']:5.3f})   "
           f"{row['own_over_server_wall']:.1f}x", flush=True)  # fmt: skip

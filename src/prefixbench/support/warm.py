@@ -263,13 +263,13 @@ def _exit_status(sock) -> int:
 
 
 def _log_times(reply: dict) -> None:
-    """One JSON line per command in the file PREFIXBENCH_SERVER_TIMES names: argv, status
-    and the CPU and wall seconds the server's process spent on it (the client's own are not
-    in them)."""
+    """One JSON line per command in the file PREFIXBENCH_SERVER_TIMES names: argv, status,
+    the CPU and wall seconds the server's process spent on it (the client's own are not in
+    them) and the CPU seconds that process spent on its imports before the command came."""
     import json
 
-    line = {"argv": sys.argv[1:], "exit": reply.get("exit"), "cpu_s": reply.get("cpu_s"),
-            "wall_s": reply.get("wall_s")}  # fmt: skip
+    keys = ("exit", "cpu_s", "wall_s", "setup_cpu_s")
+    line = {"argv": sys.argv[1:], **{k: reply.get(k) for k in keys}}
     try:
         with open(os.environ["PREFIXBENCH_SERVER_TIMES"], "a") as f:
             f.write(json.dumps(line) + "\n")

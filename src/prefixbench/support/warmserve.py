@@ -151,8 +151,9 @@ def _peer_is_us(conn: socket.socket) -> bool:
     return struct.unpack("3i", creds)[1] == os.getuid()
 
 
-def _serve_one(conn: socket.socket, key: str, run: Callable[[], None], import_env) -> None:
-    """The accepted client's command, in this process; never returns."""
+def _serve_one(conn: socket.socket, key: str, run, import_env, setup_cpu_s: float) -> None:
+    """The accepted client's command, in this process; never returns. The exit message
+    carries the CPU seconds the spare spent on its imports before the client came."""
     try:
         if not _peer_is_us(conn):  # (the folder is private too)
             os._exit(0)
@@ -167,7 +168,7 @@ def _serve_one(conn: socket.socket, key: str, run: Callable[[], None], import_en
     except BaseException:  # noqa: BLE001 - nothing ran: the client falls back
         os._exit(1)
     threading.Thread(target=_watch, args=(conn,), daemon=True).start()
-    outcome = _execute(run)
+    outcome = {**_execute(run), "setup_cpu_s": setup_cpu_s}
     _done.set()
     try:
         send_message(conn, outcome)
@@ -181,13 +182,14 @@ def _spare(listener: socket.socket, notify: int, key: str, run, spare_setup, imp
         for sig in _SIGNALS_RESET:
             signal.signal(sig, signal.SIG_DFL)
         spare_setup()
+        setup_cpu_s = _cpu_s()  # (a forked process's counts start at zero)
         conn, _ = listener.accept()
         os.write(notify, b"t")
         os.close(notify)
         listener.close()
     except BaseException:  # noqa: BLE001 - the server sees the spare die and forks another
         os._exit(1)
-    _serve_one(conn, key, run, import_env)
+    _serve_one(conn, key, run, import_env, setup_cpu_s)
 
 
 SPARES = 2  # spares kept waiting: back-to-back commands never wait for a spare's imports
