@@ -82,6 +82,20 @@ def test_a_run_through_the_server_prints_writes_and_exits_as_in_its_own_process(
         assert (tmp_path / "warm" / "out" / name).read_bytes() == own_bytes, name
 
 
+def test_stdout_and_stderr_interleave_as_in_its_own_process(server_env, tmp_path):
+    """Both streams into one pipe: the same bytes in the same order, so the child's text
+    streams buffer as the client's interpreter's do (PYTHONUNBUFFERED included)."""
+    argv = [sys.executable, "-m", "prefixbench", *_RUN]
+    runs = {}
+    for side, extra in (("warm", {}), ("own", {"PREFIXBENCH_SERVER": "0"})):
+        env = {k: v for k, v in server_env.items() if k != "PREFIXBENCH_SERVER"}
+        (tmp_path / side).mkdir()
+        runs[side] = subprocess.run(argv, env={**env, **extra}, cwd=tmp_path / side,
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+    assert runs["warm"].returncode == runs["own"].returncode == 0
+    assert runs["warm"].stdout == runs["own"].stdout
+
+
 @pytest.mark.parametrize(
     "argv",
     [
@@ -187,6 +201,28 @@ def test_a_folder_others_may_enter_holds_no_server(monkeypatch, tmp_path):
     assert warm.runtime_dir() is None
     os.chmod(tmp_path / "prefixbench", 0o700)
     assert warm.runtime_dir() == str(tmp_path / "prefixbench")
+
+
+_STREAMS = """
+import sys
+from prefixbench.support import warm, warmserve
+def shape(f):
+    return (type(f.buffer).__name__, f.encoding, f.errors, f.line_buffering, f.write_through)
+before = [shape(f) for f in (sys.stdin, sys.stdout, sys.stderr)]
+warmserve._rebuild_streams(warm._streams())
+after = [shape(f) for f in (sys.stdin, sys.stdout, sys.stderr)]
+print(before == after, before, after)
+"""
+
+
+@pytest.mark.parametrize("unbuffered", ["1", None])
+def test_the_childs_streams_buffer_as_the_clients(unbuffered, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    if unbuffered:
+        env["PYTHONUNBUFFERED"] = unbuffered
+    p = subprocess.run([sys.executable, "-c", _STREAMS], env=env, capture_output=True,
+                       text=True, stdin=subprocess.DEVNULL, check=True)  # fmt: skip
+    assert p.stdout.startswith("True"), p.stdout
 
 
 @pytest.mark.parametrize("code,status", [(None, 0), (3, 3), (256, 256), ("bye", 1)])

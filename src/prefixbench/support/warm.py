@@ -174,7 +174,10 @@ def _streams() -> list[dict] | None:
             return None
         specs.append({"encoding": getattr(f, "encoding", None) or "utf-8",
                       "errors": getattr(f, "errors", None) or "strict",
-                      "line_buffering": bool(getattr(f, "line_buffering", False))})  # fmt: skip
+                      "line_buffering": bool(getattr(f, "line_buffering", False)),
+                      "write_through": bool(getattr(f, "write_through", False)),
+                      # python -u, PYTHONUNBUFFERED: no buffer under the text layer
+                      "raw": type(getattr(f, "buffer", None)).__name__ == "FileIO"})  # fmt: skip
     return specs
 
 

@@ -41,9 +41,11 @@ def _rebuild_streams(specs: list[dict]) -> None:
                 old.flush()
             except (OSError, ValueError):
                 pass
-        raw = io.open(i, "rb" if i == 0 else "wb", closefd=False)  # noqa: UP020
-        stream = io.TextIOWrapper(raw, encoding=spec["encoding"], errors=spec["errors"],
-                                  line_buffering=spec["line_buffering"], write_through=i == 2)  # fmt: skip
+        raw = spec.get("raw") and i > 0
+        binary = io.open(i, "rb" if i == 0 else "wb", buffering=0 if raw else -1, closefd=False)  # noqa: UP020
+        stream = io.TextIOWrapper(binary, encoding=spec["encoding"], errors=spec["errors"],
+                                  line_buffering=spec["line_buffering"],
+                                  write_through=spec.get("write_through", False))  # fmt: skip
         setattr(sys, name, stream)
         setattr(sys, f"__{name}__", stream)
 
