@@ -26,9 +26,11 @@ from .. import __version__
 
 PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # environment variables that modules read when they are imported, so a server's must match
-_IMPORT_ENV_PREFIXES = ("NUMBA_", "PREFIXBENCH_", "PYTHON", "OMP_", "OPENBLAS_", "MKL_",
-                        "POLARS_", "TYPER_", "_TYPER_", "LC_")  # fmt: skip
-_IMPORT_ENV_NAMES = {"LANG", "TZ", "FORCE_COLOR", "PY_COLORS", "GITHUB_ACTIONS", "TERMINAL_WIDTH"}
+# (and the C library's, read when a process starts: malloc tunables)
+_IMPORT_ENV_PREFIXES = ("NUMBA_", "PREFIXBENCH_", "PYTHON", "NUMPY_", "OMP_", "OPENBLAS_",
+                        "MKL_", "POLARS_", "TYPER_", "_TYPER_", "LC_", "MALLOC_")  # fmt: skip
+_IMPORT_ENV_NAMES = {"LANG", "TZ", "FORCE_COLOR", "PY_COLORS", "GITHUB_ACTIONS", "TERMINAL_WIDTH",
+                     "GLIBC_TUNABLES", "LD_PRELOAD", "LD_LIBRARY_PATH"}  # fmt: skip
 # the server's own settings (PREFIXBENCH_SERVER*): a client that asks for the server must
 # match one started without them
 _NOT_KEYED_PREFIX = "PREFIXBENCH_SERVER"
@@ -200,8 +202,8 @@ def request(key: str) -> dict | None:
 
 
 def _forward_signals(pid: int) -> None:
-    """Ctrl-C and the terminal's other signals go to the command's process group, as they
-    would reach a command running in this process."""
+    """Ctrl-C, Ctrl-Z and the terminal's other signals go to the command's process group, as
+    they would reach a command running in this process."""
     import signal
 
     def forward(signum, _frame):
@@ -210,8 +212,19 @@ def _forward_signals(pid: int) -> None:
         except OSError:
             pass
 
+    def suspend(_signum, _frame):  # Ctrl-Z: stop the command, then this process
+        forward(signal.SIGSTOP, None)
+        signal.signal(signal.SIGTSTP, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTSTP)
+
+    def resume(_signum, _frame):  # fg / bg
+        signal.signal(signal.SIGTSTP, suspend)
+        forward(signal.SIGCONT, None)
+
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
         signal.signal(sig, forward)
+    signal.signal(signal.SIGTSTP, suspend)
+    signal.signal(signal.SIGCONT, resume)
 
 
 def _connect(path: str):
