@@ -26,8 +26,8 @@ _RUN = ["run", "--set", "run.requests=200", "--set", "run.warmup_requests=10",
 def _pb(env: dict, *argv: str, cwd: Path, server: bool = True, **extra):
     """``python -m prefixbench argv`` in ``cwd``: through a live server, or (server=False)
     with PREFIXBENCH_SERVER=0, in its own process."""
-    env = {**env, **extra}
-    env.pop("PREFIXBENCH_SERVER", None)
+    env = {k: v for k, v in env.items() if k != "PREFIXBENCH_SERVER"}
+    env.update(extra)
     if not server:
         env["PREFIXBENCH_SERVER"] = "0"
     cwd.mkdir(parents=True, exist_ok=True)
@@ -180,6 +180,33 @@ def test_a_dead_servers_socket_falls_back_silently(tmp_path):
         assert p.stdout == own.stdout
         status = _pb(env, "server", "status", cwd=tmp_path, server=False)
         assert status.returncode == 1 and b"not running" in status.stdout
+    finally:
+        shutil.rmtree(runtime, ignore_errors=True)
+
+
+def test_server_1_starts_one_for_the_next_command_and_it_stops_when_idle(tmp_path):
+    runtime = tempfile.mkdtemp(prefix="pba", dir="/tmp")
+    try:
+        os.chmod(runtime, 0o700)
+        env = {**os.environ, "XDG_RUNTIME_DIR": runtime, "PREFIXBENCH_SERVER_IDLE": "5"}
+        p = _pb(env, "cost", "qwen2-0.5b", cwd=tmp_path, PREFIXBENCH_SERVER="1")
+        assert p.returncode == 0 and b"qwen2-0.5b" in p.stdout  # ran in its own process
+
+        folder = Path(runtime) / "prefixbench"
+
+        def running() -> bool:
+            return _pb(env, "server", "status", cwd=tmp_path, server=False).returncode == 0
+
+        deadline = time.monotonic() + 120  # listening: its status file is written
+        while not list(folder.glob("*.json")) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        p = _pb(env, "cost", "qwen2-0.5b", cwd=tmp_path, PREFIXBENCH_SERVER="1")
+        assert p.returncode == 0 and _served(env, 1) == 1
+        deadline = time.monotonic() + 30  # idle 5 s, checked every second
+        while running() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not running()
+        assert not list((Path(runtime) / "prefixbench").glob("*.sock"))
     finally:
         shutil.rmtree(runtime, ignore_errors=True)
 

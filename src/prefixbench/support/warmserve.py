@@ -347,6 +347,7 @@ def serve(run: Callable[[], None], preload: Callable[[], None],
     gc.collect()
     gc.freeze()  # forked children share the imported objects' pages and skip walking them
     srv.listen()
+    srv.last = srv.checked = time.monotonic()  # idle from now, not from before the imports
     try:
         srv.top_up()
         srv.write_status()
