@@ -49,6 +49,8 @@ from prefixbench.metrics.bound import belady_resident  # the hindsight bound's h
 belady_resident([0, 2, 3], [5, 6, 5], [4, 4, 4], 4.0)
 from prefixbench.workload.dense import warm_up as dense_warm_up  # linear-time block ids
 dense_warm_up()
+from prefixbench.metrics.prefixes import warm_up as prefixes_warm_up  # the sweep's per-prefix pass
+prefixes_warm_up()
 sys.exit(0 if engine_compiled() else 3)
 """
 

@@ -217,3 +217,49 @@ def test_skipped_hindsight_is_null_in_run_json(tmp_path):
     (row,) = json.loads(r.stdout)["results"]
     assert [ln for ln in r.stderr.splitlines() if "hindsight bound skipped" in ln]
     assert row["prefixbench"]["handoff_hindsight_ms"] is None
+
+
+def _vectorised_max_resident(ptr, avail, toks, cap):
+    """The bound's resident run as eight full-length array passes (its former code)."""
+    n = len(ptr) - 1
+    req = np.repeat(np.arange(n), np.diff(ptr))
+    cbad = np.cumsum((avail > req).astype(np.int64))
+    lead = cbad - np.concatenate(([0], cbad))[ptr[:-1]][req] == 0
+    csum = np.cumsum(toks)
+    cum = csum - np.concatenate(([0], csum))[ptr[:-1]][req]
+    fit = np.where(lead & (cum <= cap), cum, 0)
+    out, has = np.zeros(n, dtype=np.int64), np.diff(ptr) > 0
+    out[has] = np.maximum.reduceat(fit, ptr[:-1][has])
+    return out
+
+
+def test_the_compiled_resident_run_is_the_array_formula():
+    from prefixbench.metrics.bound import available_from
+
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        n = int(rng.integers(1, 40))
+        lens = rng.integers(0, 6, n)
+        ptr = np.concatenate(([0], np.cumsum(lens))).astype(np.int64)
+        blocks = rng.integers(0, 12, int(ptr[-1]))
+        toks = rng.integers(1, 300, int(ptr[-1]))
+        cap = float(rng.choice([0, 100, 500, 1e9]))
+        warm = rng.choice(12, int(rng.integers(0, 3)), replace=False)
+        avail = available_from(ptr, blocks, warm)
+        got = max_resident(ptr, blocks, toks, cap, warm)
+        assert got.tolist() == _vectorised_max_resident(ptr, avail, toks, cap).tolist()
+
+
+def test_a_chunked_mean_is_the_full_length_mean_to_the_bit():
+    """The hand-off figures are priced a chunk of the run at a time; the mean of the
+    assembled prices must be the one-shot mean's bits, whatever the chunk, also for
+    transcendental arithmetic (numpy's SIMD loops)."""
+    from prefixbench.metrics.bound import masked_mean
+
+    rng = np.random.default_rng(3)
+    x = rng.lognormal(3.0, 2.0, 100_003)
+    mask = rng.random(x.size) < 0.7
+    price = lambda r: np.sqrt(x[r]) ** 1.37 + np.exp(-x[r] / 50.0) / 3.0  # noqa: E731
+    full = float(price(np.flatnonzero(mask)).mean())
+    for chunk in (1, 7, 1000, 1 << 18):
+        assert masked_mean(mask, price, chunk) == full

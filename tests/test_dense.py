@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from prefixbench.workload.dense import dense_ids, unique_counts
+from prefixbench.workload.dense import dense_ids, shared_counts, unique_counts
 
 RNG = np.random.default_rng(11)
 CASES = {
@@ -26,6 +26,16 @@ def test_unique_counts_is_np_unique(name):
     got = unique_counts(values)
     for w, g in zip(want, got, strict=True):
         assert np.array_equal(w, g)
+
+
+@pytest.mark.parametrize("name", CASES)
+@pytest.mark.parametrize("min_count", [1, 2, 3])
+def test_shared_counts_is_np_unique_of_the_repeated(name, min_count):
+    values = CASES[name].astype(np.int64)
+    _, first, counts = np.unique(values, return_index=True, return_counts=True)
+    keep = counts >= min_count
+    got_first, got_counts = shared_counts(values, min_count)
+    assert np.array_equal(got_first, first[keep]) and np.array_equal(got_counts, counts[keep])
 
 
 @pytest.mark.parametrize("name", CASES)

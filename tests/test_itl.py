@@ -260,3 +260,24 @@ def test_two_prefill_instances_show_their_split():
     assert st["prefill_flops"][1] == 0.0 < st["prefill_flops"][0]
     fig = instance_figures(prep.scenario, st)
     assert fig["prefill_mfu_inst_min"] == 0.0 < fig["prefill_mfu_inst_max"]
+
+
+def test_histogram_bin_edges_are_the_compiled_powers_bit_for_bit():
+    """engine/batch.py looks the bin edges up in ITL_EDGES instead of raising 10 to a power
+    per bin; every edge must be the bits the compiled expression gives (a last-bit change
+    would move a gap between bins)."""
+    from numba import njit
+
+    from prefixbench.engine.batch import ITL_EDGES
+    from prefixbench.engine.layout import ITL_BPD, ITL_LOG10_LO, ITL_NB
+
+    @njit(cache=False)
+    def compiled(out):
+        for bb in range(out.shape[0]):
+            out[bb] = 10.0 ** (ITL_LOG10_LO + (bb + 1.0) / ITL_BPD)
+
+    want = np.empty(ITL_NB)
+    compiled(want)
+    assert ITL_EDGES.shape == (ITL_NB,)
+    assert np.array_equal(ITL_EDGES.view(np.int64), want.view(np.int64))
+    assert ITL_EDGES[ITL_BPD * 7 - 1] == 1.0  # bin 2799 ends at 10**0 s, by hand

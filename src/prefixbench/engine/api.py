@@ -120,6 +120,21 @@ class _Run:
             cols["max_token_gap"] = F[ft + L.T_GAP * n : ft + (L.T_GAP + 1) * n]
         return cols
 
+    def release_dead(self, gaps: bool) -> None:
+        """Give back the pages of the state no result column views once the run is over
+        (support/pages.py): the request offsets in IS, and the per-request time rows only
+        the loop reads (arrival, last token, promotion) and the preempted-at times in F."""
+        from prefixbench.support.pages import release
+
+        n, IS, F = self.n, self.IS, self.F
+        release(IS, int(IS[L.H_PTR]), int(IS[L.H_O]))
+        ft, pg = int(IS[L.H_FT]), int(IS[L.H_PGF])
+        live = set(range(len(TIME_COLUMNS) - 1)) | ({L.T_GAP} if gaps else set())
+        for row in range((pg - ft) // n if n else 0):
+            if row not in live:
+                release(F, ft + row * n, ft + (row + 1) * n)
+        release(F, pg + n, pg + 2 * n)
+
     def log(self, recorder, mode: str, shape: tuple[int, int, int]) -> None:
         if recorder is not None:
             m = int(self.IS[L.GI_TLN])
@@ -366,7 +381,10 @@ def simulate(
     r.close()
     r.log(recorder, "disaggregated", (cfg.n_prefill, cfg.n_decode, cfg.link_channels))
     stats = _disagg_stats(r, cfg, t_warm, t_steady, prewarm_s)
-    return SimResult(r.columns(bool(cfg.track_gaps)), stats, r if keep_state else None)
+    cols = r.columns(bool(cfg.track_gaps))
+    if not keep_state:
+        r.release_dead(bool(cfg.track_gaps))
+    return SimResult(cols, stats, r if keep_state else None)
 
 
 def _int_params(cfg: EngineConfig, recorder) -> np.ndarray:
@@ -533,6 +551,7 @@ def simulate_colocated(req: Requests, cfg: ColocatedConfig, recorder=None) -> Si
         "link_util_egress": 0.0,
         "link_util_ingress": 0.0,
     }
+    r.release_dead(True)
     return SimResult(cols, stats)
 
 

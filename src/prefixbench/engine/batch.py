@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from .jit import jit, sig
 from .layout import (
     C_ATT,
@@ -65,6 +67,11 @@ from .power import decode_record, power_work
 from .queues import push
 from .series import coeffs, iterations_within, series_time, weights_read
 from .window import clipped, in_energy_window, in_window, iterations_in
+
+# the histogram's bin edges, 10**(lo + (b + 1)/BPD) for bin b: the values the compiled
+# expression gives (tests/test_itl.py checks every one bit for bit), looked up instead of
+# one power per bin a segment's gaps span
+ITL_EDGES = np.array([10.0 ** (ITL_LOG10_LO + (bb + 1.0) / ITL_BPD) for bb in range(ITL_NB)])
 
 
 @sig("void(int64[::1], float64[::1], float64[::1], int64[::1], int64, float64, int64)")
@@ -176,7 +183,7 @@ def itl_series(F, a1, s1, a2, s2, o, k, w):
     b0, b1 = itl_bin(lo), itl_bin(hi)
     done = 0
     for bb in range(b0, b1):
-        e = 10.0 ** (ITL_LOG10_LO + (bb + 1.0) / ITL_BPD)
+        e = ITL_EDGES[bb]
         c = _below(a1, s1, o, e, 1, k)
         c2 = _below(a2, s2, o, e, 1, k)
         if c2 < c:

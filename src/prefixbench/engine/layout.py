@@ -339,7 +339,11 @@ FP_LOCHIT, FP_KVW = FP_TSTEADY + 1, FP_TSTEADY + 2
 # --- l3: the shared L3 store's FCFS queue (l3store.py): free time, busy time in the
 # steady window, bytes moved after warm-up, its rate (bytes/s)
 FP_L3_FREE, FP_L3_BUSY, FP_L3_BYTES, FP_L3_BPS = range(FP_TSTEADY + 3, FP_TSTEADY + 7)
-DF0 = G_ITL_H + ITL_NB + 7
+# the decode series coefficients last computed (series.coeffs): their batch and context,
+# then (a1, s1, a2, s2, overhead); a pure function of those two and the cost constants,
+# so a repeated call returns the same bits without the divisions (batch -1: none yet)
+G_CO_B, G_CO_C, G_CO_A1, G_CO_S1, G_CO_A2, G_CO_S2, G_CO_O = range(FP_TSTEADY + 7, FP_TSTEADY + 14)
+DF0 = G_ITL_H + ITL_NB + 14
 DF_TSEG, DF_STALL_END, DF_NEXT_T, DF_BUSY, DF_MEM_T = range(5)
 DF_FLOPS, DF_BYTES = 5, 6  # FLOPs and bytes of the steps started in the measured window
 # --- tiered: the host<->GPU path's FCFS queue (hostpath.py): free time, busy
@@ -428,6 +432,7 @@ def allocate(
     F = np.zeros(f_pg + 2 * n + NPW * (P + D))
     F[:NFP] = fp
     F[G_ITL_MIN], F[G_ITL_MAX] = INF, -INF
+    F[G_CO_B] = -1.0
     dF = F[DF0:f_pb].reshape(D, NDF)
     dF[:, DF_STALL_END] = -INF
     dF[:, DF_NEXT_T] = INF

@@ -395,6 +395,11 @@ def prepare_iteration(IS, F, R, B32, B8, bid, d, t):
     records the memory change)."""
     b = L.DI0 + d * L.NDI
     it = IS[b + L.D_IT]
+    if IS[b + L.D_B] > 0 and fits_surely(IS, d, it, mem_short(IS, d)[0]):
+        # it fits without a trim: one pass takes what demand would have counted
+        IS[b + L.D_PRIV] += take_blocks(IS, R, d, it)
+        took_through(IS, d, it)
+        return
     victims = 0
     need = 0  # an empty batch takes nothing
     while IS[b + L.D_B] > 0:
@@ -570,16 +575,30 @@ def rejoin(IS, F, R, d, it, rid, t):
     has emitted tokens already (handled here: it keeps its first-token time)."""
     rr = rid * L.NR
     n = IS[L.IP_N]
-    IS[L.DI0 + d * L.NDI + L.D_ALLOC] = -1  # its blocks are counted from its admission
     if R[rr + L.R_FLAGS] & L.F_PRE:
         R[rr + L.R_FLAGS] &= ~L.F_PRE
         pg = IS[L.H_PGF]
         F[pg + rid] += t - F[pg + n + rid]
     g = R[rr + L.R_GEN]
     R[rr + L.R_J0] = it - g
+    joined_through(IS, R, d, it, rid, g)
     if g == 0:
         return False
     b = L.DI0 + d * L.NDI
     IS[b + L.D_CTX] += np.int64(R[rr + L.R_PROMPT]) + g
     batch_push(IS, d, it + R[rr + L.R_OUTPUT] - g, rid)
     return True
+
+
+@jit
+def joined_through(IS, R, d, it, rid, g):
+    """D_ALLOC after ``rid`` joins at iteration ``it`` (its ``g``-th token next): the
+    batch holds its blocks through min(D_ALLOC, it) if the joiner holds its own through
+    ``it`` (a fresh admission holds its prompt's blocks: target at g = 0), else -1 (counted
+    from its admission on)."""
+    a = L.DI0 + d * L.NDI + L.D_ALLOC
+    if IS[a] >= 0 and R[rid * L.NR + L.R_PRIV] >= target(IS, R, rid, g):
+        if it < IS[a]:
+            IS[a] = it
+    else:
+        IS[a] = -1

@@ -36,6 +36,13 @@ from .layout import (
     C_STAU,
     C_W,
     FP_DC,
+    G_CO_A1,
+    G_CO_A2,
+    G_CO_B,
+    G_CO_C,
+    G_CO_O,
+    G_CO_S1,
+    G_CO_S2,
 )
 
 
@@ -190,7 +197,22 @@ def iterations_within(a1, s1, a2, s2, o, elapsed, k_max):
 @jit
 def coeffs(F, batch, ctx):
     """(a1, s1, a2, s2, overhead) of a decode batch (costmodel.decode_series_coeffs); the
-    overhead includes the batch's fabric time, constant while the batch is."""
+    overhead includes the batch's fabric time, constant while the batch is. The last batch
+    and context asked for keep their coefficients in ``F`` (layout.G_CO_*): a boundary, its
+    schedule, the interrupts and the paged books between two changes of the batch all ask
+    for the same ones, and each costs six divisions."""
+    if F[G_CO_B] == batch and F[G_CO_C] == ctx:
+        return F[G_CO_A1], F[G_CO_S1], F[G_CO_A2], F[G_CO_S2], F[G_CO_O]
+    a1, s1, a2, s2, o = computed_coeffs(F, batch, ctx)
+    F[G_CO_B], F[G_CO_C] = batch, ctx
+    F[G_CO_A1], F[G_CO_S1], F[G_CO_A2], F[G_CO_S2], F[G_CO_O] = a1, s1, a2, s2, o
+    return a1, s1, a2, s2, o
+
+
+@jit
+def computed_coeffs(F, batch, ctx):
+    """coeffs without the memo: for an ``F`` holding only the parameters (the timeline's
+    copy, engine/timeline.py), which has no G_CO_* slots to write."""
     c0 = FP_DC
     ar, kr, br = F[c0 + C_AR], F[c0 + C_KR], F[c0 + C_BR]
     att, kv = F[c0 + C_ATT], F[c0 + C_KV]

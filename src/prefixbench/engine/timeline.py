@@ -15,7 +15,7 @@ import math
 
 from .jit import entry, jit, sig
 from .layout import GI_TLN, NTL_F, NTL_I, REC_DECODE
-from .series import coeffs, series_time
+from .series import computed_coeffs, series_time
 
 
 @sig(
@@ -51,7 +51,7 @@ def expand(TLF, TLI, n_rec, F, per_iteration, out_i, out_ns):
         kind, track, a, b, c = TLI[o], TLI[o + 1], TLI[o + 2], TLI[o + 3], TLI[o + 4]
         t0 = TLF[NTL_F * r]
         if kind == REC_DECODE and per_iteration:
-            a1, s1, a2, s2, ov = coeffs(F, a, c)
+            a1, s1, a2, s2, ov = computed_coeffs(F, a, c)  # F: parameters only
             prev = to_ns(t0)
             for j in range(1, b + 1):
                 nxt = to_ns(t0 + series_time(a1, s1, a2, s2, ov, j))

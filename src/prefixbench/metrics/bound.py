@@ -127,24 +127,31 @@ def _first_after(avail, ids, ptr):
 def max_resident(ptr, blocks, tokens, capacity: float, warm=(), answers=None) -> np.ndarray:
     """Per request: tokens of its longest leading run of blocks that fits in ``capacity``
     and whose KV exists before it (``available_from``): a block is computed once before
-    anything can hold it, so its first use pays for it."""
+    anything can hold it, so its first use pays for it. One compiled pass over the chains
+    (was eight full-length temporaries; the same integers)."""
     ptr = np.asarray(ptr, dtype=np.int64)
     tokens = np.asarray(tokens, dtype=np.int64)
-    n = len(ptr) - 1
-    out = np.zeros(n, dtype=np.int64)
+    out = np.zeros(len(ptr) - 1, dtype=np.int64)
     if tokens.size == 0:
         return out
-    req = np.repeat(np.arange(n), np.diff(ptr))
-    bad = (available_from(ptr, blocks, warm, answers) > req).astype(np.int64)
-    cbad = np.cumsum(bad)
-    lead = cbad - np.concatenate(([0], cbad))[ptr[:-1]][req] == 0  # no unavailable before
-    csum = np.cumsum(tokens)
-    before = np.concatenate(([0], csum))[ptr[:-1]]
-    cum = csum - before[req]  # tokens of the chain up to and including each block
-    fit = np.where(lead & (cum <= capacity), cum, 0)  # cum grows along a chain: fits lead
-    has = np.diff(ptr) > 0  # per chain the largest fit (≥ 0): a segmented max, exact
-    out[has] = np.maximum.reduceat(fit, ptr[:-1][has])
+    _leading_fit(ptr, available_from(ptr, blocks, warm, answers), tokens, float(capacity), out)
     return out
+
+
+@njit(cache=True)
+def _leading_fit(ptr, avail, tokens, capacity, out):
+    """``out[i]``: tokens of request ``i``'s chain up to its last block that is available
+    (``avail[j] <= i``) with every block before it, and whose running total fits
+    ``capacity`` (tokens are positive, so the total only grows along a chain)."""
+    for i in range(ptr.shape[0] - 1):
+        cum = 0
+        for j in range(ptr[i], ptr[i + 1]):
+            if avail[j] > i:
+                break
+            cum += tokens[j]
+            if cum > capacity:
+                break
+            out[i] = cum
 
 
 def belady_resident(ptr, blocks, tokens, capacity: float, warm=()) -> np.ndarray:
@@ -315,6 +322,25 @@ COLUMNS = (
 )
 
 
+GAP_CHUNK = 1 << 18  # requests priced at a time: the temporaries of a few MB, not the run's
+
+
+def masked_mean(mask: np.ndarray, price, chunk: int = GAP_CHUNK) -> float:
+    """The mean of ``price(rows)`` over the rows ``mask`` selects (``rows``: their indices,
+    ascending): priced ``chunk`` rows of the run at a time into one buffer of the selected
+    rows, whose mean is then numpy's over the same values in the same order as one
+    full-length pricing (element-wise arithmetic does not depend on the slice), so the
+    figure is the same to the bit with a few MB of temporaries instead of a dozen
+    full-length arrays."""
+    out = np.empty(int(np.count_nonzero(mask)))
+    at = 0
+    for lo in range(0, mask.shape[0], chunk):
+        rows = lo + np.flatnonzero(mask[lo : lo + chunk])
+        out[at : at + rows.size] = price(rows)
+        at += rows.size
+    return float(out.mean())
+
+
 def gap_columns(prep, cols: dict, measured: np.ndarray) -> dict:
     """The run's unloaded hand-off figures over its measured admitted requests (``measured``:
     a boolean mask) and its share of the achievable reduction (None when nothing can be
@@ -324,21 +350,17 @@ def gap_columns(prep, cols: dict, measured: np.ndarray) -> dict:
         return none
     req, pr = prep.requests, prices(prep)
     lb_h, bel_h = _resident(prep)
-    m = measured
-    prompt, ph = req.prompt_len[m], np.asarray(cols["prefill_hit_tokens"])[m]
-    pol = pr.of_choice(
-        np.asarray(cols["transfer_tokens"])[m],
-        np.asarray(cols["recompute_tokens"])[m],
-        np.asarray(cols["replica_hit_tokens"])[m],
-    )
-    base = pr.transfer(prompt)
-    bound = pr.best(prompt, ph, lb_h[m])
-    hind = None if bel_h is None else float(pr.best(prompt, ph, bel_h[m]).mean()) * 1e3
+    prompt, ph = req.prompt_len, np.asarray(cols["prefill_hit_tokens"])
+    xt, rc = np.asarray(cols["transfer_tokens"]), np.asarray(cols["recompute_tokens"])
+    rh = np.asarray(cols["replica_hit_tokens"])
+    mean = lambda price: masked_mean(measured, price) * 1e3  # noqa: E731
     out = {
-        "handoff_ms": float(pol.mean()) * 1e3,
-        "handoff_base_ms": float(base.mean()) * 1e3,
-        "handoff_hindsight_ms": hind,
-        "handoff_bound_ms": float(bound.mean()) * 1e3,
+        "handoff_ms": mean(lambda r: pr.of_choice(xt[r], rc[r], rh[r])),
+        "handoff_base_ms": mean(lambda r: pr.transfer(prompt[r])),
+        "handoff_hindsight_ms": None
+        if bel_h is None
+        else mean(lambda r: pr.best(prompt[r], ph[r], bel_h[r])),
+        "handoff_bound_ms": mean(lambda r: pr.best(prompt[r], ph[r], lb_h[r])),
     }
     room = out["handoff_base_ms"] - out["handoff_bound_ms"]
     share = (

@@ -10,6 +10,7 @@ silently (docs/reliability.md, "Output invariants").
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import warnings
@@ -45,10 +46,12 @@ def set_strict(on: bool) -> None:
     _state["strict"] = bool(on)
 
 
+@functools.lru_cache(maxsize=1024)  # a row's figure names, the same in every row
 def _is_unit(k: str) -> bool:
     return k.endswith(_UNIT_ENDINGS) or any(p in k for p in _UNIT_PARTS)
 
 
+@functools.lru_cache(maxsize=1024)
 def _is_time(k: str) -> bool:
     return (k.endswith("_ms") or k.endswith("_s")) and not any(p in k for p in _SIGNED)
 

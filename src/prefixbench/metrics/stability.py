@@ -466,10 +466,11 @@ def queue_lengths(
     area = float((np.clip(z, t0, t1) - np.clip(a, t0, t1)).clip(min=0.0).sum())
     if not len(a):
         return 0.0, 0.0
-    times = np.concatenate([a, z])
-    delta = np.concatenate([np.ones(len(a)), -np.ones(len(z))])
-    order = np.lexsort((delta, times))  # a leave before an enter at the same instant
-    count = np.cumsum(delta[order])
+    # leaves first, and a stable sort: a leave before an enter at the same instant (one
+    # stable argsort, nearly linear on these nearly sorted times, instead of a lexsort)
+    times = np.concatenate([z, a])
+    order = np.argsort(times, kind="stable")
+    count = np.cumsum(np.where(order < len(z), -1.0, 1.0))
     t_sorted = times[order]
     inside = (t_sorted >= t0) & (t_sorted <= t1)
     before = np.searchsorted(t_sorted, t0, side="left")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
 from prefixbench.io.artifacts import register
@@ -142,11 +143,57 @@ def prefix_table(reqs: pl.DataFrame, constants: dict[str, pl.Expr] | None = None
     steady = reqs.select(*dict.fromkeys([*grouped, *_PER_PREFIX_INPUTS])).filter(
         ~pl.col("warmup") & (pl.col("prefix_id") >= 0)
     )
-    table = _per_prefix(steady, grouped)
-    if constants:
-        table = table.with_columns(**constants)
-        table = table.select(*keys, *(c for c in table.columns if c not in keys))
-    return table
+    return _with_constants(_per_prefix(steady, grouped), keys, constants)
+
+
+def _with_constants(table: pl.DataFrame, keys: list[str], constants: dict) -> pl.DataFrame:
+    """``table`` with the constant key columns added and the keys first."""
+    if not constants:
+        return table
+    table = table.with_columns(**constants)
+    return table.select(*keys, *(c for c in table.columns if c not in keys))
+
+
+def prefix_rows(prep, policy: str, res) -> dict:
+    """One run's rows of ``prefix_table`` (its ``policy``, then one per prefix by id), as
+    columns from the engine's result in one pass (metrics/prefixes.py): no request table,
+    and no polars query (each costs about a millisecond, more than the pass)."""
+    from prefixbench.metrics.prefixes import per_prefix
+    from prefixbench.metrics.runcols import RunCols
+
+    return {"policy": policy, **per_prefix(RunCols(prep, res))}
+
+
+_NULL_WHEN_NAN = ("replica_served_fraction", "ttft_mean_ms")  # nothing admitted / completed
+_KEY_TYPES = {str: pl.Utf8, float: pl.Float64, int: pl.Int64}
+
+
+def point_prefixes(
+    rows: list[dict], constants: dict, run_ids: dict[str, str] | None = None
+) -> pl.DataFrame:
+    """A grid point's per-prefix table from its runs' ``prefix_rows``: the table
+    ``prefix_table`` builds from the point's request rows, sorted by policy and prefix,
+    with the point's ``constants`` (plain values: model, workload, …) and each policy's
+    ``run_ids`` as columns."""
+    rows = sorted(rows, key=lambda r: r["policy"])  # each run's rows are by prefix id
+    sizes = [len(r["prefix_id"]) for r in rows]
+    n = sum(sizes)
+    keys = ["admission", "model", "workload", "budget_factor", "seed"]
+    cols = {
+        k: pl.Series(k, [constants[k]] * n, dtype=_KEY_TYPES[type(constants[k])])
+        for k in keys
+        if k in constants
+    }
+    policy = [r["policy"] for r, m in zip(rows, sizes, strict=True) for _ in range(m)]
+    cols["policy"] = pl.Series("policy", policy, dtype=pl.Utf8)
+    for c in rows[0]:
+        if c != "policy":
+            cols[c] = pl.Series(
+                c, np.concatenate([r[c] for r in rows]), nan_to_null=c in _NULL_WHEN_NAN
+            )
+    if run_ids is not None:
+        cols["run_id"] = pl.Series("run_id", [run_ids[p] for p in policy], dtype=pl.Utf8)
+    return pl.DataFrame(cols)
 
 
 _PER_PREFIX_INPUTS = (

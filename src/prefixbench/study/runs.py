@@ -46,10 +46,13 @@ def run_scenario(
     timeline: Path | None = None,
     on_policy=None,
     sink=None,
+    on_result=None,
 ) -> RunTables:
     """Simulate ``s`` under each policy on the same requests (one prepared workload);
     ``on_policy(policy)`` is called after each (a progress bar). With ``sink`` (an
-    io/stream.PartWriter) each policy's request rows go to it instead of being kept."""
+    io/stream.PartWriter) each policy's request rows go to it instead of being kept.
+    ``on_result(prep, policy, res)`` sees each run's engine result before it is dropped
+    (the sweep's per-prefix rows, without the request table)."""
     prep = prepare(s)
     if timeline is not None:
         from prefixbench.support.memcheck import check_timeline
@@ -70,6 +73,8 @@ def run_scenario(
         row = summarize_result(prep, policy, res)  # from the engine's columns, no table
         rows.append(check_row({**keys, **row}, f"policy {policy}"))
         stats[policy] = res.stats
+        if on_result is not None:
+            on_result(prep, policy, res)
         if sink is not None:  # written in chunks: the table is never whole
             for lo, hi in request_chunks(len(prep.requests)):  # each chunk freed once added
                 sink.add(requests_frame(prep, policy, res, lo, hi))

@@ -31,7 +31,7 @@ from prefixbench.support.files import is_file
 from prefixbench.support.memcheck import check_workers
 
 from ..errors import ArtifactError, PrefixbenchError
-from .aggregate import aggregate, prefix_table
+from .aggregate import aggregate, point_prefixes, prefix_rows
 from .backends import Backend, LocalPoolBackend, sigterm_as_interrupt
 from .grid import Point, SweepSpec, canonical
 
@@ -76,9 +76,14 @@ def run_point(point: Point, policies: list[str], keep_requests: bool) -> PointRe
     """Simulate one grid point under every policy (runs in a worker process)."""
     from .runs import run_scenario
 
+    tables: list[dict] = []  # each run's per-prefix rows, from its engine columns
+
+    def _prefixes(prep, policy: str, res) -> None:
+        tables.append(prefix_rows(prep, policy, res))
+
     with _naming(point):
         s = point.load()
-        t = run_scenario(s, policies, keep_requests=True)
+        t = run_scenario(s, policies, keep_requests=keep_requests, on_result=_prefixes)
     run_ids = [point.run_id(p) for p in t.summary["policy"].to_list()]
     runs = t.summary.with_columns(
         pl.Series("run_id", run_ids, dtype=pl.Utf8),
@@ -87,15 +92,19 @@ def run_point(point: Point, policies: list[str], keep_requests: bool) -> PointRe
         pl.lit(point.budget_factor).alias("budget_factor"),
     )
     constants = {  # the point's columns on every request row
-        "model": pl.lit(point.model),
-        "workload": pl.lit(point.workload),
-        "budget_factor": pl.lit(point.budget_factor),
-        "seed": pl.lit(point.seed).cast(pl.Int64),
-        "admission": pl.lit(runs["admission"][0]),
+        "model": point.model,
+        "workload": point.workload,
+        "budget_factor": float(point.budget_factor),
+        "seed": int(point.seed),
+        "admission": runs["admission"][0],
     }
-    ids = runs.select("policy", "run_id")
-    prefixes = prefix_table(t.requests, constants).join(ids, on="policy")
-    reqs = t.requests.with_columns(**constants) if keep_requests else None
+    ids = dict(zip(t.summary["policy"].to_list(), run_ids, strict=True))
+    prefixes = point_prefixes(tables, constants, ids)
+    reqs = None
+    if keep_requests:
+        exprs = {k: pl.lit(v) for k, v in constants.items()}
+        exprs["seed"] = pl.lit(point.seed).cast(pl.Int64)
+        reqs = t.requests.with_columns(**exprs)
     return PointResult(point, runs, prefixes, reqs)
 
 

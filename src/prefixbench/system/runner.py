@@ -36,7 +36,7 @@ from prefixbench.physics.power import with_power
 from prefixbench.scenario.describe import run_notes
 from prefixbench.scenario.models import Scenario, SessionWorkload, SyntheticWorkload, TraceWorkload
 from prefixbench.support.suggest import did_you_mean
-from prefixbench.workload.dense import unique_counts
+from prefixbench.workload.dense import shared_counts, unique_counts
 from prefixbench.workload.requests import Requests
 
 DEFAULT_REQUESTS = 10_000  # synthetic run length when run.requests is not set (docs/model.md)
@@ -118,10 +118,9 @@ def reference_demand(
     )
     ws = 0.0
     if len(req.blk_hash):
-        hashes, first, counts = unique_counts(req.blk_hash)
-        shared = counts >= 2  # a block referenced once is never reused: not working set
-        if shared.any():
-            first, counts = first[shared], counts[shared]
+        # a block referenced once is never reused: not working set
+        first, counts = shared_counts(req.blk_hash, 2)
+        if counts.size:
             keep = most_referenced(counts, WORKING_SET_COVERAGE)
             ws = float(req.blk_tokens[first[keep]].sum())
     ws = min(ws, active)  # a vast reuse history (multi-turn traces) must not dwarf the active set

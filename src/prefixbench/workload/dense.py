@@ -10,7 +10,8 @@ gigabytes. Here:
   table (linear probing, Fibonacci hashing, grown at half full).
 
 Equal hash <=> equal id either way. ``unique_counts`` returns exactly what
-``np.unique(values, return_index=True, return_counts=True)`` returns (tests/test_dense.py).
+``np.unique(values, return_index=True, return_counts=True)`` returns, and ``shared_counts``
+exactly its first indices and counts of the values seen at least twice (tests/test_dense.py).
 """
 
 from __future__ import annotations
@@ -131,7 +132,51 @@ def unique_counts(values) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return uniq[order], first[order], counts[order]
 
 
+@njit(cache=True)
+def _small_shared(values, u, min_count):
+    """For small non-negative values: (the first index, the count) of each value seen at
+    least ``min_count`` times, ascending by value. One array of ``u`` counts, reused as the
+    values' output slots, instead of the four of ``_small_counts`` (on a tiled trace, 15
+    million distinct blocks: 120 MB in place of 600 MB, fresh memory the kernel must zero)."""
+    counts = np.zeros(u, dtype=np.int64)
+    for j in range(values.shape[0]):
+        counts[values[j]] += 1
+    k = 0
+    for v in range(u):
+        k += counts[v] >= min_count
+    f = np.empty(k, dtype=np.int64)
+    c = np.empty(k, dtype=np.int64)
+    k = 0
+    for v in range(u):  # a kept value's slot is stored as -(slot + 1); the others become 0
+        if counts[v] >= min_count:
+            c[k] = counts[v]
+            counts[v] = -(k + 1)
+            k += 1
+        else:
+            counts[v] = 0
+    for j in range(values.shape[0]):  # the first occurrence of a kept value fills its slot
+        s = counts[values[j]]
+        if s < 0:
+            f[-s - 1] = j
+            counts[values[j]] = 0
+    return f, c
+
+
+def shared_counts(values, min_count: int = 2) -> tuple[np.ndarray, np.ndarray]:
+    """(first index, count) of every value occurring at least ``min_count`` times, ascending
+    by value: ``unique_counts``'s ``first`` and ``counts`` where ``counts >= min_count``,
+    without its full-length arrays when the values are small non-negative integers."""
+    values = np.ascontiguousarray(values, dtype=np.int64)
+    u = _small(values)
+    if u:
+        return _small_shared(values, u, max(int(min_count), 1))
+    _, first, counts = unique_counts(values)
+    keep = counts >= min_count
+    return first[keep], counts[keep]
+
+
 def warm_up() -> None:
     """Compile (or load) both paths: the package build calls this (setup.py)."""
     unique_counts(np.array([3, 1, 3], dtype=np.int64))
     unique_counts(np.array([-(2**62), 5, -(2**62)], dtype=np.int64))
+    shared_counts(np.array([3, 1, 3], dtype=np.int64))
