@@ -35,8 +35,10 @@ Measures, and prints and writes as JSON (median / min / max over repeats):
 W2 workloads in BLIS and in prefixbench (/work/shared/peers/blis/README.md): alternated fresh
 processes, median wall and CPU of ``--blis-repeats``, and the outputs side by side.
 ``--only a,b`` runs only the named sections (compile, throughput, study, commands, cold,
-startup, help, million, scaling, events, timeline, scale; ``--only blis`` runs the BLIS
-comparison alone).
+startup, help, million, scaling, events, timeline, scale, server; ``--only blis`` runs the
+BLIS comparison alone). ``--server`` runs the sections' commands through an opt-in warm
+server started for the benchmark (docs/design.md "The warm server"); the ``server`` section
+times its commands with and without one, alternated.
 
 The machine is recorded too (CPU, cores, versions, load average: on a shared machine the
 load of other processes inflates wall times; CPU-time figures are less affected).
@@ -64,12 +66,13 @@ from bench.common import POLICIES, ROOT, default_trace, machine_info, product_en
 from bench.engine import bench_compile, bench_event_cost, bench_scaling_requests, bench_throughput
 from bench.modes import mode_million, mode_study, mode_wrap
 from bench.scale import bench_scale, bench_timeline
+from bench.server import bench_server, warm_server
 from bench.study import bench_million, bench_scaling_grid, bench_study
 from bench.verdicts import verdicts
 
 SECTIONS = (
     "compile", "throughput", "study", "commands", "cold", "help", "startup", "million", "scaling",
-    "events", "timeline", "scale",
+    "events", "timeline", "scale", "server",
 )  # fmt: skip
 
 
@@ -95,6 +98,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--blis-repeats", type=int, default=3, help="alternated runs of each side")
     ap.add_argument("--blis-workloads", default="w1,w2", help="shared workloads to compare")
+    ap.add_argument(
+        "--server", action="store_true",
+        help="run the sections' commands through an opt-in warm server (docs/design.md)",
+    )  # fmt: skip
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     ap.add_argument("--wrap", action="store_true", help=argparse.SUPPRESS)
     return ap
@@ -110,12 +117,23 @@ def main() -> None:
         {"study": mode_study, "million": mode_million}[name](*cargs)
         return
 
-    quick = args.quick
-    trace = Path(args.trace) if args.trace else default_trace()
     t_start = time.perf_counter()
-    r = _record(quick)
-    only = set(args.only.split(","))
-    r["sections"] = sorted(only)
+    r = _record(args.quick)
+    r["sections"] = sorted(set(args.only.split(",")))
+    r["through_warm_server"] = args.server
+    if args.server:  # every command below runs in a process forked from the server
+        with warm_server() as info:
+            r["warm_server"] = info
+            _sections(args, r)
+    else:
+        _sections(args, r)
+    _finish(r, Path(args.out), t_start)
+
+
+def _sections(args: argparse.Namespace, r: dict) -> None:
+    """The sections asked for, each recorded into ``r``."""
+    quick, only = args.quick, set(args.only.split(","))
+    trace = Path(args.trace) if args.trace else default_trace()
 
     if "compile" in only:
         print("compile (numba, fresh cache directory):", flush=True)
@@ -176,9 +194,11 @@ def main() -> None:
             print(f"  wall ≈ {fit['fixed_s']:.2f} s + {fit['per_run_s'] * 1e3:.1f} ms x runs")
 
     _scale_sections(r, only, quick, trace)
+    if "server" in only and not args.server:
+        print("the warm server: the same commands without and with it, alternated:", flush=True)
+        r["server"] = bench_server(3 if quick else 5)
     if args.blis:
         r["blis"] = _blis_section(args)
-    _finish(r, Path(args.out), t_start)
 
 
 def _record(quick: bool) -> dict:

@@ -44,7 +44,7 @@ def _printed(code: str) -> list[str]:
 
 def test_the_deferred_markdown_module_is_the_real_one_when_used():
     code = (
-        "import sys, prefixbench.cli\n"
+        "import sys\nfrom prefixbench.cli import app\n"
         "from rich.markdown import Markdown\n"
         "assert 'markdown_it' not in sys.modules\n"
         "from rich.console import Console\n"
@@ -58,7 +58,7 @@ def test_the_deferred_markdown_module_is_the_real_one_when_used():
 
 def test_the_deferred_traceback_module_is_the_real_one_when_used():
     code = (
-        "import sys, prefixbench.cli\n"
+        "import sys\nfrom prefixbench.cli import app\n"
         "from rich.traceback import Traceback\n"
         "assert 'pygments' not in sys.modules\n"
         "from rich.console import Console\n"
@@ -73,3 +73,37 @@ def test_the_deferred_traceback_module_is_the_real_one_when_used():
     )
     out = _printed(code)
     assert "ZeroDivisionError:" in out and out[-2:] == ["rich.traceback", "Frame"]
+
+
+def test_the_cli_modules_annotations_are_objects_not_strings():
+    """With ``from __future__ import annotations`` Typer's get_type_hints compiles every
+    option's annotation string (about 600) to build the command tree: 0.02-0.04 CPU-s of
+    every `--help` (docs/performance.md "The warm server")."""
+    from pathlib import Path
+
+    import prefixbench.cli
+
+    folder = Path(prefixbench.cli.__file__).parent
+    lazy = [
+        p.name for p in folder.glob("*.py") if "from __future__ import annotations" in p.read_text()
+    ]
+    assert lazy == []
+
+
+def test_the_warm_server_check_imports_only_the_standard_librarys_basics():
+    code = (
+        "import sys\n"
+        "before = set(sys.modules)\n"
+        "from prefixbench.support.warm import run_through_server\n"
+        "assert run_through_server() is None\n"
+        "new = sorted(m for m in set(sys.modules) - before if not m.startswith('prefixbench'))\n"
+        "print(new)\n"
+    )
+    import os
+
+    env = {**os.environ, "XDG_RUNTIME_DIR": "/nonexistent-runtime-dir"}
+    env.pop("PREFIXBENCH_SERVER", None)
+    p = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    )
+    assert p.stdout.strip() in ("[]", "['_blake2']"), p.stdout

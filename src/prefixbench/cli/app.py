@@ -5,8 +5,6 @@ Errors from the library print one line to stderr and exit non-zero; `--debug` sh
 traceback instead.
 """
 
-from __future__ import annotations
-
 import functools
 import os
 import sys
@@ -184,7 +182,8 @@ app.add_typer(catalog_app, name="catalog")
 
 out = Console()
 err = Console(stderr=True)
-_state = {"debug": False}
+# engine_ready: the warm server loaded the engine before forking this process (cli/server.py)
+_state = {"debug": False, "engine_ready": False}
 
 
 # The hand-off policies and trace formats, from the registry (pure data: importing it keeps
@@ -273,7 +272,7 @@ def _compile_engine() -> None:
     matching one: docs/design.md "The compiled engine ships with the package")."""
     from prefixbench.support.firstrun import counting_compiles, engine_compiled
 
-    if engine_compiled():
+    if _state["engine_ready"] or engine_compiled():
         return
     if err.is_terminal:
         err.print(
@@ -382,7 +381,7 @@ class _Progress:
             self.bar.stop()
             self.bar = None
 
-    def __enter__(self) -> _Progress:
+    def __enter__(self) -> "_Progress":
         return self
 
     def __exit__(self, *exc) -> None:

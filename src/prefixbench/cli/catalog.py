@@ -1,7 +1,5 @@
 """`prefixbench catalog`: what prefixbench knows."""
 
-from __future__ import annotations
-
 from typing import Annotated
 
 import typer

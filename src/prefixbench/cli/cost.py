@@ -1,7 +1,5 @@
 """`prefixbench cost`: step times of a model on an accelerator, with FLOPs, bytes and bound."""
 
-from __future__ import annotations
-
 import json
 from typing import Annotated
 

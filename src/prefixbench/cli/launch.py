@@ -1,7 +1,5 @@
 """`import`: launch and bench command lines in, a scenario YAML out."""
 
-from __future__ import annotations
-
 from enum import Enum
 from pathlib import Path
 from typing import Annotated

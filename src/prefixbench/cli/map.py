@@ -1,7 +1,5 @@
 """`map`: the winning policy over a grid of two axes, as text, Parquet, PNG or JSON."""
 
-from __future__ import annotations
-
 import json
 import math
 from pathlib import Path

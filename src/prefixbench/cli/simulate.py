@@ -1,7 +1,5 @@
 """`run`, `compare`, `capacity`: one scenario at a time."""
 
-from __future__ import annotations
-
 from pathlib import Path
 from typing import Annotated
 

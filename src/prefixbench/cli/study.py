@@ -1,7 +1,5 @@
 """The study pipeline: `sweep`, `crossover`, `recommend`, `plot`, `report`."""
 
-from __future__ import annotations
-
 from enum import Enum
 from pathlib import Path
 from typing import Annotated
