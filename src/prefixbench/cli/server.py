@@ -186,7 +186,8 @@ def server_status(as_json: JsonOpt = False) -> None:
         out.print("not running", highlight=False)
     else:
         served = st.get("served", 0)
-        out.print(f"running: pid {st.get('pid', '?')}, {served} commands served, "
+        noun = "command" if served == 1 else "commands"
+        out.print(f"running: pid {st.get('pid', '?')}, {served} {noun} served, "
                   f"idle timeout {st.get('idle_s', '?')} s, socket {st.get('socket', '?')}",
                   highlight=False)  # fmt: skip
     if st is None:
