@@ -18,8 +18,6 @@ past the 4 GB that run must fit in; a user can still set ``GLIBC_TUNABLES`` for 
 trace (docs/performance.md, same section).
 """
 
-from __future__ import annotations
-
 import os
 import sys
 

@@ -12,8 +12,6 @@ talks to a stale server. Any failure before the server has started the command f
 silently; once it has, the command's exit status is the client's.
 """
 
-from __future__ import annotations
-
 import os
 import sys
 
