@@ -7,6 +7,8 @@ fresh process loads instead of compiling, and both skip numba's reference counti
 (``_nrt=False``): the helpers only index arrays allocated in Python and kept alive by the
 caller, and an atomic incref/decref of every array on every call would cost more than the
 simulation itself.
+numba's per-function cache object is made when the function is first used (``_LazyCache``),
+not at import.
 
 The code is generated for LLVM's generic CPU of the architecture (``NUMBA_CPU_NAME=generic``,
 unless the environment names another), so that the cache built when the package is built
