@@ -107,3 +107,24 @@ def test_the_warm_server_check_imports_only_the_standard_librarys_basics():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
     )
     assert p.stdout.strip() in ("[]", "['_blake2']"), p.stdout
+
+
+_ARRAYS = "numba.np.arrayobj"
+
+
+def _run_imports_arrays(out) -> bool:
+    argv = ("run", "-p", "transfer_per_request", "--set", "run.requests=20",
+            "--set", "run.warmup_requests=2", "--out", str(out))  # fmt: skip
+    p = subprocess.run(
+        [sys.executable, "-c", _PROBE.format(heavy=(_ARRAYS,)), *argv],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return _ARRAYS in p.stderr.strip().splitlines()[-1]
+
+
+def test_a_run_from_the_cache_loads_no_numba_array_module(tmp_path):
+    """The compiled passes a run calls (workload/dense.py, metrics/bound.py, the engine)
+    allocate nothing, so loading their cached code does not import ``numba.np.arrayobj``
+    and its 12 modules (about 0.07 CPU-s of every process). A cold cache compiles, which
+    imports it; the second run then loads."""
+    assert not _run_imports_arrays(tmp_path / "a") or not _run_imports_arrays(tmp_path / "b")

@@ -75,3 +75,37 @@ def test_a_cache_miss_still_compiles_with_the_registries(tmp_path):
             cwd=tmp_path,
         ).stdout  # fmt: skip
         assert out.strip() == "9.0"
+
+
+_LAZY = """
+import sys
+from numba.core.registry import CPUDispatcher
+from prefixbench.engine import api, jit
+
+def made():
+    mods = [m for n, m in sys.modules.items() if n.startswith("prefixbench.engine.")]
+    ds = {id(v): v for m in mods for v in vars(m).values() if isinstance(v, CPUDispatcher)}
+    return len(ds), sum(d._cache._real is not None for d in ds.values())
+
+print(*made())
+api.warm_up()
+s = api._run_disaggregated.stats
+print(*made(), sum(s.cache_hits.values()), sum(s.cache_misses.values()))
+"""
+
+
+def test_the_engines_function_caches_are_made_when_first_used():
+    """Importing the engine makes none of its ~240 numba function caches (each proves its
+    directory writable with a temporary file and hashes the source); a run from Python
+    makes only those of the functions it calls, which still load from the cache."""
+    from prefixbench.engine.api import warm_up
+
+    warm_up()  # the cache is filled (here, not in the probe)
+    out = subprocess.run(
+        [sys.executable, "-c", _LAZY], capture_output=True, text=True, check=True
+    ).stdout.split("\n")
+    n, made = map(int, out[0].split())
+    assert n > 200 and made == 0
+    n_after, made, hits, misses = map(int, out[1].split())
+    assert 0 < made < n_after / 4
+    assert hits == 1 and misses == 0

@@ -7,6 +7,8 @@ fresh process loads instead of compiling, and both skip numba's reference counti
 (``_nrt=False``): the helpers only index arrays allocated in Python and kept alive by the
 caller, and an atomic incref/decref of every array on every call would cost more than the
 simulation itself.
+numba's per-function cache object is made when the function is first used (``_LazyCache``),
+not at import.
 
 The code is generated for LLVM's generic CPU of the architecture (``NUMBA_CPU_NAME=generic``,
 unless the environment names another), so that the cache built when the package is built
@@ -47,13 +49,48 @@ def _load_overload(self, sig, target_context):
 
 caching.Cache.load_overload = _load_overload
 
-_OPTIONS = {"cache": True, "error_model": "numpy", "_nrt": False}
+
+class _LazyCache:
+    """numba's ``FunctionCache`` of one function, made when the dispatcher first uses it.
+
+    ``cache=True`` makes it at decoration: it locates the cache directory, creates and
+    removes a temporary file there to prove it writable, and stats and hashes the source,
+    for each of the engine's ~240 functions at import (0.02-0.03 CPU-s of every process),
+    although a run calls about a dozen of them from Python (the rest are inside the loaded
+    machine code). The dispatcher reaches its cache only through attributes, so this stands
+    in until one is read."""
+
+    def __init__(self, py_func) -> None:
+        self._py_func = py_func
+        self._real = None
+
+    def __getattr__(self, name: str):
+        if self._real is None:
+            self._real = caching.FunctionCache(self._py_func)
+        return getattr(self._real, name)
+
+
+_OPTIONS = {"error_model": "numpy", "_nrt": False}  # cached: see _cached
 # helpers called only from compiled code need no CPython or C-function wrapper, and
 # generating those is a good part of the compile time
 _INTERNAL = {**_OPTIONS, "no_cpython_wrapper": True, "no_cfunc_wrapper": True}
 
-jit = njit(**_INTERNAL)
-entry = njit(**_OPTIONS)  # also called from Python
+
+def _cached(options: dict):
+    """``njit(cache=True, **options)`` whose cache is made on first use (``_LazyCache``)."""
+    compile_ = njit(**options)
+
+    def decorate(fn):
+        dispatcher = compile_(fn)
+        if isinstance(dispatcher, registry.CPUDispatcher):  # not under NUMBA_DISABLE_JIT
+            dispatcher._cache = _LazyCache(dispatcher.py_func)
+        return dispatcher
+
+    return decorate
+
+
+jit = _cached(_INTERNAL)
+entry = _cached(_OPTIONS)  # also called from Python
 
 
 class _Fixed(registry.CPUDispatcher):
@@ -84,7 +121,7 @@ class _Fixed(registry.CPUDispatcher):
 
 def _fixed(signature: str, options: dict):
     def decorate(fn):
-        dispatcher = njit(**options)(fn)
+        dispatcher = _cached(options)(fn)
         if isinstance(dispatcher, registry.CPUDispatcher):  # not under NUMBA_DISABLE_JIT
             dispatcher.__class__ = _Fixed
             dispatcher._signature = signature
