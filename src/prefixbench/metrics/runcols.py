@@ -44,7 +44,6 @@ DERIVED: dict[str, Callable] = {
 }
 
 
-INDEX_ROWS = 1 << 18  # runs up to this long select through cached row indices (a few MB)
 CACHE_BYTES = 64 << 20  # columns a Rows keeps once read, at most (the rest recomputed)
 
 
@@ -106,7 +105,6 @@ class RunCols:
         self.warmup = np.arange(self.n) < prep.scenario.run.warmup_requests
         self.completed = np.asarray(res.columns["outcome"]) == int(Outcome.COMPLETED)
         self.rejected = np.asarray(res.columns["outcome"]) == int(Outcome.REJECTED)
-        self._index: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     def has(self, name: str) -> bool:
         return name in self.inputs or name in self.cols or name in _EXTRA
@@ -119,42 +117,28 @@ class RunCols:
         if name in _EXTRA:
             return _EXTRA[name](self, mask)
         col = self.inputs[name] if name in self.inputs else np.asarray(self.cols[name])
-        if mask is None:
-            return col
-        return col.take(self.index(mask)) if self.n <= INDEX_ROWS else col[mask]
-
-    def index(self, mask: np.ndarray) -> np.ndarray:
-        """The rows of a boolean ``mask``, ascending, found once per mask (a ``take`` of
-        them is the boolean selection's values, about twice as fast)."""
-        hit = self._index.get(id(mask))
-        if hit is None or hit[0] is not mask:
-            if len(self._index) >= 8:  # the few masks of one summary
-                self._index.clear()
-            hit = self._index[id(mask)] = (mask, np.flatnonzero(mask))
-        return hit[1]
+        return col if mask is None else col[mask]
 
     def all(self) -> Rows:
         return Rows(self, None)
 
 
-def _sel(col: np.ndarray, mask: np.ndarray | None, run: RunCols | None = None) -> np.ndarray:
-    if mask is None:
-        return col
-    return col[mask] if run is None or run.n > INDEX_ROWS else col.take(run.index(mask))
+def _sel(col: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+    return col if mask is None else col[mask]
 
 
 def _bytes(tokens: str) -> Callable:
     # int64 tokens × bytes per token, then float64: the table's cast
-    return lambda run, m: (_sel(np.asarray(run.cols[tokens]), m, run) * run.prep.kv_bpt).astype(
+    return lambda run, m: (_sel(np.asarray(run.cols[tokens]), m) * run.prep.kv_bpt).astype(
         np.float64
     )
 
 
 # columns of the table that are not engine results, for the rows of a mask
 _EXTRA: dict[str, Callable] = {
-    "chain_blocks": lambda run, m: _sel(np.diff(run.prep.requests.blk_ptr), m, run),
+    "chain_blocks": lambda run, m: _sel(np.diff(run.prep.requests.blk_ptr), m),
     "_api_ms": lambda run, m: client_overhead_ms(
-        run.prep.scenario.efficiency, _sel(run.prep.requests.prompt_len, m, run)
+        run.prep.scenario.efficiency, _sel(run.prep.requests.prompt_len, m)
     ),
     "transfer_bytes": _bytes("transfer_tokens"),
     "host_bytes": _bytes("host_hit_tokens"),
