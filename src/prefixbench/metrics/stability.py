@@ -687,3 +687,10 @@ def _engine_busy(stats: dict, role: str, n: int) -> list[float] | None:
             else None
         )
     return [float(b) for b in busy] if busy is not None and len(busy) == n and n else None
+
+
+def warm_up() -> None:
+    """Compile (or load from the cache) the verdict's compiled passes on tiny inputs, with
+    the types a run gives them (the package build calls this, setup.py)."""
+    queue_lengths(np.array([0.0, 1.0]), np.array([2.0, 3.0]), 0.0, 4.0)
+    _batch_starts(np.array([0.0, 1.0, 2.0]), 1)
