@@ -51,6 +51,8 @@ from prefixbench.workload.dense import warm_up as dense_warm_up  # linear-time b
 dense_warm_up()
 from prefixbench.metrics.prefixes import warm_up as prefixes_warm_up  # the sweep's per-prefix pass
 prefixes_warm_up()
+from prefixbench.metrics.stability import warm_up as stability_warm_up  # the queue sweeps
+stability_warm_up()
 sys.exit(0 if engine_compiled() else 3)
 """
 

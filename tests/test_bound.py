@@ -263,3 +263,26 @@ def test_a_chunked_mean_is_the_full_length_mean_to_the_bit():
     full = float(price(np.flatnonzero(mask)).mean())
     for chunk in (1, 7, 1000, 1 << 18):
         assert masked_mean(mask, price, chunk) == full
+
+
+@pytest.mark.parametrize("preset", ["tool_call", "long_context_support"])
+def test_workload_prices_give_the_chunked_figures_to_the_bit(preset, monkeypatch):
+    """A short run's hand-off figures come from its workload's request-only prices, kept
+    for all its policies; a long run's from pricing each chunk whole. Both must give the
+    same bits on every policy's run (a slow link and a tight budget, so that recomputing
+    beats the transfer for requests whose prefill holds more than hindsight keeps)."""
+    from prefixbench.metrics import bound
+    from prefixbench.system.runner import prepare, simulate_policy
+
+    sets = ["memory.budget_factor=0.35", "cluster.link.bandwidth_gbps=0.2"]
+    s = load_scenario(preset, ["run.requests=600", "run.warmup_requests=50", *sets])
+    prep = prepare(s)
+    for policy in POLICIES:
+        res = simulate_policy(prep, policy)
+        measured = np.arange(len(prep.requests)) >= 50
+        measured &= ~np.isnan(res.columns["t_admit"])
+        kept = bound.gap_columns(prep, res.columns, measured)
+        monkeypatch.setattr(bound, "PRICE_ROWS", 0)
+        chunked = bound.gap_columns(prep, res.columns, measured)
+        monkeypatch.setattr(bound, "PRICE_ROWS", 1 << 18)
+        assert kept == chunked, policy

@@ -302,3 +302,32 @@ def test_two_prefill_instances_show_their_split():
     )
     # least-tokens routing breaks ties to instance 0: at light load it takes most of the work
     assert row["prefill_util_max"] > 2 * row["prefill_util_min"]
+
+
+def _queue_by_sort(enter, leave, t0, t1):
+    """The queue sweep by its definition: every finite wait's leave and enter in one
+    stable sort, leaves first at a tie, the count after each event."""
+    ok = np.isfinite(enter) & np.isfinite(leave) & (leave > enter)
+    a, z = enter[ok], leave[ok]
+    area = float((np.clip(z, t0, t1) - np.clip(a, t0, t1)).clip(min=0.0).sum())
+    if not len(a):
+        return 0.0, 0.0
+    times = np.concatenate([z, a])
+    order = np.argsort(times, kind="stable")
+    count = np.cumsum(np.where(order < len(z), -1.0, 1.0))
+    t = times[order]
+    inside = (t >= t0) & (t <= t1)
+    before = np.searchsorted(t, t0, side="left")
+    at_start = float(count[before - 1]) if before > 0 else 0.0
+    peak = max(at_start, float(count[inside].max()) if inside.any() else 0.0)
+    return area / max(t1 - t0, 1e-12), peak
+
+
+def test_queue_sweep_matches_its_definition_with_ties():
+    rng = np.random.default_rng(3)
+    for n in (1, 7, 300):
+        enter = rng.integers(0, 20, n).astype(np.float64)  # integer times: many ties
+        leave = enter + rng.integers(0, 5, n)
+        enter[rng.random(n) < 0.1] = np.nan
+        for t0, t1 in ((0.0, 30.0), (5.0, 12.0), (12.0, 12.0)):
+            assert queue_lengths(enter, leave, t0, t1) == _queue_by_sort(enter, leave, t0, t1)

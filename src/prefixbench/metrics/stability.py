@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import polars as pl
+from numba import njit
 
 from prefixbench.physics.costmodel import decode_iteration_time, prefill_times, recompute_time
 
@@ -145,15 +146,27 @@ def _prefill_busy(cost, budget: int, new: np.ndarray, cached: np.ndarray) -> flo
     if n == 0:
         return 0.0
     csum = np.concatenate(([0], np.cumsum(new)))
-    # each request's successor as a batch start, for every request at once; then the chain
-    # of starts from request 0 (the same batches as searching from each start in turn)
-    nxt = np.searchsorted(csum, csum[:-1] + budget, side="right") - 1
-    nxt = np.maximum(nxt, np.arange(1, n + 1))
-    starts, i = [], 0
+    return float(prefill_times(cost, new, cached, _batch_starts(csum, budget)).sum())
+
+
+@njit(cache=True)
+def _batch_starts(csum, budget):
+    """The batch starts from request 0, ``csum`` the running new-token sums (from 0): each
+    batch takes requests while their sum fits ``budget`` (the last ``j`` with ``csum[j] <=
+    csum[i] + budget``, numpy's ``searchsorted(side="right") - 1``), and at least one; one
+    compiled forward scan instead of a search per request and a Python loop per batch."""
+    n = csum.shape[0] - 1
+    out = np.empty(max(n, 1), dtype=np.int64)
+    k, i, j = 0, 0, 0
     while i < n:
-        starts.append(i)
-        i = int(nxt[i])
-    return float(prefill_times(cost, new, cached, np.asarray(starts)).sum())
+        out[k] = i
+        k += 1
+        cut = csum[i] + budget
+        j = max(j, i)
+        while j + 1 <= n and csum[j + 1] <= cut:
+            j += 1
+        i = max(j, i + 1)
+    return out[:k]
 
 
 def _col(df: pl.DataFrame, name: str) -> np.ndarray:
@@ -460,23 +473,60 @@ def queue_lengths(
     enter: np.ndarray, leave: np.ndarray, t0: float, t1: float
 ) -> tuple[float, float]:
     """Time-average and maximum number waiting over [t0, t1] (a sweep line over the waits)."""
-    ok = np.isfinite(enter) & np.isfinite(leave) & (leave > enter)
-    a, z = enter[ok], leave[ok]
+    a, z, inside = _waits(
+        np.asarray(enter, dtype=np.float64), np.asarray(leave, dtype=np.float64), t0, t1
+    )
     span = max(t1 - t0, 1e-12)
-    area = float((np.clip(z, t0, t1) - np.clip(a, t0, t1)).clip(min=0.0).sum())
+    area = float(inside.sum())  # numpy's sum of the same values: the same bits
     if not len(a):
         return 0.0, 0.0
-    # leaves first, and a stable sort: a leave before an enter at the same instant (one
-    # stable argsort, nearly linear on these nearly sorted times, instead of a lexsort)
-    times = np.concatenate([z, a])
-    order = np.argsort(times, kind="stable")
-    count = np.cumsum(np.where(order < len(z), -1.0, 1.0))
-    t_sorted = times[order]
-    inside = (t_sorted >= t0) & (t_sorted <= t1)
-    before = np.searchsorted(t_sorted, t0, side="left")
-    at_start = float(count[before - 1]) if before > 0 else 0.0
-    peak = max(at_start, float(count[inside].max()) if inside.any() else 0.0)
+    # leaves first at equal times: a merge of the sorted leaves and enters (the count
+    # after each event, an exact integer, as a stable sort of leaves-then-enters has it)
+    z.sort(kind="stable")  # a and z are copies; timsort: nearly sorted times
+    a.sort(kind="stable")
+    peak = _peak(z, a, float(t0), float(t1))
     return area / span, peak
+
+
+@njit(cache=True)
+def _waits(enter, leave, t0, t1):
+    """(enters, leaves, time inside [t0, t1]) of the finite waits (leave > enter), in
+    order: ``np.clip`` of each end to the window, their difference at least 0."""
+    n = enter.shape[0]
+    a, z, d = np.empty(n), np.empty(n), np.empty(n)
+    k = 0
+    for i in range(n):
+        e, lv = enter[i], leave[i]
+        if np.isfinite(e) and np.isfinite(lv) and lv > e:
+            a[k], z[k] = e, lv
+            d[k] = max(min(max(lv, t0), t1) - min(max(e, t0), t1), 0.0)
+            k += 1
+    return a[:k], z[:k], d[:k]
+
+
+@njit(cache=True)
+def _peak(z, a, t0, t1):
+    """The most waiting at once over [t0, t1] (at least the number waiting at ``t0``):
+    leaves ``z`` and enters ``a``, each sorted, merged with a leave first at a tie."""
+    i = j = 0
+    count = 0.0
+    at_start = 0.0
+    best = 0.0
+    n = a.shape[0]
+    while i < n or j < n:
+        if j < n and (i >= n or z[j] <= a[i]):
+            t = z[j]
+            count -= 1.0
+            j += 1
+        else:
+            t = a[i]
+            count += 1.0
+            i += 1
+        if t < t0:
+            at_start = count
+        elif t <= t1 and count > best:
+            best = count
+    return max(at_start, best)
 
 
 # ------------------------------------------------------------------ verdict
@@ -637,3 +687,10 @@ def _engine_busy(stats: dict, role: str, n: int) -> list[float] | None:
             else None
         )
     return [float(b) for b in busy] if busy is not None and len(busy) == n and n else None
+
+
+def warm_up() -> None:
+    """Compile (or load from the cache) the verdict's compiled passes on tiny inputs, with
+    the types a run gives them (the package build calls this, setup.py)."""
+    queue_lengths(np.array([0.0, 1.0]), np.array([2.0, 3.0]), 0.0, 4.0)
+    _batch_starts(np.array([0.0, 1.0, 2.0]), 1)
