@@ -146,17 +146,21 @@ def _prefill_busy(cost, budget: int, new: np.ndarray, cached: np.ndarray) -> flo
     if n == 0:
         return 0.0
     csum = np.concatenate(([0], np.cumsum(new)))
-    return float(prefill_times(cost, new, cached, _batch_starts(csum, budget)).sum())
+    starts = np.empty(n, dtype=np.int64)  # allocated here: see _batch_starts
+    k = _batch_starts(csum, budget, starts)
+    return float(prefill_times(cost, new, cached, starts[:k]).sum())
 
 
 @njit(cache=True)
-def _batch_starts(csum, budget):
-    """The batch starts from request 0, ``csum`` the running new-token sums (from 0): each
-    batch takes requests while their sum fits ``budget`` (the last ``j`` with ``csum[j] <=
-    csum[i] + budget``, numpy's ``searchsorted(side="right") - 1``), and at least one; one
-    compiled forward scan instead of a search per request and a Python loop per batch."""
+def _batch_starts(csum, budget, out):
+    """How many batches, their starts written to ``out`` from request 0, ``csum`` the
+    running new-token sums (from 0): each batch takes requests while their sum fits
+    ``budget`` (the last ``j`` with ``csum[j] <= csum[i] + budget``, numpy's
+    ``searchsorted(side="right") - 1``), and at least one; one compiled forward scan instead
+    of a search per request and a Python loop per batch. ``out`` (one slot per request) is
+    allocated by the caller, so that loading this code imports no numba array module
+    (docs/performance.md "The default path's fixed cost")."""
     n = csum.shape[0] - 1
-    out = np.empty(max(n, 1), dtype=np.int64)
     k, i, j = 0, 0, 0
     while i < n:
         out[k] = i
@@ -166,7 +170,7 @@ def _batch_starts(csum, budget):
         while j + 1 <= n and csum[j + 1] <= cut:
             j += 1
         i = max(j, i + 1)
-    return out[:k]
+    return k
 
 
 def _col(df: pl.DataFrame, name: str) -> np.ndarray:
@@ -473,9 +477,10 @@ def queue_lengths(
     enter: np.ndarray, leave: np.ndarray, t0: float, t1: float
 ) -> tuple[float, float]:
     """Time-average and maximum number waiting over [t0, t1] (a sweep line over the waits)."""
-    a, z, inside = _waits(
-        np.asarray(enter, dtype=np.float64), np.asarray(leave, dtype=np.float64), t0, t1
-    )
+    enter = np.asarray(enter, dtype=np.float64)
+    a, z, inside = (np.empty(len(enter)) for _ in range(3))  # allocated here: see _waits
+    k = _waits(enter, np.asarray(leave, dtype=np.float64), t0, t1, a, z, inside)
+    a, z, inside = a[:k], z[:k], inside[:k]
     span = max(t1 - t0, 1e-12)
     area = float(inside.sum())  # numpy's sum of the same values: the same bits
     if not len(a):
@@ -489,11 +494,11 @@ def queue_lengths(
 
 
 @njit(cache=True)
-def _waits(enter, leave, t0, t1):
-    """(enters, leaves, time inside [t0, t1]) of the finite waits (leave > enter), in
-    order: ``np.clip`` of each end to the window, their difference at least 0."""
+def _waits(enter, leave, t0, t1, a, z, d):
+    """How many finite waits (leave > enter), their enters, leaves and time inside
+    [t0, t1] written in order to ``a``, ``z`` and ``d`` (allocated by the caller, as in
+    _batch_starts): ``np.clip`` of each end to the window, their difference at least 0."""
     n = enter.shape[0]
-    a, z, d = np.empty(n), np.empty(n), np.empty(n)
     k = 0
     for i in range(n):
         e, lv = enter[i], leave[i]
@@ -501,7 +506,7 @@ def _waits(enter, leave, t0, t1):
             a[k], z[k] = e, lv
             d[k] = max(min(max(lv, t0), t1) - min(max(e, t0), t1), 0.0)
             k += 1
-    return a[:k], z[:k], d[:k]
+    return k
 
 
 @njit(cache=True)
@@ -693,4 +698,4 @@ def warm_up() -> None:
     """Compile (or load from the cache) the verdict's compiled passes on tiny inputs, with
     the types a run gives them (the package build calls this, setup.py)."""
     queue_lengths(np.array([0.0, 1.0]), np.array([2.0, 3.0]), 0.0, 4.0)
-    _batch_starts(np.array([0.0, 1.0, 2.0]), 1)
+    _batch_starts(np.array([0.0, 1.0, 2.0]), 1, np.empty(2, dtype=np.int64))  # as a run's
