@@ -55,7 +55,7 @@ def _first_calls() -> None:
     for policy in POLICIES:
         simulate_policy(prep, policy)
     bound._resident(prep)
-    bound._MEMO.clear()
+    bound._PER_PREP.clear()
 
 
 def _spare_setup() -> None:

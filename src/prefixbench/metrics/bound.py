@@ -281,15 +281,27 @@ def _belady(ptr, ids, tokens, nxt, first, size, bdepth, pre, cap, n, hk, hb, whe
 # ---------------------------------------------------------------- per run
 
 
-_MEMO: dict[int, tuple[object, np.ndarray, np.ndarray]] = {}
+_PER_PREP: dict[str, tuple[object, object]] = {}
+
+
+def _once_per_prep(name: str, prep, compute):
+    """``compute()``, kept for the last prepared scenario asked under ``name`` (a study runs
+    its policies on one prepared workload together, so each is computed once for them)."""
+    hit = _PER_PREP.get(name)
+    if hit is not None and hit[0] is prep:
+        return hit[1]
+    value = compute()
+    _PER_PREP[name] = (prep, value)
+    return value
 
 
 def _resident(prep) -> tuple[np.ndarray, np.ndarray | None]:
     """(bound's, hindsight's) resident tokens per request of a prepared scenario (once;
     hindsight's None when skipped)."""
-    hit = _MEMO.get(id(prep))
-    if hit is not None and hit[0] is prep:
-        return hit[1], hit[2]
+    return _once_per_prep("resident", prep, lambda: _resident_of(prep))
+
+
+def _resident_of(prep) -> tuple[np.ndarray, np.ndarray | None]:
     req, b = prep.requests, prep.base
     cap = float(b.budget_tokens) * b.n_decode
     # the bound may hold the host-DRAM pool too (replicate_tiered and cost_aware keep one,
@@ -303,10 +315,7 @@ def _resident(prep) -> tuple[np.ndarray, np.ndarray | None]:
     hind = None  # skipped above run.hindsight_max_requests (docs/model.md "The optimal bound")
     if hindsight_on(prep.scenario, len(req)):
         hind = belady_resident(req.blk_ptr, req.blk_hash, req.blk_tokens, cap, warm)
-    out = (max_resident(req.blk_ptr, req.blk_hash, req.blk_tokens, cap_all, warm, answers), hind)
-    _MEMO.clear()  # one prepared scenario at a time (a study runs its policies together)
-    _MEMO[id(prep)] = (prep, *out)
-    return out
+    return max_resident(req.blk_ptr, req.blk_hash, req.blk_tokens, cap_all, warm, answers), hind
 
 
 def prices(prep) -> Prices:
@@ -358,13 +367,11 @@ class _Fixed:
     best: dict  # name -> (xfer, local, min(xfer, local), h)
 
 
-_FIXED: dict[int, tuple[object, _Fixed]] = {}
-
-
 def _fixed(prep, pr: Prices, hs: dict) -> _Fixed:
-    hit = _FIXED.get(id(prep))
-    if hit is not None and hit[0] is prep:
-        return hit[1]
+    return _once_per_prep("fixed", prep, lambda: _fixed_of(prep, pr, hs))
+
+
+def _fixed_of(prep, pr: Prices, hs: dict) -> _Fixed:
     prompt = np.asarray(prep.requests.prompt_len, dtype=np.float64)
     best = {}
     for name, h in hs.items():
@@ -372,10 +379,7 @@ def _fixed(prep, pr: Prices, hs: dict) -> _Fixed:
         xfer = pr.transfer(prompt - h)
         local = pr.recompute(np.maximum(prompt - h, 0), h)
         best[name] = (xfer, local, np.minimum(xfer, local), h)
-    out = _Fixed(pr.transfer(prompt), best)
-    _FIXED.clear()  # one prepared workload at a time, like _MEMO
-    _FIXED[id(prep)] = (prep, out)
-    return out
+    return _Fixed(pr.transfer(prompt), best)
 
 
 def _best_at(pr: Prices, fx: tuple, prompt, ph, rows: np.ndarray) -> np.ndarray:

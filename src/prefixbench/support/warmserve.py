@@ -25,6 +25,9 @@ import threading
 import time
 from collections.abc import Callable
 
+from prefixbench.errors import PrefixbenchError
+
+from .files import write_atomic
 from .warm import current_key, recv_message, runtime_dir, send_message, server_key, socket_path
 
 _SIGNALS_RESET = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGCHLD)
@@ -226,10 +229,7 @@ class _Server:
         status = {"pid": os.getpid(), "key": self.key, "socket": self.path,
                   "idle_s": self.idle_s, "served": self.served, "python": sys.executable,
                   "started": self.started}  # fmt: skip
-        tmp = f"{self.status_path}.tmp"
-        with open(tmp, "w") as f:
-            json.dump(status, f)
-        os.replace(tmp, self.status_path)
+        write_atomic(self.status_path, json.dumps(status), PrefixbenchError)
 
     def top_up(self) -> None:
         """Fork spares until SPARES wait (unless they keep dying before taking a client)."""

@@ -81,45 +81,6 @@ def _hash_ids(values):
     return ids, uniq[:u].copy(), first[:u].copy()
 
 
-def _small_counts(values: np.ndarray, u: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """For small non-negative values: (the distinct values ascending, the first index of
-    each, its count), in two linear passes. The arrays are allocated here, in Python: a
-    compiled function that allocates loads numba's array module (``numba.np.arrayobj`` and
-    12 others, about 0.07 CPU-s of a process's start-up) with its cached code."""
-    counts = np.zeros(u, dtype=np.int64)
-    first = np.empty(u, dtype=np.int64)
-    k = _tally_first(values, counts, first)
-    seen = np.empty(k, dtype=np.int64)
-    f = np.empty(k, dtype=np.int64)
-    c = np.empty(k, dtype=np.int64)
-    _gather_seen(counts, first, seen, f, c)
-    return seen, f, c
-
-
-@njit(cache=True)
-def _tally_first(values, counts, first):
-    """``counts[v]``: occurrences of ``v``; ``first[v]``: its first index (where counted);
-    returns the number of distinct values."""
-    for j in range(values.shape[0]):
-        v = values[j]
-        if counts[v] == 0:
-            first[v] = j
-        counts[v] += 1
-    k = 0
-    for v in range(counts.shape[0]):
-        k += counts[v] > 0
-    return k
-
-
-@njit(cache=True)
-def _gather_seen(counts, first, seen, f, c):
-    k = 0
-    for v in range(counts.shape[0]):
-        if counts[v] > 0:
-            seen[k], f[k], c[k] = v, first[v], counts[v]
-            k += 1
-
-
 def dense_ids(values) -> tuple[np.ndarray, int]:
     """(ids in [0, u), u): equal value <=> equal id. Small non-negative integers are their
     own ids (then some ids in [0, u) may be unused)."""
@@ -139,25 +100,28 @@ def unique_counts(values) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     if values.size == 0:
         return values.copy(), np.zeros(0, np.int64), np.zeros(0, np.int64)
     if u:
-        return _small_counts(values, u)
+        return _small_kept(values, u, 1, with_values=True)  # every value kept
     ids, uniq, first = _hash_ids(values)
     counts = np.bincount(ids, minlength=uniq.size).astype(np.int64)
     order = np.argsort(uniq, kind="stable")
     return uniq[order], first[order], counts[order]
 
 
-def _small_shared(values: np.ndarray, u: int, min_count: int) -> tuple[np.ndarray, np.ndarray]:
-    """For small non-negative values: (the first index, the count) of each value seen at
-    least ``min_count`` times, ascending by value. One array of ``u`` counts, reused as the
-    values' output slots, instead of the four of ``_small_counts`` (on a tiled trace, 15
-    million distinct blocks: 120 MB in place of 600 MB, fresh memory the kernel must zero).
-    Allocated here, not in compiled code (see ``_small_counts``)."""
+def _small_kept(values: np.ndarray, u: int, min_count: int, with_values: bool = False):
+    """For small non-negative values: ((the kept values ascending, if ``with_values``), the
+    first index, the count) of each value seen at least ``min_count`` times, ascending by
+    value. One array of ``u`` counts, reused as the values' output slots (on a tiled trace,
+    15 million distinct blocks: 120 MB in place of 600 MB, fresh memory the kernel must
+    zero). The arrays are allocated here, in Python: a compiled function that allocates
+    loads numba's array module (``numba.np.arrayobj`` and 12 others, about 0.07 CPU-s of a
+    process's start-up) with its cached code."""
     counts = np.zeros(u, dtype=np.int64)
     k = _tally(values, counts, min_count)
+    seen = np.empty(k if with_values else 0, dtype=np.int64)
     f = np.empty(k, dtype=np.int64)
     c = np.empty(k, dtype=np.int64)
-    _first_of_kept(values, counts, min_count, f, c)
-    return f, c
+    _first_of_kept(values, counts, min_count, seen, f, c)
+    return (seen, f, c) if with_values else (f, c)
 
 
 @njit(cache=True)
@@ -173,12 +137,16 @@ def _tally(values, counts, min_count):
 
 
 @njit(cache=True)
-def _first_of_kept(values, counts, min_count, f, c):
-    """``c``: the kept values' counts ascending by value, ``f``: their first indices."""
+def _first_of_kept(values, counts, min_count, seen, f, c):
+    """``c``: the kept values' counts ascending by value, ``f``: their first indices, and
+    ``seen`` (unless empty) the values themselves."""
     k = 0
     u = counts.shape[0]
+    keep_values = seen.shape[0] > 0
     for v in range(u):  # a kept value's slot is stored as -(slot + 1); the others become 0
         if counts[v] >= min_count:
+            if keep_values:
+                seen[k] = v
             c[k] = counts[v]
             counts[v] = -(k + 1)
             k += 1
@@ -198,7 +166,7 @@ def shared_counts(values, min_count: int = 2) -> tuple[np.ndarray, np.ndarray]:
     values = np.ascontiguousarray(values, dtype=np.int64)
     u = _small(values)
     if u:
-        return _small_shared(values, u, max(int(min_count), 1))
+        return _small_kept(values, u, max(int(min_count), 1))
     _, first, counts = unique_counts(values)
     keep = counts >= min_count
     return first[keep], counts[keep]
