@@ -1,5 +1,5 @@
 """The per-prefix rows from the engine's columns (metrics/prefixes.py) against the
-definition: study/aggregate.prefix_table's polars group_by over the request table, to the
+definition: tests/reference_prefixes.py prefix_table's polars group_by over the request table, to the
 bit (counts, integer sums, and the compensated float sums and means)."""
 
 from __future__ import annotations
@@ -8,10 +8,11 @@ import numpy as np
 import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
+from reference_prefixes import prefix_table
 
 from prefixbench.metrics.summary import requests_frame
 from prefixbench.scenario.loader import load_scenario
-from prefixbench.study.aggregate import point_prefixes, prefix_rows, prefix_table
+from prefixbench.study.aggregate import point_prefixes, prefix_rows
 from prefixbench.system.runner import prepare, simulate_policy
 
 POLICIES = ["transfer_per_request", "replicate_all_lru", "replicate_tiered", "cost_aware"]

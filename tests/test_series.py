@@ -7,7 +7,7 @@ import numpy as np
 
 from prefixbench.engine import layout as L
 from prefixbench.engine.jit import entry
-from prefixbench.engine.series import computed_coeffs, coeffs
+from prefixbench.engine.series import coeffs, computed_coeffs
 
 
 @entry

@@ -124,11 +124,11 @@ def test_confidence_interval_is_student_t():
 
 
 def test_a_points_constant_columns_added_after_grouping_give_the_same_prefix_table():
-    """study/aggregate.prefix_table: the point's model, workload, … added to the table (not
-    grouped by) give the table grouping the request rows carrying them gives."""
+    """tests/reference_prefixes.prefix_table, the per-prefix table's definition: the point's
+    model, workload, … added to the table (not grouped by) give the table grouping the
+    request rows carrying them gives."""
     import polars as pl
-
-    from prefixbench.study.aggregate import prefix_table
+    from reference_prefixes import prefix_table
 
     nan = float("nan")
     reqs = pl.DataFrame(

@@ -1,16 +1,16 @@
 """Per-prefix figures of one run in one pass over its columns, without a request table.
 
 The study's ``prefixes.parquet`` has, per prefix and policy, the steady requests' traffic,
-where their KV came from and their bytes (study/aggregate.py, ``prefix_table`` defines them
-as a polars ``group_by`` over the request table). This computes the same figures from the
-engine's result columns and the prepared request arrays (metrics/runcols.py) in one
-compiled pass per run:
+where their KV came from and their bytes; tests/reference_prefixes.py ``prefix_table``
+defines them as a polars ``group_by`` over the request table. This computes the same
+figures from the engine's result columns and the prepared request arrays
+(metrics/runcols.py) in one compiled pass per run:
 
 - counts and integer sums are exact (int64);
 - the float sums and means (``transfer_bytes``, ``ttft_mean_ms``) are the compensated
   (Kahan) sums polars' in-memory ``group_by`` takes, in request order within each prefix,
   so every figure equals the table's to the bit (tests/test_prefixes.py checks it against
-  ``prefix_table`` on several scenarios; docs/performance.md "Per-prefix rows").
+  that definition on several scenarios; docs/performance.md "Per-prefix rows").
 """
 
 from __future__ import annotations
@@ -76,9 +76,9 @@ def _slots(pid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def per_prefix(run: RunCols) -> dict[str, np.ndarray]:
-    """The per-prefix columns of ``study/aggregate.prefix_table`` for one run, one entry per
-    prefix with steady requests, by increasing prefix id; the fraction and the mean are NaN
-    where nothing was admitted or completed (null in the table)."""
+    """The per-prefix table's columns (tests/reference_prefixes.py) for one run, one entry
+    per prefix with steady requests, by increasing prefix id; the fraction and the mean are
+    NaN where nothing was admitted or completed (null in the table)."""
     pid_all = run.column("prefix_id")
     rows = Rows(run, ~run.warmup & (pid_all >= 0))
     slot, ids = _slots(np.ascontiguousarray(rows["prefix_id"]))
