@@ -42,7 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from prefixbench.workload.dense import dense_ids
+from prefixbench.workload.dense import joint_ids
 from prefixbench.workload.reuse import leading_runs
 
 INF = math.inf
@@ -122,8 +122,8 @@ def belady_resident(ptr, blocks, tokens, capacity: float, warm=()) -> np.ndarray
     if blocks.size == 0:
         return np.zeros(n, dtype=np.int64)
     warm = np.asarray(warm, dtype=np.int64)
-    ids, u = dense_ids(np.concatenate((blocks, warm)))
-    ids, w_ids = ids[: blocks.size], np.unique(ids[blocks.size :])
+    (ids, w_ids), u = joint_ids(blocks, warm)  # one numbering, without a concatenation
+    w_ids = np.unique(w_ids)
     nxt = np.empty(ids.shape[0], dtype=np.int64)  # allocated in Python: see _next_uses
     first = np.full(u, n, dtype=np.int64)
     size = np.zeros(u, dtype=np.int64)
