@@ -49,6 +49,8 @@ from prefixbench.metrics.bound import belady_resident  # the hindsight bound's h
 belady_resident([0, 2, 3], [5, 6, 5], [4, 4, 4], 4.0)
 from prefixbench.workload.dense import warm_up as dense_warm_up  # linear-time block ids
 dense_warm_up()
+from prefixbench.workload.reuse import warm_up as reuse_warm_up  # the chains' leading runs
+reuse_warm_up()
 from prefixbench.metrics.prefixes import warm_up as prefixes_warm_up  # the sweep's per-prefix pass
 prefixes_warm_up()
 from prefixbench.metrics.stability import warm_up as stability_warm_up  # the queue sweeps

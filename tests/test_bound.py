@@ -233,9 +233,17 @@ def _vectorised_max_resident(ptr, avail, toks, cap):
     return out
 
 
-def test_the_compiled_resident_run_is_the_array_formula():
-    from prefixbench.metrics.bound import available_from
+def _available(ptr, blocks, warm):
+    """Per reference: one past the first request carrying its block (0 for a warm block,
+    ``n + 1`` never), as the former array code had it (``np.minimum.at``)."""
+    n = len(ptr) - 1
+    avail = np.full(13, n + 1, dtype=np.int64)
+    np.minimum.at(avail, blocks, np.repeat(np.arange(1, n + 1), np.diff(ptr)))
+    avail[np.asarray(warm, dtype=np.int64)] = 0
+    return avail[blocks]
 
+
+def test_the_compiled_resident_run_is_the_array_formula():
     rng = np.random.default_rng(7)
     for _ in range(200):
         n = int(rng.integers(1, 40))
@@ -245,7 +253,7 @@ def test_the_compiled_resident_run_is_the_array_formula():
         toks = rng.integers(1, 300, int(ptr[-1]))
         cap = float(rng.choice([0, 100, 500, 1e9]))
         warm = rng.choice(12, int(rng.integers(0, 3)), replace=False)
-        avail = available_from(ptr, blocks, warm)
+        avail = _available(ptr, blocks, warm)
         got = max_resident(ptr, blocks, toks, cap, warm)
         assert got.tolist() == _vectorised_max_resident(ptr, avail, toks, cap).tolist()
 

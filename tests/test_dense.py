@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from prefixbench.workload.dense import dense_ids, shared_counts, unique_counts
+from prefixbench.workload.dense import dense_ids, joint_ids, shared_counts, unique_counts
 
 RNG = np.random.default_rng(11)
 CASES = {
@@ -50,6 +50,28 @@ def test_dense_ids_equal_iff_equal(name):
     pairs = set(zip(rank.reshape(-1).tolist(), ids.tolist(), strict=True))
     distinct = len(set(values.tolist()))
     assert len(pairs) == distinct == len(set(ids.tolist()))  # a bijection of the values
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_joint_ids_are_one_numbering_across_the_arrays(name):
+    """Split into three parts (one empty), the parts' ids are one bijection of the values:
+    a value in two parts has one id in both."""
+    values = CASES[name].astype(np.int64)
+    cut = values.size // 3
+    parts = (values[:cut], np.zeros(0, np.int64), values[cut:])
+    got, u = joint_ids(*parts)
+    assert [g.shape for g in got] == [p.shape for p in parts]
+    ids = np.concatenate(got)
+    if values.size == 0:
+        return
+    assert 0 <= ids.min() and ids.max() < u
+    pairs = set(zip(values.tolist(), ids.tolist(), strict=True))
+    assert len(pairs) == len(set(values.tolist())) == len(set(ids.tolist()))
+
+
+def test_joint_small_ids_are_the_values_themselves():
+    (a, b), u = joint_ids(np.array([4, 0]), [9])
+    assert a.tolist() == [4, 0] and b.tolist() == [9] and u == 10
 
 
 @pytest.mark.parametrize("seed", range(40))

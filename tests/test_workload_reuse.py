@@ -50,6 +50,18 @@ def test_within_one_request_a_repeat_is_not_reuse():
     assert reusable_tokens(req).tolist() == [0, 16]
 
 
+def test_an_earlier_answer_counts_only_when_asked_and_only_for_later_requests():
+    """r0 [A] answers B; r1 [A B] reuses A, and B too when answers count; r1's own answer
+    C does not serve r1's chain [.. C] (r2 [C] reuses it: 16)."""
+    a, b, c = 1, 2, 3
+    req = _req([[(a, 16)], [(a, 16), (b, 16), (c, 16)], [(c, 16)]], [16, 48, 16])
+    req.ans_ptr = np.array([0, 1, 2, 2], dtype=np.int64)
+    req.ans_hash = np.array([b, c], dtype=np.int64)
+    req.ans_tokens = np.array([16, 16], dtype=np.int64)
+    assert reusable_tokens(req).tolist() == [0, 16, 16]
+    assert reusable_tokens(req, answers=True).tolist() == [0, 32, 16]
+
+
 def test_matches_the_trace_statistic_computed_from_the_raw_file():
     from prefixbench.workload.traces import read_trace
 

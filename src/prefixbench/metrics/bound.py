@@ -42,7 +42,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from prefixbench.workload.dense import dense_ids
+from prefixbench.workload.dense import joint_ids
+from prefixbench.workload.reuse import leading_runs
 
 INF = math.inf
 
@@ -94,64 +95,16 @@ class Prices:
 # ---------------------------------------------------------------- the two schedules
 
 
-def available_from(ptr, blocks, warm=(), answers=None) -> np.ndarray:
-    """Per chain reference: the first request index from which its block's KV exists
-    somewhere (computed by an earlier request's prompt, or its answer when ``answers`` =
-    (ans_ptr, ans_hash) is given; 0 for a block of the prewarmed hot set ``warm``)."""
-    ptr = np.asarray(ptr, dtype=np.int64)
-    n = len(ptr) - 1
-    blocks = np.asarray(blocks, dtype=np.int64)
-    a_ptr, a_hash = (np.zeros(n + 1, np.int64), np.zeros(0, np.int64)) if answers is None else (
-        np.asarray(answers[0], dtype=np.int64), np.asarray(answers[1], dtype=np.int64)
-    )  # fmt: skip
-    warm = np.asarray(warm, dtype=np.int64)
-    ids, u = dense_ids(np.concatenate((blocks, a_hash, warm)))
-    c_ids, a_ids, w_ids = np.split(ids, [blocks.size, blocks.size + a_hash.size])
-    avail = np.full(u, n + 1, dtype=np.int64)
-    _first_after(avail, np.ascontiguousarray(c_ids), ptr)
-    _first_after(avail, np.ascontiguousarray(a_ids), a_ptr)
-    avail[w_ids] = 0
-    return avail[c_ids]
-
-
-@njit(cache=True)
-def _first_after(avail, ids, ptr):
-    """``avail[b]`` lowered to one past the first request whose references (``ptr``
-    offsets into ``ids``) hold block ``b``: ``np.minimum.at`` in one pass."""
-    for i in range(ptr.shape[0] - 1):
-        for j in range(ptr[i], ptr[i + 1]):
-            if i + 1 < avail[ids[j]]:
-                avail[ids[j]] = i + 1
-
-
 def max_resident(ptr, blocks, tokens, capacity: float, warm=(), answers=None) -> np.ndarray:
     """Per request: tokens of its longest leading run of blocks that fits in ``capacity``
-    and whose KV exists before it (``available_from``): a block is computed once before
-    anything can hold it, so its first use pays for it. One compiled pass over the chains
-    (was eight full-length temporaries; the same integers)."""
-    ptr = np.asarray(ptr, dtype=np.int64)
-    tokens = np.asarray(tokens, dtype=np.int64)
-    out = np.zeros(len(ptr) - 1, dtype=np.int64)
-    if tokens.size == 0:
-        return out
-    _leading_fit(ptr, available_from(ptr, blocks, warm, answers), tokens, float(capacity), out)
-    return out
-
-
-@njit(cache=True)
-def _leading_fit(ptr, avail, tokens, capacity, out):
-    """``out[i]``: tokens of request ``i``'s chain up to its last block that is available
-    (``avail[j] <= i``) with every block before it, and whose running total fits
-    ``capacity`` (tokens are positive, so the total only grows along a chain)."""
-    for i in range(ptr.shape[0] - 1):
-        cum = 0
-        for j in range(ptr[i], ptr[i + 1]):
-            if avail[j] > i:
-                break
-            cum += tokens[j]
-            if cum > capacity:
-                break
-            out[i] = cum
+    and whose KV exists before it: computed by an earlier request's prompt, or its answer
+    when ``answers`` = (ans_ptr, ans_hash) is given, or in the prewarmed hot set ``warm``.
+    A block is computed once before anything can hold it, so its first use pays for it.
+    One compiled pass over the chains with a byte per block (workload/reuse.py
+    ``leading_runs``; was a per-reference array of first requests, the same integers)."""
+    if np.asarray(tokens).size == 0:
+        return np.zeros(len(ptr) - 1, dtype=np.int64)
+    return leading_runs(ptr, blocks, tokens, float(capacity), warm, answers)
 
 
 def belady_resident(ptr, blocks, tokens, capacity: float, warm=()) -> np.ndarray:
@@ -169,8 +122,8 @@ def belady_resident(ptr, blocks, tokens, capacity: float, warm=()) -> np.ndarray
     if blocks.size == 0:
         return np.zeros(n, dtype=np.int64)
     warm = np.asarray(warm, dtype=np.int64)
-    ids, u = dense_ids(np.concatenate((blocks, warm)))
-    ids, w_ids = ids[: blocks.size], np.unique(ids[blocks.size :])
+    (ids, w_ids), u = joint_ids(blocks, warm)  # one numbering, without a concatenation
+    w_ids = np.unique(w_ids)
     nxt = np.empty(ids.shape[0], dtype=np.int64)  # allocated in Python: see _next_uses
     first = np.full(u, n, dtype=np.int64)
     size = np.zeros(u, dtype=np.int64)

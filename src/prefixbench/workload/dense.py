@@ -92,6 +92,22 @@ def dense_ids(values) -> tuple[np.ndarray, int]:
     return ids, int(uniq.size)
 
 
+def joint_ids(*arrays) -> tuple[list[np.ndarray], int]:
+    """Dense ids shared by several hash arrays: ([the ids of each], u), equal hash <=>
+    equal id across all of them. Small non-negative integers are their own ids, as in
+    ``dense_ids``, without concatenating the arrays (on a tiled trace, 24 million
+    references: 190 MB of fresh memory less)."""
+    arrays = [np.ascontiguousarray(a, dtype=np.int64) for a in arrays]
+    full = [a for a in arrays if a.size]
+    if not full:
+        return arrays, 0
+    lo, hi = min(int(a.min()) for a in full), max(int(a.max()) for a in full)
+    if lo >= 0 and hi < min(2**31 - 1, 4 * sum(a.size for a in arrays) + 65536):
+        return arrays, hi + 1
+    ids, u = dense_ids(np.concatenate(arrays))
+    return np.split(ids, np.cumsum([a.size for a in arrays])[:-1]), u
+
+
 def unique_counts(values) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``np.unique(values, return_index=True, return_counts=True)`` in linear time when
     the values are small non-negative integers (sorting only the distinct values else)."""
