@@ -24,7 +24,7 @@ from .config import (
     check_colocated_config,
     check_engine_config,
 )
-from .costaware import tail_init
+from .costaware import tail_init, tail_size
 from .loop import DONE, NEED_HEAP, STALLED, close_run, heap_room, log_room
 from .loop import run_colocated as _run_colocated
 from .loop import run_disaggregated as _run_disaggregated
@@ -51,12 +51,23 @@ def _with_answers(req: Requests, answers: bool):
     return hashes, tokens, _c64(req.ans_ptr) + nb
 
 
+def _sections(cfg: EngineConfig | None, n_ids: int) -> tuple[int, bool]:
+    """What a disaggregated run (``cfg``; None: colocated) reserves beyond the common
+    state: the floats of the cost_aware tail and the refresh section in ``F``, and whether
+    ``B32`` holds the L3 store's records (replicate_tiered with a store only)."""
+    if cfg is None:
+        return 0, False
+    floats = tail_size(cfg.n_decode, n_ids) + rf.size(n_ids)
+    return floats, cfg.policy == "replicate_tiered" and cfg.l3_store_tokens > 0
+
+
 class _Run:
     """The state of one run: flat arrays plus the growable heap and timeline log."""
 
     def __init__(
-        self, req: Requests, ip: np.ndarray, fp: np.ndarray, hot: np.ndarray, answers=False
-    ) -> None:
+        self, req: Requests, ip: np.ndarray, fp: np.ndarray, hot: np.ndarray, answers=False,
+        cfg: EngineConfig | None = None,
+    ) -> None:  # fmt: skip
         self.n = n = len(req)
         hashes, tokens, ans_ptr = _with_answers(req, answers)
         bid, self.hot_ids, n_ids = dense_block_ids(hashes, hot)
@@ -71,7 +82,7 @@ class _Run:
             )
         self.IS, self.F, self.R, self.B32, self.B8 = L.allocate(
             req.prompt_len, req.output_len, req.arrival, req.blk_ptr, ans_ptr,
-            self.bid.shape[0], n_ids, ip, fp, self.hot_ids,
+            self.bid.shape[0], n_ids, ip, fp, self.hot_ids, *_sections(cfg, n_ids),
         )  # fmt: skip
         self.EHT, self.EHI = np.empty(1024), np.empty(3 * 1024, dtype=np.int64)
         cap = 4096 if ip[L.IP_REC] else 1
@@ -278,14 +289,11 @@ def _host_tier(cfg: EngineConfig, IS: np.ndarray, F: np.ndarray) -> None:
 
 
 def _l3_store(r: _Run, cfg: EngineConfig) -> None:
-    """The shared L3 store (l3store.py), under replicate_tiered only: its capacity, its
-    block records appended to ``B32`` and its queue's rate."""
+    """The shared L3 store (l3store.py), under replicate_tiered only: its capacity and its
+    queue's rate."""
     if cfg.policy != "replicate_tiered" or cfg.l3_store_tokens <= 0:
         return
-    u = int(r.IS[L.IP_U])
-    r.IS[L.IP_L3CAP] = cfg.l3_store_tokens
-    r.IS[L.H_L3] = r.B32.shape[0]
-    r.B32 = np.concatenate((r.B32, np.zeros(4 * u, dtype=np.int32)))
+    r.IS[L.IP_L3CAP] = cfg.l3_store_tokens  # its records: layout.allocate (H_L3)
     r.F[L.FP_L3_BPS] = cfg.l3_store_bytes_per_s
 
 
@@ -358,7 +366,7 @@ def simulate(
     hot_h = np.array([h for h, _ in cfg.hot_blocks], dtype=np.int64)
     hot_t = np.array([t for _, t in cfg.hot_blocks], dtype=np.int64)
     r = _Run(req, _int_params(cfg, recorder), _float_params(cfg, t_warm), hot_h,
-             cfg.cache_generated)  # fmt: skip
+             cfg.cache_generated, cfg)  # fmt: skip
     t_steady = _t_steady(req, t_warm)
     refresh = _disagg_state(r, cfg, t_steady)
     IS, F = r.IS, r.F
@@ -422,20 +430,15 @@ def _float_params(cfg: EngineConfig, t_warm: float) -> np.ndarray:
 
 
 def _disagg_state(r: _Run, cfg: EngineConfig, t_steady: float) -> float:
-    """The cost_aware and refresh sections of ``F`` (before the power records, which stay
-    last) and the mode fields of ``IS``; returns the hot set's refresh period (0: none)."""
-    u = int(r.IS[L.IP_U])
-    refresh = cfg.hot_refresh_s if cfg.policy == "replicate_hotset" and cfg.hot_blocks else 0.0
-    npw = L.NPW * (cfg.n_prefill + cfg.n_decode)  # the power records stay last (power.py)
-    r.F = np.concatenate(
-        (
-            r.F[:-npw],
-            tail_init(cfg.n_decode, u),  # costaware.tail
-            rf.init(u, refresh, cfg.hot_cap_tokens, cfg.prewarm == "link"),  # refresh.section
-            r.F[-npw:],
-        )
-    )
+    """The cost_aware and refresh sections of ``F`` (reserved by layout.allocate after
+    paged's per-request rows, before the power records) and the mode fields of ``IS``;
+    returns the hot set's refresh period (0: none)."""
     IS, F = r.IS, r.F
+    refresh = cfg.hot_refresh_s if cfg.policy == "replicate_hotset" and cfg.hot_blocks else 0.0
+    at = int(IS[L.H_PGF]) + 2 * r.n  # costaware.tail
+    tail_init(F, at, cfg.n_decode)
+    at += tail_size(cfg.n_decode, int(IS[L.IP_U]))  # refresh.section
+    rf.init(F, at, refresh, cfg.hot_cap_tokens, cfg.prewarm == "link")
     F[L.G_ITL_NW] = cfg.warmup_requests
     IS[L.IP_SHARED] = cfg.link_topology == "shared_nics"
     IS[L.IP_STREAM] = cfg.streaming == "layerwise"

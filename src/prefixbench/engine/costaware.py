@@ -54,11 +54,15 @@ from .nics import free_at
 X_T0, X_TOK = 0, 1  # tail, per decode instance: first admission time, admitted prompt tokens
 
 
-def tail_init(n_decode: int, n_ids: int) -> np.ndarray:
-    """The tail section of ``F``: 2 fields per decode instance, then counts and times."""
-    out = np.zeros(2 * n_decode + 2 * n_decode * n_ids)
-    out[X_T0 : 2 * n_decode : 2] = np.nan
-    return out
+def tail_size(n_decode: int, n_ids: int) -> int:
+    """Floats of the tail section of ``F``: 2 fields per decode instance, then counts and
+    times (layout.allocate reserves them, zeroed)."""
+    return 2 * n_decode + 2 * n_decode * n_ids
+
+
+def tail_init(F: np.ndarray, at: int, n_decode: int) -> None:
+    """Initialise the (zeroed) tail section at ``F[at:]``: no first admission yet."""
+    F[at + X_T0 : at + 2 * n_decode : 2] = np.nan
 
 
 @entry  # also called from Python (through refresh.section)

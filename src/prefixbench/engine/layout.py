@@ -388,20 +388,35 @@ def allocate(
     ip: np.ndarray,
     fp: np.ndarray,
     hot_ids: np.ndarray,
+    sections: int = 0,
+    l3: bool = False,
 ):
     """Allocate and initialise the flat state for ``len(prompt)`` requests. ``ans_ptr``
     (n + 1 offsets into the block ids, after the chains) bounds each request's answer
-    blocks; it sits right after ``blk_ptr`` (``ans_base``)."""
-    n, nb = prompt.shape[0], n_refs
-    P, D, C = int(ip[IP_NP]), int(ip[IP_ND]), int(ip[IP_NC])
-    U = n_ids
+    blocks; it sits right after ``blk_ptr`` (``ans_base``). ``sections`` floats of ``F`` are
+    reserved, zeroed, after paged's per-request rows (the disaggregated run's cost_aware
+    tail and refresh section: costaware.tail, refresh.section) and ``l3`` reserves the L3
+    store's block records at the end of ``B32`` (``H_L3``), so that every array is allocated
+    once at its final size (docs/performance.md "The engine's state, set up once")."""
+    IS = _int_state(prompt.shape[0], n_ids, ip, blk_ptr, ans_ptr)
+    R = np.zeros(prompt.shape[0] * NR, np.int32)
+    R[R_PROMPT::NR] = prompt
+    R[R_OUTPUT::NR] = output
+    F = _float_state(IS, ip, fp, arrival, sections)
+    B32, B8 = _block_state(IS, ip, n_refs, hot_ids, l3)
+    return IS, F, R, B32, B8
+
+
+def _int_state(n, U, ip, blk_ptr, ans_ptr) -> np.ndarray:
+    """``IS``: parameters, instance records, batch heaps, block pointers, result columns."""
+    P, D = int(ip[IP_NP]), int(ip[IP_ND])
     capb = min(int(ip[IP_MAXB]), n) + 1
     o_pi = DI0 + D * NDI
     o_dh = o_pi + P * NPI
     o_jn = o_dh + 2 * capb * D
     o_ptr = o_jn + capb
     o_out = o_ptr + 2 * (n + 1)  # chains' then answers' offsets
-    IS = np.zeros(o_out + NIC * n, dtype=np.int64)
+    IS = np.zeros(o_out + NIC * n, np.int64)
     IS[:NIP] = ip
     IS[IP_N], IS[IP_U] = n, U
     IS[H_PI], IS[H_DH], IS[H_CAPB] = o_pi, o_dh, capb
@@ -414,11 +429,13 @@ def allocate(
     IS[o_pi:o_dh].reshape(P, NPI)[:, [P_QH, P_QT, P_BH, P_LRUH, P_LRUT]] = -1
     IS[o_ptr : o_ptr + n + 1] = blk_ptr
     IS[o_ptr + n + 1 : o_out] = ans_ptr
+    return IS
 
-    R = np.zeros(n * NR, dtype=np.int32)
-    R[R_PROMPT::NR] = prompt
-    R[R_OUTPUT::NR] = output
 
+def _float_state(IS, ip, fp, arrival, sections) -> np.ndarray:
+    """``F``, and its section offsets in ``IS``."""
+    n = int(IS[IP_N])
+    P, D, C = int(ip[IP_NP]), int(ip[IP_ND]), int(ip[IP_NC])
     f_pb = DF0 + D * NDF
     f_ch = f_pb + P
     # + FLOPs and bytes per prefill instance (prefill_work), then the NIC groups' clocks
@@ -429,7 +446,7 @@ def allocate(
         rows = T_PROMO + 1
     f_pg = f_t + rows * n  # paged: per-request preemption delay (s), then preempted-at time
     # (costaware.tail right after these, then the power records last: power.py)
-    F = np.zeros(f_pg + 2 * n + NPW * (P + D))
+    F = np.zeros(f_pg + 2 * n + sections + NPW * (P + D))
     F[:NFP] = fp
     F[G_ITL_MIN], F[G_ITL_MAX] = INF, -INF
     F[G_CO_B] = -1.0
@@ -445,10 +462,18 @@ def allocate(
     IS[H_FPB], IS[H_FCH], IS[H_FT] = f_pb, f_ch, f_t
     IS[H_FNIC] = f_nic
     IS[H_PGF] = f_pg
+    return F
 
+
+def _block_state(IS, ip, nb, hot_ids, l3) -> tuple[np.ndarray, np.ndarray]:
+    """``B32`` (replica stores, prefix caches, host tiers, the L3 store) and ``B8``."""
+    P, D, U = int(ip[IP_NP]), int(ip[IP_ND]), int(IS[IP_U])
     host = D if has_host_tier(ip[IP_POLICY]) else 0  # + the host tiers
-    B32 = np.zeros(4 * (D + P + host) * U, dtype=np.int32)
-    B8 = np.zeros(D * U + nb + U, dtype=np.uint8)
+    o_l3 = 4 * (D + P + host) * U  # + the L3 store's records (l3store.py)
+    B32 = np.zeros(o_l3 + (4 * U if l3 else 0), np.int32)
+    if l3:
+        IS[H_L3] = o_l3
+    B8 = np.zeros(D * U + nb + U, np.uint8)
     IS[H_PC], IS[H_PFLAG], IS[H_HOT] = 4 * D * U, D * U, D * U + nb
     B8[D * U + nb + hot_ids] = 1
-    return IS, F, R, B32, B8
+    return B32, B8

@@ -18,10 +18,14 @@ from .jit import entry, jit
 S_PERIOD, S_CAP, S_LINK, S_BYTES, S_N = 0, 1, 2, 3, 4  # S_BYTES: KV the refreshes warmed
 
 
-def init(n_ids: int, period: float, cap_tokens: int, link: bool) -> np.ndarray:
-    out = np.zeros(S_N + 3 * n_ids)
-    out[S_PERIOD], out[S_CAP], out[S_LINK] = period, cap_tokens, float(link)
-    return out
+def size(n_ids: int) -> int:
+    """Floats of the section (layout.allocate reserves them, zeroed)."""
+    return S_N + 3 * n_ids
+
+
+def init(F: np.ndarray, at: int, period: float, cap_tokens: int, link: bool) -> None:
+    """Initialise the (zeroed) section at ``F[at:]``."""
+    F[at + S_PERIOD], F[at + S_CAP], F[at + S_LINK] = period, cap_tokens, float(link)
 
 
 @entry  # also called from Python (api._prewarm_stats)
