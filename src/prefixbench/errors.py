@@ -22,9 +22,19 @@ class PrefixbenchError(Exception):
         self.fix = fix
         super().__init__(self.line())
 
+    def __reduce__(self):
+        """Pickled with its parts (a worker's error reaches the parent as raised)."""
+        return (_rebuild, (type(self), self.what, self.where, self.fix))
+
     def line(self) -> str:
         head = f"{_short(self.where)}: {_short(self.what)}" if self.where else _short(self.what)
         return one_line(f"{head}; {self.fix}" if self.fix else head)
+
+
+def _rebuild(cls, what, where, fix):
+    err = cls.__new__(cls)
+    PrefixbenchError.__init__(err, what, where=where, fix=fix)
+    return err
 
 
 MAX_WHAT = 400  # a message quoting a 5000-digit value or a huge line stays readable

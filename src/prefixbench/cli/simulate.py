@@ -22,6 +22,17 @@ from .launch import EmitOpt, ResultDirOpt, SaveResultOpt, print_run_answer, save
 
 # ------------------------------------------------------------------ run
 
+RunJobsOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--jobs",
+        "-j",
+        help="Worker processes simulating the policies side by side (1: in this process; "
+        "default: one per core when the run is large enough to gain). --timeline runs in "
+        "this process. The output is the same either way.",
+    ),
+]
+
 
 def _warn_unstable(rows: list[dict], label: str = "policy") -> None:
     from prefixbench.metrics.stability import warnings
@@ -79,15 +90,15 @@ def run(
     emit: EmitOpt = None,
     save_result: SaveResultOpt = False,
     result_dir: ResultDirOpt = Path("."),
+    jobs: RunJobsOpt = None,
 ) -> None:
     """Simulate one scenario under every policy (or those given) and compare them."""
     from prefixbench.io.export import parse_percentiles, run_result, write_requests
-
     s, preset_for_trace = _run_scenario(scenario, seed, overrides, trace, trace_format, skip_bad)
     pcts = parse_percentiles(percentiles)
     policies = policy_list(policy)
     rows_needed = requests_out is not None or save_result or as_json
-    tables, paths = _simulate(s, policies, out_dir, timeline, rows_needed)
+    tables, paths = _simulate(s, policies, out_dir, timeline, rows_needed, jobs)
     if requests_out is not None:
         paths.append(write_requests(tables.requests, requests_out))
     if save_result:
@@ -108,17 +119,21 @@ def run(
     err.print(f"wrote {', '.join(str(p) for p in paths)}", markup=False, highlight=False)
 
 
-def _simulate(s, policies, out_dir, timeline, rows_needed: bool):
+def _simulate(s, policies, out_dir, timeline, rows_needed: bool, jobs: int | None = None):
     """Run every policy with a progress bar, requests.parquet streamed to ``out_dir``; the
     request rows are read back only when an output needs them all."""
+    from ..study.backends import check_jobs
     from ..study.runs import stream_run
 
+    if jobs is not None:
+        check_jobs(jobs)  # a bad count is one line before any work
     bar = _Progress("simulating", "policies")
     with bar:
         bar.start(len(policies))
         tables, paths = stream_run(
-            s, policies, out_dir, track_gaps=True, timeline=timeline, on_policy=bar.point
-        )
+            s, policies, out_dir, track_gaps=True, timeline=timeline, on_policy=bar.point,
+            jobs=jobs,
+        )  # fmt: skip
     if rows_needed:  # --requests-out, --save-result and --json read every request row
         from prefixbench.io.artifacts import read_artifact
 

@@ -49,6 +49,22 @@ def pool_context():
     return ctx
 
 
+def _start_server(ctx) -> bool:
+    """Start the fork server now, with Ctrl-C ignored only while it is spawned: it and the
+    workers it forks inherit the ignoring (multiprocessing/forkserver.py restores the
+    server's own SIGINT disposition in each child), so the parent need not ignore Ctrl-C
+    while the server imports ``PRELOAD`` (seconds on a loaded machine; a Ctrl-C then was
+    lost). True for a fork server; a spawn context's workers are the parent's children and
+    inherit its disposition when submitted instead."""
+    if ctx.get_start_method() != "forkserver":
+        return False
+    from multiprocessing import forkserver
+
+    with _sigint_ignored():
+        forkserver.ensure_running()
+    return True
+
+
 class LocalPoolBackend:
     """A process pool on this machine (workers from ``pool_context``)."""
 
@@ -62,24 +78,27 @@ class LocalPoolBackend:
         if self.jobs == 1 or len(items) <= 1:
             yield from SerialBackend().map_unordered(fn, items)
             return
+        ctx = pool_context()
         ex = ProcessPoolExecutor(
             max_workers=min(self.jobs, len(items)),  # never a worker per point
-            mp_context=pool_context(),
+            mp_context=ctx,
             initializer=_worker_init,
             initargs=(os.getpid(),),
         )
         try:
-            yield from _windowed(ex, fn, items, 2 * self.jobs)
+            served = _start_server(ctx)
+            yield from _windowed(ex, fn, items, 2 * self.jobs, ignore=not served)
         except BaseException:
             _stop(ex)
             raise
         ex.shutdown(wait=True)
 
 
-def _windowed(ex, fn, items: list, window: int):
+def _windowed(ex, fn, items: list, window: int, ignore: bool = True):
     """Submit at most ``window`` points at a time, topping up as results arrive: an
     interrupt then cancels a handful of futures, never a 100,000-point set (waiting on one
-    that large left the parent blocked after a signal)."""
+    that large left the parent blocked after a signal). While the first workers start,
+    Ctrl-C is ignored (``ignore``: spawned workers inherit that) or held until they have."""
     todo = iter(items)
     futures: dict = {}
 
@@ -87,7 +106,7 @@ def _windowed(ex, fn, items: list, window: int):
         for it in itertools.islice(todo, window - len(futures)):
             futures[ex.submit(fn, it)] = it
 
-    with _sigint_ignored():  # workers start (on submit) with Ctrl-C ignored: it is the parent's
+    with _sigint_ignored() if ignore else _sigint_deferred():  # Ctrl-C is the parent's
         top_up()
     while futures:
         done, _ = wait(futures, return_when=FIRST_COMPLETED)
@@ -223,6 +242,25 @@ def _sigint_ignored():
         yield
     finally:
         signal.signal(signal.SIGINT, old if old is not None else signal.default_int_handler)
+
+
+@contextlib.contextmanager
+def _sigint_deferred():
+    """Hold a Ctrl-C that arrives while workers are forked from the fork server, and raise
+    it once they are: stopped while a worker was still being handed its start-up data, the
+    pool left that worker to print a traceback (it is not yet one ``_stop`` kills). A
+    Ctrl-C this process ignored stays ignored."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    hit: list[int] = []
+    old = signal.signal(signal.SIGINT, lambda _sig, _frame: hit.append(1))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old if old is not None else signal.default_int_handler)
+    if hit and old is not signal.SIG_IGN:
+        raise KeyboardInterrupt
 
 
 def _stop(ex: ProcessPoolExecutor) -> None:

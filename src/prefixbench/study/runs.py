@@ -47,13 +47,25 @@ def run_scenario(
     on_policy=None,
     sink=None,
     on_result=None,
+    jobs: int | None = 1,
 ) -> RunTables:
     """Simulate ``s`` under each policy on the same requests (one prepared workload);
     ``on_policy(policy)`` is called after each (a progress bar). With ``sink`` (an
     io/stream.PartWriter) each policy's request rows go to it instead of being kept.
     ``on_result(prep, policy, res)`` sees each run's engine result before it is dropped
-    (the sweep's per-prefix rows, without the request table)."""
+    (the sweep's per-prefix rows, without the request table). With ``sink``, ``jobs``
+    workers (None: auto, study/runpool.py) simulate the policies unless a timeline or
+    ``on_result`` needs them in this process."""
     prep = prepare(s)
+    if sink is not None and timeline is None and on_result is None:
+        from .runpool import pool_jobs, run_pooled
+
+        jobs = pool_jobs(jobs, len(prep.requests), len(policies))
+        if jobs > 1:
+            rows, stats = run_pooled(
+                prep, policies, sink, jobs, track_gaps, scenario_keys(s), on_policy
+            )
+            return RunTables(prep, pl.DataFrame(), pl.DataFrame(rows), stats)
     if timeline is not None:
         from prefixbench.support.memcheck import check_timeline
 
