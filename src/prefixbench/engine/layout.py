@@ -197,11 +197,10 @@ D_ALLOC = 34
 # --- paged: the running sequences by the first iteration whose blocks they do not hold
 # yet, modulo NCAL: list heads (-1: empty), linked through R_WQN / R_WQP (a running
 # sequence has left the admission queue; paging.take_blocks visits only the buckets of the
-# iterations a take spans), and whether the calendar is kept (1: a batch of NCAL or more)
+# iterations a take spans)
 NCAL = 16
 D_CAL = 35
-D_CALOK = D_CAL + NCAL
-NDI = D_CALOK + 1
+NDI = D_CAL + NCAL
 P_LOAD, P_QH, P_QT, P_BH, P_USED, P_LRUH, P_LRUT, P_QN = range(8)
 # --- admit: prompt tokens held until their pull completes; a release may restart a step
 P_HELD, P_KICK = 8, 9

@@ -158,17 +158,11 @@ def alloc_known(IS, F, R, B32, B8, d, G, t, add):
 @jit
 def take_blocks(IS, R, d, G):
     """Give every running sequence of ``d`` its blocks through iteration ``G``; the tokens
-    taken (the books of D_PRIV are the caller's). A batch of NCAL or more keeps the
-    calendar (D_CALOK): when every sequence holds its blocks through D_ALLOC and ``G`` is
-    fewer than NCAL iterations on, only the sequences in the buckets of iterations
-    (D_ALLOC, G] can need any (next_need), so only those are visited; otherwise every one
-    is. A smaller batch drops the calendar and is visited whole (it costs less)."""
+    taken (the books of D_PRIV are the caller's). When every sequence holds its blocks
+    through D_ALLOC and ``G`` is fewer than NCAL iterations on, only the sequences in the
+    calendar buckets of iterations (D_ALLOC, G] can need any (next_need), so only those are
+    visited; otherwise every one is."""
     b = L.DI0 + d * L.NDI
-    if IS[b + L.D_HSZ] < L.NCAL:
-        IS[b + L.D_CALOK] = 0
-        return take_all(IS, R, d, G)
-    if not IS[b + L.D_CALOK]:
-        cal_rebuild(IS, R, d)
     a = IS[b + L.D_ALLOC]
     if a < 0 or G - a >= L.NCAL:
         return take_all(IS, R, d, G)
@@ -197,18 +191,6 @@ def take_all(IS, R, d, G):
 
 
 @jit
-def cal_rebuild(IS, R, d):
-    """Keep the calendar from now on: every running sequence into its bucket."""
-    b = L.DI0 + d * L.NDI
-    for v in range(L.NCAL):
-        IS[b + L.D_CAL + v] = -1
-    IS[b + L.D_CALOK] = 1
-    rb = IS[L.H_DH] + 2 * IS[L.H_CAPB] * d + IS[L.H_CAPB]
-    for i in range(IS[b + L.D_HSZ]):
-        cal_link(IS, R, d, IS[rb + i])
-
-
-@jit
 def take_one(IS, R, d, rid, G):
     """``rid`` takes the blocks it lacks for iteration ``G`` (some); it moves to the
     calendar bucket of its new next_need. The tokens taken."""
@@ -234,12 +216,8 @@ def next_need(IS, R, rid):
 
 @jit
 def cal_link(IS, R, d, rid):
-    """Put running ``rid`` at the head of its calendar bucket (next_need modulo NCAL), if
-    ``d`` keeps the calendar."""
-    b = L.DI0 + d * L.NDI
-    if not IS[b + L.D_CALOK]:
-        return
-    h = b + L.D_CAL + (next_need(IS, R, rid) & (L.NCAL - 1))
+    """Put running ``rid`` at the head of its calendar bucket (next_need modulo NCAL)."""
+    h = L.DI0 + d * L.NDI + L.D_CAL + (next_need(IS, R, rid) & (L.NCAL - 1))
     rr = rid * L.NR
     first = IS[h]
     R[rr + L.R_WQN] = first
@@ -252,14 +230,11 @@ def cal_link(IS, R, d, rid):
 @jit
 def cal_unlink(IS, R, d, rid):
     """Take ``rid`` out of its calendar bucket (before its blocks or join iteration
-    change, which move its next_need), if ``d`` keeps the calendar."""
-    b = L.DI0 + d * L.NDI
-    if not IS[b + L.D_CALOK]:
-        return
+    change, which move its next_need)."""
     rr = rid * L.NR
     p, nx = R[rr + L.R_WQP], R[rr + L.R_WQN]
     if p == -1:
-        IS[b + L.D_CAL + (next_need(IS, R, rid) & (L.NCAL - 1))] = nx
+        IS[L.DI0 + d * L.NDI + L.D_CAL + (next_need(IS, R, rid) & (L.NCAL - 1))] = nx
     else:
         R[p * L.NR + L.R_WQN] = nx
     if nx != -1:
