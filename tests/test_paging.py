@@ -13,11 +13,8 @@ import dataclasses
 import numpy as np
 import pytest
 from enginecases import make_requests
-from numba import njit
 
 from prefixbench.engine import EngineConfig, simulate
-from prefixbench.engine import layout as L
-from prefixbench.engine import paging as pg
 from prefixbench.errors import SimulationError
 from prefixbench.physics.costmodel import InstanceCost
 
@@ -263,72 +260,3 @@ def test_swap_that_finds_host_memory_full_loses_what_recompute_loses():
     swap, rec = rows
     assert rec["preemptions_per_request"] > 0
     assert swap["preempt_lost_per_request"] == rec["preempt_lost_per_request"]
-
-
-@njit
-def _link(IS, R, rid):
-    pg.cal_link(IS, R, 0, rid)
-
-
-@njit
-def _unlink(IS, R, rid):
-    pg.cal_unlink(IS, R, 0, rid)
-
-
-@njit
-def _next_need(IS, R, rid):
-    return pg.next_need(IS, R, rid)
-
-
-@njit
-def _take(IS, R, G):
-    """paging.take_blocks on instance 0, from Python (internal helpers have no wrapper)."""
-    return pg.take_blocks(IS, R, 0, G)
-
-
-def _calendar_state(seqs, bs=16):
-    """A decode instance 0 whose batch heap holds ``seqs`` (rid: (own0, j0, priv, pth)),
-    each linked in the block calendar, blocks of ``bs`` tokens."""
-    capb = 8
-    IS = np.zeros(L.DI0 + L.NDI + 2 * capb + 8, dtype=np.int64)
-    IS[L.IP_BS], IS[L.H_CAPB], IS[L.H_DH] = bs, capb, L.DI0 + L.NDI
-    b = L.DI0
-    IS[b + L.D_CAL : b + L.D_CAL + L.NCAL] = -1
-    R = np.zeros(len(seqs) * L.NR, dtype=np.int32)
-    for i, (rid, (own0, j0, priv, pth)) in enumerate(seqs.items()):
-        rr = rid * L.NR
-        R[rr + L.R_OWN0], R[rr + L.R_J0], R[rr + L.R_PRIV], R[rr + L.R_PTH] = own0, j0, priv, pth
-        IS[L.DI0 + L.NDI + capb + i] = rid
-        _link(IS, R, rid)
-    IS[b + L.D_HSZ] = len(seqs)
-    return IS, R
-
-
-def test_the_block_calendar_takes_what_the_whole_batch_pass_takes():
-    """Blocks of 16. R0: 10 own tokens from iteration 0 in 16 private tokens: it needs more
-    once 10 + g > 16, at iteration 7. R1: 20 own tokens from iteration 3, 16 private + 16
-    persisted: once 20 + g > 32, at 3 + 13 = 16. R2: 5 own tokens from iteration 2 and 32
-    private: at 2 + 28 = 30. A take through 10 from D_ALLOC 6 gives R0 blocks(20) = 32
-    (+16); through 20 from 10, R1 blocks(37) - 16 = 32 (+16); a whole-batch pass through
-    40 (D_ALLOC unknown) R0 blocks(50) = 64 (+32), R1 blocks(57) - 16 = 48 (+16), R2
-    blocks(43) = 48 (+16)."""
-    IS, R = _calendar_state({0: (10, 0, 16, 0), 1: (20, 3, 16, 16), 2: (5, 2, 32, 0)})
-    assert [_next_need(IS, R, rid) for rid in range(3)] == [7, 16, 30]
-    priv = lambda: [int(R[rid * L.NR + L.R_PRIV]) for rid in range(3)]  # noqa: E731
-    IS[L.DI0 + L.D_ALLOC] = 6
-    assert _take(IS, R, 10) == 16 and priv() == [32, 16, 32]
-    IS[L.DI0 + L.D_ALLOC] = 10
-    assert _take(IS, R, 20) == 16 and priv() == [32, 32, 32]
-    IS[L.DI0 + L.D_ALLOC] = -1
-    assert _take(IS, R, 40) == 64 and priv() == [64, 48, 48]
-    # each in the bucket of its next need, once: R0 once 10 + g > 64 (iteration 55), R1
-    # once 20 + g > 48 + 16 (3 + 45 = 48), R2 once 5 + g > 48 (2 + 44 = 46)
-    buckets = {}
-    for v in range(L.NCAL):
-        c = IS[L.DI0 + L.D_CAL + v]
-        while c != -1:
-            buckets[int(c)] = v
-            c = R[c * L.NR + L.R_WQN]
-    assert buckets == {0: 55 % 16, 1: 48 % 16, 2: 46 % 16}
-    _unlink(IS, R, 1)
-    assert all(IS[L.DI0 + L.D_CAL + v] != 1 for v in range(L.NCAL))
