@@ -794,8 +794,6 @@ def finish(IS, F, R, B32, B8, bid, bt, rid, d, t):
     n, io = IS[L.IP_N], IS[L.H_O]
     b = L.DI0 + d * L.NDI
     rr = rid * L.NR
-    if IS[L.IP_PAGED]:
-        pg.cal_unlink(IS, R, d, rid)
     F[IS[L.H_FT] + L.T_DN * n + rid] = t
     IS[io + L.O_OUT * n + rid] = L.OUT_COMPLETED
     IS[b + L.D_B] -= 1

@@ -194,13 +194,7 @@ D_SWAPU, D_ADM = 32, 33
 # --- paged: an iteration index through which every running sequence holds its blocks
 # (paging.alloc_through sets it; a sequence joining the batch makes it unknown, -1)
 D_ALLOC = 34
-# --- paged: the running sequences by the first iteration whose blocks they do not hold
-# yet, modulo NCAL: list heads (-1: empty), linked through R_WQN / R_WQP (a running
-# sequence has left the admission queue; paging.take_blocks visits only the buckets of the
-# iterations a take spans)
-NCAL = 16
-D_CAL = 35
-NDI = D_CAL + NCAL
+NDI = 35
 P_LOAD, P_QH, P_QT, P_BH, P_USED, P_LRUH, P_LRUT, P_QN = range(8)
 # --- admit: prompt tokens held until their pull completes; a release may restart a step
 P_HELD, P_KICK = 8, 9
@@ -238,9 +232,7 @@ NIC = len(INT_COLUMNS)
 
 # ---------------------------------------------------------------- R (int32), per request
 # private KV tokens (colocated: reserved), held replica blocks (colocated: prompt tokens
-# prefilled so far), flags, queue links, prompt and output lengths, colocated chunk size;
-# the admission queue's links (R_WQN, R_WQP) are, once a paged sequence runs, its links in
-# its decode instance's block calendar (D_CAL)
+# prefilled so far), flags, queue links, prompt and output lengths, colocated chunk size
 (
     R_PRIV,
     R_NHIT,
@@ -418,7 +410,6 @@ def allocate(
     dI[:, [D_JQH, D_JQT, D_RQH, D_RQT, D_WQH, D_WQT, D_LRUH, D_LRUT]] = -1
     dI[:, [D_HLRUH, D_HLRUT]] = -1
     dI[:, [D_PQH, D_PQT, D_FQH, D_FQT]] = -1
-    dI[:, D_CAL : D_CAL + NCAL] = -1
     IS[GI_L3LRUH], IS[GI_L3LRUT] = -1, -1
     IS[o_pi:o_dh].reshape(P, NPI)[:, [P_QH, P_QT, P_BH, P_LRUH, P_LRUT]] = -1
     IS[o_ptr : o_ptr + n + 1] = blk_ptr

@@ -158,87 +158,17 @@ def alloc_known(IS, F, R, B32, B8, d, G, t, add):
 @jit
 def take_blocks(IS, R, d, G):
     """Give every running sequence of ``d`` its blocks through iteration ``G``; the tokens
-    taken (the books of D_PRIV are the caller's). When every sequence holds its blocks
-    through D_ALLOC and ``G`` is fewer than NCAL iterations on, only the sequences in the
-    calendar buckets of iterations (D_ALLOC, G] can need any (next_need), so only those are
-    visited; otherwise every one is."""
-    b = L.DI0 + d * L.NDI
-    a = IS[b + L.D_ALLOC]
-    if a < 0 or G - a >= L.NCAL:
-        return take_all(IS, R, d, G)
-    add = 0
-    for v in range(a + 1, G + 1):
-        c = IS[b + L.D_CAL + (v & (L.NCAL - 1))]
-        while c != -1:
-            rid = c
-            c = R[rid * L.NR + L.R_WQN]
-            if next_need(IS, R, rid) <= G:
-                add += take_one(IS, R, d, rid, G)
-    return add
-
-
-@jit
-def take_all(IS, R, d, G):
-    """take_blocks by a pass over the whole batch."""
+    taken (the books of D_PRIV are the caller's)."""
     rb = IS[L.H_DH] + 2 * IS[L.H_CAPB] * d + IS[L.H_CAPB]
     add = 0
     for i in range(IS[L.DI0 + d * L.NDI + L.D_HSZ]):
         rid = IS[rb + i]
         rr = rid * L.NR
-        if target(IS, R, rid, G - R[rr + L.R_J0]) > R[rr + L.R_PRIV]:
-            add += take_one(IS, R, d, rid, G)
+        x = target(IS, R, rid, G - R[rr + L.R_J0]) - R[rr + L.R_PRIV]
+        if x > 0:
+            R[rr + L.R_PRIV] += x
+            add += x
     return add
-
-
-@jit
-def take_one(IS, R, d, rid, G):
-    """``rid`` takes the blocks it lacks for iteration ``G`` (some); it moves to the
-    calendar bucket of its new next_need. The tokens taken."""
-    rr = rid * L.NR
-    cal_unlink(IS, R, d, rid)
-    x = target(IS, R, rid, G - R[rr + L.R_J0]) - R[rr + L.R_PRIV]
-    R[rr + L.R_PRIV] += x
-    cal_link(IS, R, d, rid)
-    return x
-
-
-@jit
-def next_need(IS, R, rid):
-    """The first iteration index whose blocks running ``rid`` does not hold: target exceeds
-    R_PRIV once its own tokens exceed R_PRIV + R_PTH rounded down to whole blocks
-    (ceil(x / bs)·bs > p exactly when x > floor(p / bs)·bs, for p >= 0)."""
-    rr = rid * L.NR
-    p = np.int64(R[rr + L.R_PRIV]) + R[rr + L.R_PTH]
-    bs = IS[L.IP_BS]
-    held = p & -bs if bs & (bs - 1) == 0 else p // bs * bs
-    return held - R[rr + L.R_OWN0] + R[rr + L.R_J0] + 1
-
-
-@jit
-def cal_link(IS, R, d, rid):
-    """Put running ``rid`` at the head of its calendar bucket (next_need modulo NCAL)."""
-    h = L.DI0 + d * L.NDI + L.D_CAL + (next_need(IS, R, rid) & (L.NCAL - 1))
-    rr = rid * L.NR
-    first = IS[h]
-    R[rr + L.R_WQN] = first
-    R[rr + L.R_WQP] = -1
-    if first != -1:
-        R[first * L.NR + L.R_WQP] = rid
-    IS[h] = rid
-
-
-@jit
-def cal_unlink(IS, R, d, rid):
-    """Take ``rid`` out of its calendar bucket (before its blocks or join iteration
-    change, which move its next_need)."""
-    rr = rid * L.NR
-    p, nx = R[rr + L.R_WQP], R[rr + L.R_WQN]
-    if p == -1:
-        IS[L.DI0 + d * L.NDI + L.D_CAL + (next_need(IS, R, rid) & (L.NCAL - 1))] = nx
-    else:
-        R[p * L.NR + L.R_WQN] = nx
-    if nx != -1:
-        R[nx * L.NR + L.R_WQP] = p
 
 
 @jit
@@ -428,7 +358,6 @@ def preempt(IS, F, R, B32, B8, bid, d, rid, t):
     b = L.DI0 + d * L.NDI
     rr = rid * L.NR
     g = IS[b + L.D_IT] - R[rr + L.R_J0]
-    cal_unlink(IS, R, d, rid)
     batch_remove(IS, d, rid)
     IS[b + L.D_B] -= 1
     IS[b + L.D_CTX] -= np.int64(R[rr + L.R_PROMPT]) + g
@@ -653,7 +582,6 @@ def rejoin(IS, F, R, d, it, rid, t):
     g = R[rr + L.R_GEN]
     R[rr + L.R_J0] = it - g
     joined_through(IS, R, d, it, rid, g)
-    cal_link(IS, R, d, rid)
     if g == 0:
         return False
     b = L.DI0 + d * L.NDI
