@@ -275,9 +275,11 @@ def record_gaps(IS, F, d, k, first_token_in_batch):
     steady = 0
     # itl_add(F, g, 1) per gap, with the pooled sums kept in registers (the same additions
     # in the same order) and the bin's logarithm taken once per distinct gap: the
-    # sequences that ran the previous segment all share one gap
-    s_sum, s_cnt, s_min, s_max = F[G_ITL_SUM], F[G_ITL_CNT], F[G_ITL_MIN], F[G_ITL_MAX]
-    last_g, last_bin = -1.0, 0
+    # sequences that ran the previous segment all share one gap. The count and the bin's
+    # count are integers (exact in a float below 2**53), so they are added once, after the
+    # run of gaps they count, instead of one float addition per gap
+    s_sum, s_min, s_max = F[G_ITL_SUM], F[G_ITL_MIN], F[G_ITL_MAX]
+    last_g, last_bin, run = -1.0, 0, 0
     for i in range(IS[b + D_HSZ]):
         rid = IS[rb + i]
         g = t1 - F[ft + T_LAST * n + rid]
@@ -287,19 +289,22 @@ def record_gaps(IS, F, d, k, first_token_in_batch):
             steady += 1
             if g > 0.0:
                 if g != last_g:
-                    last_g, last_bin = g, itl_bin(g)
+                    F[G_ITL_H + last_bin] += run
+                    F[G_ITL_CNT] += run
+                    last_g, last_bin, run = g, itl_bin(g), 0
                 s_sum += g
-                s_cnt += 1
+                run += 1
                 if g < s_min:
                     s_min = g
                 if g > s_max:
                     s_max = g
-                F[G_ITL_H + last_bin] += 1
         m = g if g > worst else worst
         if m > F[ft + T_GAP * n + rid]:
             F[ft + T_GAP * n + rid] = m
         F[ft + T_LAST * n + rid] = tk
-    F[G_ITL_SUM], F[G_ITL_CNT], F[G_ITL_MIN], F[G_ITL_MAX] = s_sum, s_cnt, s_min, s_max
+    F[G_ITL_H + last_bin] += run
+    F[G_ITL_CNT] += run
+    F[G_ITL_SUM], F[G_ITL_MIN], F[G_ITL_MAX] = s_sum, s_min, s_max
     itl_series(F, a1, s1, a2, s2, o, k, steady)
 
 
