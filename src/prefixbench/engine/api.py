@@ -24,7 +24,7 @@ from .config import (
     check_colocated_config,
     check_engine_config,
 )
-from .costaware import tail_init, tail_size
+from .costaware import tail, tail_init, tail_size
 from .loop import DONE, NEED_HEAP, STALLED, close_run, heap_room, log_room
 from .loop import run_colocated as _run_colocated
 from .loop import run_disaggregated as _run_disaggregated
@@ -435,10 +435,8 @@ def _disagg_state(r: _Run, cfg: EngineConfig, t_steady: float) -> float:
     returns the hot set's refresh period (0: none)."""
     IS, F = r.IS, r.F
     refresh = cfg.hot_refresh_s if cfg.policy == "replicate_hotset" and cfg.hot_blocks else 0.0
-    at = int(IS[L.H_PGF]) + 2 * r.n  # costaware.tail
-    tail_init(F, at, cfg.n_decode)
-    at += tail_size(cfg.n_decode, int(IS[L.IP_U]))  # refresh.section
-    rf.init(F, at, refresh, cfg.hot_cap_tokens, cfg.prewarm == "link")
+    tail_init(F, int(tail(IS)), cfg.n_decode)
+    rf.init(F, int(rf.section(IS)), refresh, cfg.hot_cap_tokens, cfg.prewarm == "link")
     F[L.G_ITL_NW] = cfg.warmup_requests
     IS[L.IP_SHARED] = cfg.link_topology == "shared_nics"
     IS[L.IP_STREAM] = cfg.streaming == "layerwise"

@@ -31,10 +31,12 @@ def _small(values: np.ndarray) -> int:
     """``max + 1`` when the values are small non-negative integers (usable as ids), else 0."""
     if values.size == 0:
         return 0
-    lo, hi = int(values.min()), int(values.max())
-    if lo >= 0 and hi < min(2**31 - 1, 4 * values.size + 65536):
-        return hi + 1
-    return 0
+    return _small_range(int(values.min()), int(values.max()), values.size)
+
+
+def _small_range(lo: int, hi: int, size: int) -> int:
+    """``hi + 1`` when ``size`` values in [lo, hi] can be their own ids, else 0."""
+    return hi + 1 if lo >= 0 and hi < min(2**31 - 1, 4 * size + 65536) else 0
 
 
 @njit(cache=True)
@@ -102,8 +104,9 @@ def joint_ids(*arrays) -> tuple[list[np.ndarray], int]:
     if not full:
         return arrays, 0
     lo, hi = min(int(a.min()) for a in full), max(int(a.max()) for a in full)
-    if lo >= 0 and hi < min(2**31 - 1, 4 * sum(a.size for a in arrays) + 65536):
-        return arrays, hi + 1
+    u = _small_range(lo, hi, sum(a.size for a in arrays))
+    if u:
+        return arrays, u
     ids, u = dense_ids(np.concatenate(arrays))
     return np.split(ids, np.cumsum([a.size for a in arrays])[:-1]), u
 
